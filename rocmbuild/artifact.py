@@ -1,0 +1,220 @@
+"""Artifacts: a staged install tree plus ``manifest.json``, content-addressed by the build key.
+
+Layout of one artifact, ``$ROCMBUILD_HOME/artifacts/<key>/``::
+
+    manifest.json      recipe, key, commit, version, inputs, every file, every library
+    tree/              the install tree, relative to the recipe's install prefix
+                       (e.g. tree/lib/libMIOpen.so.1.0, tree/share/miopen/db/...)
+
+The artifact does not depend on any target. Files in ``tree/`` are treated as immutable: they
+are hardlinked into targets, so nothing ever writes one in place; :meth:`Artifact.intact`
+compares each file's size and mtime with the manifest (cheap, no hashing) and a changed artifact
+is never reused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from rocmbuild.errors import InputError
+
+SCHEMA = 1
+MANIFEST = "manifest.json"
+TREE = "tree"
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    path: str  # relative to the tree
+    type: str  # "file" | "link"
+    size: int = 0
+    sha256: str | None = None
+    mode: int = 0
+    mtime_ns: int = 0
+    target: str | None = None  # for links: the link's text (relative, as installed)
+
+
+@dataclass(frozen=True)
+class LibraryEntry:
+    name: str  # the stem from [install] libraries, e.g. "libMIOpen"
+    file: str  # the real file, relative to the tree: "lib/libMIOpen.so.1.0"
+    soname: str | None  # from the ELF dynamic section: "libMIOpen.so.1"
+    links: tuple[str, ...]  # links in the tree that resolve to it: "lib/libMIOpen.so", "lib/libMIOpen.so.1"
+    chain: tuple[str, ...]  # basenames, dev link first: ("libMIOpen.so", "libMIOpen.so.1", "libMIOpen.so.1.0")
+    sha256: str = ""
+    size: int = 0
+
+
+@dataclass(frozen=True)
+class Manifest:
+    recipe: str
+    key: str
+    version: str | None  # read from the checkout (or None)
+    expect_version: str | None  # what verification expects (recipe's verify.version, "source" resolved)
+    encoding: str  # miopen | cudnn
+    smoke: str | None
+    commit: str | None
+    ref: str | None
+    url: str
+    install_prefix: str
+    files: tuple[FileEntry, ...]
+    libraries: tuple[LibraryEntry, ...]
+    data: tuple[str, ...] = ()
+    inputs: dict[str, Any] = field(default_factory=dict)
+    created: str = ""
+    schema: int = SCHEMA
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "Manifest":
+        d = dict(d)
+        if d.get("schema") != SCHEMA:
+            raise InputError(
+                f"unsupported manifest schema {d.get('schema')!r} (this rocmbuild reads {SCHEMA})",
+                "rebuild the artifact or upgrade rocmbuild",
+            )
+        d["files"] = tuple(FileEntry(**f) for f in d["files"])
+        d["libraries"] = tuple(
+            LibraryEntry(**{**lib, "links": tuple(lib["links"]), "chain": tuple(lib["chain"])})
+            for lib in d["libraries"]
+        )
+        d["data"] = tuple(d.get("data", ()))
+        return cls(**d)
+
+    def library(self, name: str) -> LibraryEntry | None:
+        for lib in self.libraries:
+            if lib.name == name:
+                return lib
+        return None
+
+    def file(self, rel: str) -> FileEntry | None:
+        for f in self.files:
+            if f.path == rel:
+                return f
+        return None
+
+
+@dataclass(frozen=True)
+class Artifact:
+    path: Path
+    manifest: Manifest
+    cached: bool = False
+
+    @property
+    def key(self) -> str:
+        return self.manifest.key
+
+    @property
+    def tree(self) -> Path:
+        return self.path / TREE
+
+    def file(self, rel: str) -> Path:
+        return self.tree / rel
+
+    def intact(self) -> list[str]:
+        """Relative paths whose size, mtime or presence differ from the manifest (empty: intact)."""
+        bad = []
+        for f in self.manifest.files:
+            p = self.tree / f.path
+            try:
+                st = p.lstat()
+            except FileNotFoundError:
+                bad.append(f.path)
+                continue
+            if f.type == "link":
+                if not stat.S_ISLNK(st.st_mode) or os.readlink(p) != f.target:
+                    bad.append(f.path)
+            elif not stat.S_ISREG(st.st_mode) or st.st_size != f.size or st.st_mtime_ns != f.mtime_ns:
+                bad.append(f.path)
+        return bad
+
+
+def sha256_file(path: Path, bufsize: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(bufsize):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def read_soname(path: Path) -> str | None:
+    """The DT_SONAME of an ELF shared object (pyelftools), or None."""
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.dynamic import DynamicSection
+    from elftools.elf.elffile import ELFFile
+
+    try:
+        with open(path, "rb") as f:
+            elf = ELFFile(f)
+            for section in elf.iter_sections():
+                if isinstance(section, DynamicSection):
+                    for tag in section.iter_tags():
+                        if tag.entry.d_tag == "DT_SONAME":
+                            return tag.soname
+    except (ELFError, OSError):
+        return None
+    return None
+
+
+def scan_tree(tree: Path) -> tuple[FileEntry, ...]:
+    """Every file and symlink below ``tree`` (sorted), with size, sha256 and mode."""
+    entries = []
+    for dirpath, dirnames, filenames in os.walk(tree):
+        dirnames.sort()
+        for name in sorted(filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]):
+            p = Path(dirpath) / name
+            rel = p.relative_to(tree).as_posix()
+            st = p.lstat()
+            if stat.S_ISLNK(st.st_mode):
+                entries.append(FileEntry(rel, "link", target=os.readlink(p)))
+            elif stat.S_ISREG(st.st_mode):
+                entries.append(
+                    FileEntry(rel, "file", st.st_size, sha256_file(p), stat.S_IMODE(st.st_mode), st.st_mtime_ns)
+                )
+    return tuple(sorted(entries, key=lambda e: e.path))
+
+
+def find_libraries(tree: Path, files: Iterable[FileEntry], stems: Iterable[str]) -> tuple[LibraryEntry, ...]:
+    """For each stem, the real ELF file and the chain of links that resolve to it."""
+    files = list(files)
+    by_path = {f.path: f for f in files}
+    out = []
+    for stem in stems:
+        candidates = [f for f in files if Path(f.path).name.startswith(stem + ".so")]
+        reals = [f for f in candidates if f.type == "file"]
+        if not reals:
+            raise InputError(
+                f"library '{stem}' was not found in the staged install tree",
+                f"check [install] libraries; the tree has: {', '.join(f.path for f in files[:20])}",
+            )
+        if len(reals) > 1:
+            raise InputError(
+                f"library '{stem}' matches several real files: {', '.join(f.path for f in reals)}",
+                "name the library more precisely in [install] libraries",
+            )
+        real = reals[0]
+        real_abs = (tree / real.path).resolve()
+        links = sorted(
+            f.path for f in candidates if f.type == "link" and (tree / f.path).resolve() == real_abs
+        )
+        # chain: dev link first (shortest name), the real file last
+        chain = tuple(sorted((Path(p).name for p in links), key=len)) + (Path(real.path).name,)
+        out.append(
+            LibraryEntry(
+                name=stem,
+                file=real.path,
+                soname=read_soname(tree / real.path),
+                links=tuple(links),
+                chain=chain,
+                sha256=by_path[real.path].sha256 or "",
+                size=real.size,
+            )
+        )
+    return tuple(out)

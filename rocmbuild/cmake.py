@@ -1,0 +1,70 @@
+"""Pure functions: recipe + options -> the cmake configure / build / install argv lists.
+
+Nothing here runs a process or reads a file, so ``plan`` can show exactly what ``build`` would
+run. Defines are typed: a TOML bool becomes ``-DNAME:BOOL=ON|OFF``, a list becomes a
+``;``-separated ``STRING``, anything else a ``STRING``.
+
+The install step uses ``DESTDIR`` (set in the environment by the caller) with the recipe's
+``install_prefix``; the prefix never comes from a target, so an artifact does not depend on
+where it will be installed.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from rocmbuild.recipe import Build, DefineValue
+
+LAUNCHER_VARIABLES = (
+    "CMAKE_C_COMPILER_LAUNCHER",
+    "CMAKE_CXX_COMPILER_LAUNCHER",
+    "CMAKE_HIP_COMPILER_LAUNCHER",
+)
+
+
+def define_arg(name: str, value: DefineValue) -> str:
+    if isinstance(value, bool):
+        return f"-D{name}:BOOL={'ON' if value else 'OFF'}"
+    if isinstance(value, tuple):
+        return f"-D{name}:STRING={';'.join(value)}"
+    return f"-D{name}:STRING={value}"
+
+
+def jobs(build: Build) -> int:
+    return build.jobs if build.jobs > 0 else (os.cpu_count() or 1)
+
+
+def configure_argv(build: Build, source_dir: Path, build_dir: Path, launcher_path: str | None = None) -> list[str]:
+    argv = [
+        "cmake",
+        "-S", str(source_dir),
+        "-B", str(build_dir),
+        "-G", build.generator,
+        f"-DCMAKE_BUILD_TYPE:STRING={build.build_type}",
+        f"-DCMAKE_INSTALL_PREFIX:PATH={build.install_prefix}",
+    ]
+    if build.launcher:
+        for var in LAUNCHER_VARIABLES:
+            argv.append(f"-D{var}:FILEPATH={launcher_path or build.launcher}")
+    for name, value in build.defines:
+        argv.append(define_arg(name, value))
+    return argv
+
+
+def build_argv(build: Build, build_dir: Path) -> list[str]:
+    argv = ["cmake", "--build", str(build_dir), "--parallel", str(jobs(build))]
+    for t in build.targets:
+        argv += ["--target", t]
+    return argv
+
+
+def install_argv(build_dir: Path) -> list[str]:
+    return ["cmake", "--install", str(build_dir)]
+
+
+def build_env(build: Build, destdir: Path | None = None) -> dict[str, str]:
+    env = dict(build.env)
+    if destdir is not None:
+        env["DESTDIR"] = str(destdir)
+    return env

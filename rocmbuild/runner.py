@@ -1,0 +1,210 @@
+"""The only place rocmbuild starts processes (through plumbum).
+
+Commands are argv lists, never shell strings. Two entry points:
+
+* :func:`run` for long commands (configure, compile, install, git): output is streamed line by
+  line into a log file and, optionally, into a progress callback; on failure the last lines, the
+  log path and the command are put into the raised error. The child runs in its own session
+  (process group), so Ctrl-C or an exception kills the whole tree (make, ninja and every
+  compiler they started) before the error propagates: no orphaned compilers.
+* :func:`capture` for short commands whose output we parse (``cmake --version``, the probe).
+
+Decisions: the child's environment is ``os.environ`` as it is *now* plus the given extras
+(plumbum's own ``local.env`` is a snapshot taken at import time, so we pass the live one);
+stdin is always ``/dev/null`` so no child can ever wait for input in an unattended run.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+from plumbum import local
+
+from rocmbuild.errors import BuildError, RequirementError, RocmbuildError
+
+TAIL_LINES = 30
+
+
+@dataclass(frozen=True)
+class Completed:
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+
+def _command(argv: Sequence[str | os.PathLike]):
+    if not argv:
+        raise ValueError("empty argv")
+    prog = str(argv[0])
+    resolved = which(prog)
+    if resolved is None:
+        raise RequirementError(
+            f"program not found: {prog}",
+            f"install {prog} or put it on PATH (PATH={os.environ.get('PATH', '')})",
+        )
+    return local[resolved], [str(a) for a in argv[1:]]
+
+
+def _environment(env: Mapping[str, str] | None) -> dict[str, str]:
+    merged = dict(os.environ)
+    if env:
+        merged.update({k: str(v) for k, v in env.items()})
+    return merged
+
+
+def _kill_tree(proc: subprocess.Popen) -> None:
+    """Terminate the child's whole process group, then reap it."""
+    try:
+        pgid = os.getpgid(proc.pid)
+    except ProcessLookupError:
+        pgid = None
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        if pgid is not None:
+            try:
+                os.killpg(pgid, sig)
+            except ProcessLookupError:
+                pass
+        try:
+            proc.wait(timeout=5)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    # Make sure no member of the group outlives us (compilers spawned by make).
+    if pgid is not None:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def display(argv: Sequence[str | os.PathLike]) -> str:
+    """A copy-pasteable rendering of argv for messages (never executed)."""
+    import shlex
+
+    return shlex.join(str(a) for a in argv)
+
+
+def run(
+    argv: Sequence[str | os.PathLike],
+    *,
+    cwd: str | os.PathLike | None = None,
+    env: Mapping[str, str] | None = None,
+    log: Path | None = None,
+    on_line: Callable[[str], None] | None = None,
+    error: type[RocmbuildError] = BuildError,
+    what: str | None = None,
+    hint: str = "",
+    timeout: float | None = None,
+) -> Completed:
+    """Run argv to completion, streaming its merged stdout/stderr to ``log`` and ``on_line``.
+
+    Raises ``error`` (default :class:`BuildError`) when the command fails, with the last
+    :data:`TAIL_LINES` lines, the log path and the command in the message.
+    """
+    cmd, args = _command(argv)
+    tail: deque[str] = deque(maxlen=TAIL_LINES)
+    start = time.monotonic()
+    logf = None
+    if log is not None:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        logf = open(log, "a", encoding="utf-8", errors="replace")
+        logf.write(f"$ {display(argv)}\n")
+        logf.flush()
+    proc = cmd.popen(
+        args,
+        cwd=str(cwd) if cwd is not None else None,
+        env=_environment(env),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        new_session=True,
+    )
+    try:
+        assert proc.stdout is not None
+        for raw in iter(proc.stdout.readline, b""):
+            line = raw.decode("utf-8", errors="replace").rstrip("\n")
+            tail.append(line)
+            if logf is not None:
+                logf.write(line + "\n")
+            if on_line is not None:
+                on_line(line)
+            if timeout is not None and time.monotonic() - start > timeout:
+                raise subprocess.TimeoutExpired(list(map(str, argv)), timeout)
+        rc = proc.wait()
+    except BaseException:
+        _kill_tree(proc)
+        raise
+    finally:
+        if proc.stdout is not None:
+            proc.stdout.close()
+        if logf is not None:
+            logf.close()
+    seconds = time.monotonic() - start
+    output = "\n".join(tail)
+    if rc != 0:
+        label = what or f"{Path(str(argv[0])).name} failed"
+        where = f"\nfull log: {log}" if log is not None else ""
+        raise error(
+            f"{label} (exit code {rc})\ncommand: {display(argv)}\n--- last {len(tail)} lines ---\n{output}{where}",
+            hint or "read the log above; fix the cause and run the same command again",
+            details={"command": [str(a) for a in argv], "returncode": rc, "log": str(log) if log else None},
+        )
+    return Completed(tuple(str(a) for a in argv), rc, output, "", seconds)
+
+
+def capture(
+    argv: Sequence[str | os.PathLike],
+    *,
+    cwd: str | os.PathLike | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float | None = 60,
+) -> Completed:
+    """Run a short command and capture stdout and stderr; never raises for a non-zero exit.
+
+    Raises :class:`RequirementError` when the program does not exist and
+    ``subprocess.TimeoutExpired`` when it runs longer than ``timeout`` (the process group is
+    killed first).
+    """
+    cmd, args = _command(argv)
+    start = time.monotonic()
+    proc = cmd.popen(
+        args,
+        cwd=str(cwd) if cwd is not None else None,
+        env=_environment(env),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except BaseException:
+        _kill_tree(proc)
+        raise
+    return Completed(
+        tuple(str(a) for a in argv),
+        proc.returncode,
+        out.decode("utf-8", errors="replace"),
+        err.decode("utf-8", errors="replace"),
+        time.monotonic() - start,
+    )
+
+
+def which(program: str) -> str | None:
+    """Resolve a program name (or absolute path) to an executable path, or None."""
+    # plumbum's local.which() searches a PATH snapshot taken at import time; we search the
+    # live one, so a PATH changed by the caller (or a test) is honoured.
+    if "/" in program:
+        p = Path(program)
+        return str(p.absolute()) if p.is_file() and os.access(p, os.X_OK) else None
+    return shutil.which(program, path=os.environ.get("PATH", os.defpath))
