@@ -1,0 +1,211 @@
+"""build.build on the real fixture project: real cmake, make/ninja, cc; real artifacts."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from rocmbuild import build, recipe, state
+from rocmbuild.artifact import Manifest, read_soname
+from rocmbuild.errors import EXIT_BUILD, EXIT_INPUT, BuildError, RequirementError
+from tests.helpers import MIOPEN_SRC, set_version
+
+RECIPE = """
+name = "mini"
+[source]
+git = "file:///unused"
+ref = "develop"
+version = {{ file = "CMakeLists.txt", regex = 'rocm_setup_version\\(VERSION ([0-9.]+)' }}
+[build]
+generator = "{generator}"
+jobs = 2
+[build.defines]
+{defines}
+[install]
+libraries = ["libMIOpen"]
+data = ["share/miopen/db"]
+[verify]
+version = "source"
+"""
+
+
+def make_recipe(tmp_path: Path, generator: str = "Unix Makefiles", defines: str = "") -> recipe.Recipe:
+    p = tmp_path / "mini.toml"
+    p.write_text(RECIPE.format(generator=generator, defines=defines))
+    return recipe.load(str(p))
+
+
+def make_checkout(tmp_path: Path, version: str = "3.5.1") -> SimpleNamespace:
+    src = tmp_path / "checkout"
+    shutil.copytree(MIOPEN_SRC, src)
+    set_version(src, version)
+    return SimpleNamespace(root=src, source_dir=src, url="file:///unused", ref="develop",
+                           commit="a" * 40, version=version, patches=(), cherry_picks=(), tarball_sha256=None)
+
+
+def do_build(r, co):
+    home = state.home()
+    inp = build.inputs(r, commit=co.commit, home=home)
+    key = build.cache_key(inp)
+    return build.build(r, co, home=home, key=key, inp=inp), home, key
+
+
+@pytest.mark.parametrize("generator", ["Unix Makefiles", "Ninja"])
+def test_build_end_to_end_with_both_generators(tmp_path, generator):
+    r = make_recipe(tmp_path, generator)
+    art, home, key = do_build(r, make_checkout(tmp_path))
+    assert art.path == home / "artifacts" / key and not art.cached
+    m = art.manifest
+    assert m.version == "3.5.1" and m.expect_version == "3.5.1" and m.commit == "a" * 40
+    (lib,) = m.libraries
+    assert lib.file == "lib/libMIOpen.so.1.0"
+    assert lib.soname == "libMIOpen.so.1"
+    assert lib.chain == ("libMIOpen.so", "libMIOpen.so.1", "libMIOpen.so.1.0")
+    assert set(lib.links) == {"lib/libMIOpen.so", "lib/libMIOpen.so.1"}
+    real = art.file(lib.file)
+    assert real.is_file() and read_soname(real) == "libMIOpen.so.1"
+    by_path = {f.path: f for f in m.files}
+    assert by_path["lib/libMIOpen.so.1"].type == "link" and by_path["lib/libMIOpen.so.1"].target == "libMIOpen.so.1.0"
+    assert by_path["share/miopen/db/gfx1151.db.txt"].sha256 == build.hashlib.sha256(b"fixture perf db\n").hexdigest()
+    assert by_path[lib.file].size == real.stat().st_size and len(by_path[lib.file].sha256) == 64
+    # the manifest on disk is the same manifest
+    assert Manifest.from_json(state.read_json(art.path / "manifest.json")) == m
+    # the build tree is gone after success; the log is kept; no temp dirs remain
+    assert not (home / "build" / key).exists()
+    assert build.log_path(home, key).is_file()
+    assert not list((home / "artifacts").glob(".tmp-*"))
+    assert art.intact() == []
+
+
+def test_cache_lookup_and_changed_artifact_is_not_reused(tmp_path):
+    r = make_recipe(tmp_path)
+    art, home, key = do_build(r, make_checkout(tmp_path))
+    hit = build.lookup(key, home)
+    assert hit is not None and hit.cached and hit.manifest == art.manifest
+    # someone writes a cached file in place: it must never be reused
+    f = art.file("share/miopen/db/gfx1151.db.txt")
+    os.chmod(f, 0o644)
+    f.write_text("tampered\n")
+    assert build.lookup(key, home) is None
+    assert not (home / "artifacts" / key).exists()
+
+
+def test_key_depends_on_inputs(tmp_path):
+    home = state.home()
+    r1 = make_recipe(tmp_path)
+    r2 = make_recipe(tmp_path, defines="MIOPEN_FIXTURE_PAD_MB = 1")
+    k1 = build.cache_key(build.inputs(r1, commit="a" * 40, home=home))
+    assert k1 == build.cache_key(build.inputs(r1, commit="a" * 40, home=home))
+    assert k1 != build.cache_key(build.inputs(r1, commit="b" * 40, home=home))
+    assert k1 != build.cache_key(build.inputs(r2, commit="a" * 40, home=home))
+    assert k1 != build.cache_key(build.inputs(recipe.apply_overrides(r1, recipe.Overrides(defines=("X=1",))),
+                                              commit="a" * 40, home=home))
+
+
+def test_tool_versions_are_remembered(tmp_path, mocker):
+    home = state.home()
+    r = make_recipe(tmp_path)
+    first = build.inputs(r, commit=None, home=home)
+    assert "cmake version" in first["tools"]["cmake"]
+    spy = mocker.spy(build.runner, "capture")
+    assert build.inputs(r, commit=None, home=home) == first
+    assert spy.call_count == 0  # no `cc --version` again: nothing is started on a cache hit
+
+
+def test_compile_error_exit_3_with_tail_and_log_no_artifact(tmp_path):
+    r = make_recipe(tmp_path, defines="MIOPEN_FIXTURE_FAIL = true")
+    with pytest.raises(BuildError) as ei:
+        do_build(r, make_checkout(tmp_path))
+    err = ei.value
+    assert err.exit_code == EXIT_BUILD
+    assert "build failed" in err.message
+    assert "MIOPEN_FIXTURE_FAIL is set" in err.message  # the tail of the output
+    assert "cmake --build" in err.message  # the command
+    log = Path(err.details["log"])
+    assert log.is_file() and "MIOPEN_FIXTURE_FAIL is set" in log.read_text()
+    home = state.home()
+    assert [p.name for p in (home / "artifacts").iterdir() if not p.name.endswith(".lock")] == []
+
+
+def test_configure_error_names_the_step(tmp_path):
+    r = make_recipe(tmp_path)
+    co = make_checkout(tmp_path)
+    (co.source_dir / "CMakeLists.txt").write_text("this is not cmake(\n")
+    with pytest.raises(BuildError) as ei:
+        do_build(r, co)
+    assert "configure failed" in ei.value.message
+
+
+def test_missing_data_dir_is_a_build_error(tmp_path):
+    r = make_recipe(tmp_path)
+    r = recipe.parse(r.path.read_text().replace('data = ["share/miopen/db"]', 'data = ["share/nope"]'), r.path)
+    with pytest.raises(BuildError) as ei:
+        do_build(r, make_checkout(tmp_path))
+    assert "share/nope" in ei.value.message
+
+
+def test_missing_launcher_is_a_clear_error(tmp_path, monkeypatch):
+    r = recipe.apply_overrides(make_recipe(tmp_path), recipe.Overrides(launcher="sccache"))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(RequirementError) as ei:
+        build.check_launcher(r)
+    assert ei.value.exit_code == EXIT_INPUT and "sccache" in ei.value.message
+
+
+CTRL_C_SCRIPT = """
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from rocmbuild import build, recipe, state
+r = recipe.load(sys.argv[1])
+src = Path(sys.argv[2])
+co = SimpleNamespace(root=src, source_dir=src, url="file:///unused", ref="develop", commit="c" * 40,
+                     version="3.5.1", patches=(), cherry_picks=(), tarball_sha256=None)
+home = state.home()
+inp = build.inputs(r, commit=co.commit, home=home)
+try:
+    build.build(r, co, home=home, key=build.cache_key(inp), inp=inp)
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+
+
+def _processes_with(marker: str) -> list[int]:
+    pids = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                cmd = (d / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if marker.encode() in cmd:
+                pids.append(int(d.name))
+    return pids
+
+
+def test_ctrl_c_stops_the_build_cleanly(tmp_path):
+    """A real SIGINT mid-build: exit 130, no compiler or build step left running, no artifact."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    r = make_recipe(tmp_path, defines="MIOPEN_FIXTURE_SLOW = true")
+    co = make_checkout(tmp_path)
+    proc = subprocess.Popen([sys.executable, "-c", CTRL_C_SCRIPT, str(r.path), str(co.source_dir)],
+                            cwd=Path(__file__).parents[2])
+    deadline = time.monotonic() + 60
+    while not _processes_with("271") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _processes_with("271"), "the slow build step never started"
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=30) == 130
+    time.sleep(0.2)
+    assert _processes_with("271") == []  # no orphaned build step
+    home = state.home()
+    assert not list((home / "artifacts").glob(".tmp-*"))
+    assert [p for p in (home / "artifacts").iterdir() if not p.name.startswith(".")] == []
