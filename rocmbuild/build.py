@@ -1,6 +1,6 @@
 """checkout -> configure -> build -> install (DESTDIR staging) -> Artifact; and the build cache.
 
-The cache key is the sha256 of every build input (:func:`inputs`): the canonical recipe, the
+The cache key is the sha256 of every build input (:func:`inputs`): the canonical recipe (less the source URL and the ref as spelled), the
 resolved commit (or the tarball's sha256), the content of every patch, the cherry-picked
 commits, defines, environment, build type, install prefix, and the versions of cmake and of the
 C and C++ compilers (the ones the build will use: ``CMAKE_C(XX)_COMPILER`` defines, else
@@ -93,8 +93,14 @@ def tool_version(program: str, home: Path) -> str:
 def inputs(recipe: Recipe, *, commit: str | None, home: Path) -> dict[str, Any]:
     """Everything the build's output depends on (hashed into the cache key)."""
     comp = compilers(recipe)
+    canonical = recipe.canonical()
+    # Where the source came from and how its ref was spelled do not change what is built: the
+    # resolved commit (or the tarball's sha256) does. So a mirror (--source), a tag and the sha it
+    # names all share one artifact.
+    for k in ("git", "tarball", "ref"):
+        canonical["source"].pop(k, None)
     inp = {
-        "recipe": recipe.canonical(),
+        "recipe": canonical,
         "commit": commit,
         "tarball_sha256": recipe.source.sha256,
         "patches": [

@@ -1,0 +1,504 @@
+"""Orchestration of the verbs (the arrows of DESIGN.md's data flow), nothing else.
+
+recipe.load -> overrides -> requirements -> (ls-remote) cache key -> cache hit, or
+source.fetch -> build.build -> Artifact; and, further down, apply / rollback / status.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+from rocmbuild import build as _build
+from rocmbuild import cmake, gpu, runner, source, state, ui
+from rocmbuild import recipe as _recipe
+from rocmbuild.artifact import Artifact
+from rocmbuild.errors import InputError, RequirementError, RocmbuildError
+from rocmbuild.recipe import Overrides, Recipe
+
+
+def load_recipe(name: str, recipes_dirs: Sequence[str] = (), overrides: Overrides = Overrides(),
+                *, resolve_auto: bool = True) -> Recipe:
+    """Load a recipe, apply command-line overrides and resolve ``GPU_TARGETS = "auto"``."""
+    r = _recipe.apply_overrides(_recipe.load(name, recipes_dirs), overrides)
+    if resolve_auto:
+        r = _recipe.resolve_gpu_targets(r, gpu.detect)
+    return r
+
+
+def requirement_checks(r: Recipe) -> list[dict[str, Any]]:
+    """The recipe's [requires] (and its launcher) as doctor-style checks: name/status/detail/fix."""
+    from rocmbuild import doctor
+
+    checks = [c.to_json() if hasattr(c, "to_json") else dict(c) for c in doctor.check_requirements(r)]
+    if r.build.launcher:
+        found = runner.which(r.build.launcher)
+        checks.append({
+            "name": f"launcher {r.build.launcher}",
+            "status": "ok" if found else "fail",
+            "detail": found or "not found on PATH",
+            "fix": "" if found else f"install {r.build.launcher} or drop --launcher",
+        })
+    return checks
+
+
+def require(r: Recipe) -> None:
+    """Raise RequirementError (exit 2) listing every missing requirement, before any fetch."""
+    failed = [c for c in requirement_checks(r) if c["status"] == "fail"]
+    if failed:
+        lines = "\n".join(f"  - {c['name']}: {c['detail']}" for c in failed)
+        fixes = "; ".join(c["fix"] for c in failed if c.get("fix"))
+        raise RequirementError(
+            f"recipe '{r.name}' needs what this machine does not have:\n{lines}",
+            fixes or "install the missing programs; `rocmbuild doctor " + r.name + "` shows every check",
+            details={"missing": failed},
+        )
+
+
+def resolve_commit(r: Recipe) -> str | None:
+    """The commit the recipe's ref names now (None for tarball sources)."""
+    if r.source.tarball:
+        return None
+    return source.resolve_ref(r)
+
+
+def build_recipe(r: Recipe) -> Artifact:
+    """Build (or find in the cache) the artifact for an already-loaded recipe."""
+    require(r)
+    home = state.home()
+    commit = resolve_commit(r)
+    inp = _build.inputs(r, commit=commit, home=home)
+    key = _build.cache_key(inp)
+    hit = _build.lookup(key, home)
+    if hit is not None:
+        ui.info(f"{r.name}: cache hit {key[:16]} (no configure, no compile)")
+        return hit
+    # hold the source lock across fetch + build: the work tree is shared per remote, and another
+    # rocmbuild must not check out a different ref under our running compiler
+    with source.source_lock(r, home=home):
+        checkout = source.fetch(r, home=home, log=_build.log_path(home, key), locked=True)
+        if checkout.commit != commit:
+            # the ref moved between ls-remote and fetch: key the build on what was really fetched
+            inp = _build.inputs(r, commit=checkout.commit, home=home)
+            key = _build.cache_key(inp)
+            hit = _build.lookup(key, home)
+            if hit is not None:
+                return hit
+        return _build.build(r, checkout, home=home, key=key, inp=inp)
+
+
+def build(name: str, recipes_dirs: Sequence[str] = (), overrides: Overrides = Overrides()) -> Artifact:
+    return build_recipe(load_recipe(name, recipes_dirs, overrides))
+
+
+def build_plan(name: str, recipes_dirs: Sequence[str] = (), overrides: Overrides = Overrides(),
+               *, offline: bool = False) -> dict[str, Any]:
+    """What ``build`` would run, changing nothing. Works offline and without ROCm: an unreachable
+    remote leaves the ref unresolved, a GPU_TARGETS = "auto" with no GPU is shown unresolved, and
+    every missing requirement is listed instead of raised."""
+    r = load_recipe(name, recipes_dirs, overrides, resolve_auto=False)
+    notes: list[str] = []
+    gpu_targets = r.build.define("GPU_TARGETS")
+    if gpu_targets == "auto":
+        try:
+            r = _recipe.resolve_gpu_targets(r, gpu.detect)
+            gpu_targets = r.build.define("GPU_TARGETS")
+        except InputError as exc:
+            notes.append(f"GPU_TARGETS: {exc.message}; {exc.hint}")
+            gpu_targets = "auto (unresolved)"
+    home = state.home()
+    commit, ref_error = None, None
+    if r.source.git:
+        if offline:
+            ref_error = "offline: not resolved"
+        else:
+            try:
+                commit = resolve_commit(r)
+            except RocmbuildError as exc:
+                ref_error = exc.message
+    inp = _build.inputs(r, commit=commit, home=home)
+    key = _build.cache_key(inp) if (commit or r.source.tarball) else None
+    cached = bool(key and (home / "artifacts" / key / "manifest.json").is_file())
+    src_dir = source.checkout_path(r, home) / (r.source.subdir or "")
+    build_dir = home / "build" / (key or "<key>")
+    destdir = home / "artifacts" / f".tmp-{key or '<key>'}-<pid>" / "destdir"
+    checks = requirement_checks(r)
+    missing = [c for c in checks if c["status"] == "fail"]
+    if ref_error:
+        notes.append(f"ref '{r.source.ref}' unresolved: {ref_error}")
+    return {
+        "recipe": r.name,
+        "path": str(r.path),
+        "source": {
+            "url": r.source.url,
+            "ref": r.source.ref,
+            "commit": commit,
+            "resolved": commit is not None or bool(r.source.tarball),
+            "subdir": r.source.subdir,
+            "sparse": list(r.source.sparse),
+            "cherry_pick": list(r.source.cherry_pick),
+            "patches": [str(p) for p in r.patch_files],
+        },
+        "gpu_targets": gpu_targets,
+        "commands": {
+            "configure": cmake.configure_argv(r.build, src_dir, build_dir, r.build.launcher),
+            "build": cmake.build_argv(r.build, build_dir),
+            "install": cmake.install_argv(build_dir),
+        },
+        "env": {**dict(r.build.env)},
+        "install_env": {"DESTDIR": str(destdir)},
+        "cache": {"key": key, "cached": cached, "inputs": inp},
+        "requirements": checks,
+        "missing": missing,
+        "notes": notes,
+    }
+
+
+def render_build_plan(plan: dict[str, Any]) -> str:
+    s = plan["source"]
+    lines = [f"plan for {plan['recipe']} ({plan['path']})"]
+    commit = s["commit"] or ("tarball" if s["resolved"] else "UNRESOLVED")
+    lines.append(f"  source   {s['url']} @ {s['ref'] or '-'} -> {commit}")
+    if s["subdir"]:
+        lines.append(f"  sparse   {', '.join([s['subdir'], *s['sparse']])}")
+    for c in s["cherry_pick"]:
+        lines.append(f"  cherry-pick {c}")
+    for p in s["patches"]:
+        lines.append(f"  patch    {p}")
+    lines.append(f"  GPU_TARGETS {plan['gpu_targets']}")
+    env = " ".join(f"{k}={v}" for k, v in plan["env"].items())
+    for step in ("configure", "build", "install"):
+        prefix = ("DESTDIR=" + plan["install_env"]["DESTDIR"] + " ") if step == "install" else ""
+        lines.append(f"  {step:9}{(env + ' ') if env else ''}{prefix}{runner.display(plan['commands'][step])}")
+    cache = plan["cache"]
+    state_ = "cached (build would do nothing)" if cache["cached"] else ("not cached" if cache["key"] else "key needs the commit")
+    lines.append(f"  cache    {cache['key'] or '-'}: {state_}")
+    tools = cache["inputs"]["tools"]
+    lines.append(f"  tools    cmake: {tools['cmake']}; cc: {tools['cc']}; c++: {tools['cxx']}")
+    for c in plan["missing"]:
+        lines.append(f"  MISSING  {c['name']}: {c['detail']}" + (f" ({c['fix']})" if c.get("fix") else ""))
+    for n in plan["notes"]:
+        lines.append(f"  note     {n}")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------
+# transactions: apply / rollback / history / recover / status_changes
+#
+# Decisions (see also rocmbuild.transaction's docstring):
+# * Order of apply: resolve the target -> recover unfinished journals (under the lock) -> probe
+#   (discover) -> refuse an incompatible artifact -> plan -> preflight (artifact intact, lib dir
+#   writable, free space) -> already applied? -> lock -> recover again, re-plan -> transaction.
+# * "Already applied" writes nothing at all in the target: no journal, no backup, no history line,
+#   and not even the lock file's pid -- it takes a *shared* flock on the existing lock file opened
+#   read-only, which still excludes a concurrent apply (that one would get exit 5).
+# * ``history`` only reads (it lists unfinished journals instead of recovering them); every verb
+#   that changes a target (apply, rollback, recover) recovers first.
+# * ``--allow-outside-prefix``: the state lives in $ROCMBUILD_HOME/targets/<hash>/ with a
+#   target.json naming the prefix, so history/recover/rollback given only --env find it again.
+
+import os
+import shutil as _shutil
+import tempfile as _tempfile
+
+from rocmbuild import plan as _plan
+from rocmbuild import transaction as _txn
+from rocmbuild.errors import TargetError, VerifyError
+
+
+def _verifier(python: Path, *, library: str, timeout: float, smoke: bool):
+    """The verify callback: the probe in the target's Python (a fresh process), judged."""
+    from rocmbuild import probe
+
+    def verify(exp: "_txn.Expectation"):
+        want_smoke = smoke and not exp.restored
+        report = probe.run_probe(python, timeout=timeout, smoke=want_smoke)
+        return probe.judge(report, library=library, encoding=exp.encoding, expect=exp.version,
+                           expected_file=Path(exp.library), smoke=want_smoke)
+
+    return verify
+
+
+def _recover_prefix(prefix: Path, *, wait: bool, verify_restored=None) -> list[dict[str, Any]]:
+    """Recover every unfinished journal of the target (each state dir under its lock)."""
+    out: list[dict[str, Any]] = []
+    for d in state.state_dirs_for(prefix):
+        if _txn.pending(d):
+            with state.TargetLock(d, wait=wait):
+                out += _txn.recover(d, verify_restored=verify_restored)
+    return out
+
+
+def _writable(d: Path) -> str | None:
+    """None when ``d`` (or its nearest existing ancestor) accepts new files; else why not."""
+    while not d.exists():
+        d = d.parent
+    if not os.access(d, os.W_OK | os.X_OK):
+        return f"{d} is not writable by this user"
+    try:
+        fd, tmp = _tempfile.mkstemp(prefix=".rocmbuild-write-test-", dir=d)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        return f"{d} is not writable: {exc.strerror or exc}"
+    return None
+
+
+def _existing(d: Path) -> Path:
+    while not d.exists():
+        d = d.parent
+    return d
+
+
+def preflight(the_plan: "_plan.Plan", artifact: Artifact) -> dict[str, Any]:
+    """Refuse, before anything is changed, what cannot succeed: a changed/incomplete artifact
+    (InputError), a lib dir that is not writable, too little free space for the bytes that must be
+    copied (hardlinks cost nothing) (TargetError, exit 2)."""
+    bad = artifact.intact()
+    if bad:
+        raise InputError(
+            f"the artifact {artifact.path} is not intact: " + ", ".join(bad[:10]) + (" ..." if len(bad) > 10 else ""),
+            "a cached file is missing or was changed; remove that artifact directory and build again",
+            details={"artifact": str(artifact.path), "changed": bad},
+        )
+    dirs = sorted({Path(a.path).parent for a in the_plan.pending} | {Path(the_plan.state_dir)})
+    for d in dirs:
+        why = _writable(d)
+        if why:
+            raise TargetError(f"cannot change the target: {why}; nothing was changed",
+                              "run as a user who owns the environment (or fix its permissions)",
+                              details={"dir": str(d)})
+    need: dict[int, int] = {}
+    where: dict[int, Path] = {}
+    sdev = os.stat(_existing(Path(the_plan.state_dir))).st_dev
+    for a in the_plan.pending:
+        ddir = _existing(Path(a.path).parent)
+        ddev = os.stat(ddir).st_dev
+        if a.source and os.stat(a.source).st_dev != ddev:
+            need[ddev] = need.get(ddev, 0) + a.size
+            where[ddev] = ddir
+        if a.before.kind == "file" and a.before.dev != sdev:
+            need[sdev] = need.get(sdev, 0) + a.before.size
+            where[sdev] = _existing(Path(the_plan.state_dir))
+    for dev, n in need.items():
+        free = _shutil.disk_usage(where[dev]).free
+        if n + (1 << 20) > free:
+            raise TargetError(
+                f"not enough free space in {where[dev]}: {n} bytes must be copied (different filesystem "
+                f"than the artifact cache), {free} free; nothing was changed",
+                "free some space, or put $ROCMBUILD_HOME on the target's filesystem so files are hardlinked",
+                details={"needed": n, "free": free, "dir": str(where[dev])},
+            )
+    return {"copy_bytes": sum(need.values())}
+
+
+def _compat_refusal(check, report, encoding: str) -> InputError:
+    hint = "build a MIOpen whose major.minor matches the torch's compile-time version"
+    cv = report.compile_version
+    if cv:
+        try:
+            names = [n for n, _ in _recipe.available(()) if n.startswith(f"miopen-{cv[0]}.{cv[1]}")]
+        except Exception:  # noqa: BLE001 - a broken recipe dir must not hide the refusal
+            names = []
+        want = names[0] if names else f"miopen-{cv[0]}.{cv[1]}.{cv[2]}"
+        hint = (f"this torch was compiled against MIOpen {cv[0]}.{cv[1]}: use the recipe {want} "
+                f"(`rocmbuild apply {want}`), or install a torch built against the artifact's major.minor")
+    return InputError(
+        f"refusing to apply: the artifact cannot load under this torch ({check.found}); nothing was changed\n"
+        f"{check.message}",
+        hint, details={"check": check.to_json() if hasattr(check, "to_json") else str(check)},
+    )
+
+
+def _result(the_plan: "_plan.Plan", **kw: Any) -> dict[str, Any]:
+    return {"target": {"prefix": the_plan.prefix, "python": the_plan.python, "layout": the_plan.layout,
+                       "libdir": the_plan.libdir, "state_dir": the_plan.state_dir},
+            "plan": the_plan.to_json(), **kw}
+
+
+def apply_artifact(artifact: Artifact, *, env: str | None = None, python: str | None = None,
+                   expect: str | None = None, smoke: bool = False, wait: bool = False, keep: int = 5,
+                   allow_outside_prefix: bool = False, probe_timeout: float = 300.0) -> dict[str, Any]:
+    """Place an already-built artifact into the target, transactionally. See the notes above."""
+    from rocmbuild import probe, target
+
+    m = artifact.manifest
+    prefix, py = target.resolve(env, python)
+    recovered = _recover_prefix(prefix, wait=wait)
+    stems = [lib.name for lib in m.libraries]
+    library = stems[0] if stems else "libMIOpen"
+
+    def discover_and_plan():
+        t = target.discover(env, python, timeout=probe_timeout)
+        if m.version and m.encoding:
+            check = probe.compatible(m.version, t.report, m.encoding)
+            if not check.ok:
+                raise _compat_refusal(check, t.report, m.encoding)
+        else:
+            ui.warn("the artifact records no version: compatibility is only checked after the swap")
+        rt = t.report.runtime(m.encoding)
+        facts = _plan.facts_from(t, stems, str(rt) if rt is not None else None)
+        return t, facts, _plan.make(artifact, facts, allow_outside_prefix=allow_outside_prefix, expect=expect)
+
+    t, facts, the_plan = discover_and_plan()
+    pre = preflight(the_plan, artifact)
+    verify = _verifier(py, library=library, timeout=probe_timeout, smoke=smoke)
+    sdir = Path(the_plan.state_dir)
+
+    def already(lock_shared: bool) -> dict[str, Any]:
+        verdict = verify(_txn.expectation_after(the_plan))
+        if not verdict.ok:
+            fails = _txn._failures(verdict)
+            raise VerifyError(
+                "the artifact is already in place, but verification fails:\n" + "\n".join(
+                    f"  - {f['name']}: expected {f['expected']}, found {f['found']}" for f in fails),
+                "nothing was changed; `rocmbuild status` shows what the environment loads",
+                details={"failures": fails, "verdict": verdict.to_json()})
+        ui.info(f"already applied: {m.recipe} {m.version or ''} is in place in {the_plan.prefix}; nothing changed")
+        return _result(the_plan, already_applied=True, txn=None, verdict=verdict.to_json(), recovered=recovered,
+                       artifact=str(artifact.path), pruned=[])
+
+    if the_plan.already_applied:
+        with state.TargetLock(sdir, wait=wait, shared=True):
+            return already(True)
+    if the_plan.outside:
+        sdir.mkdir(parents=True, exist_ok=True)
+        state.register_outside_target(sdir, Path(the_plan.prefix), Path(the_plan.libdir))
+    with state.TargetLock(sdir, wait=wait):
+        if _txn.pending(sdir):
+            recovered += _txn.recover(sdir, verify_restored=verify)
+        lib_now = t.library(probe.probe_kind(library))
+        if recovered or (lib_now is not None and not lib_now.same_file(lib_now.path)):
+            t, facts, the_plan = discover_and_plan()  # the target changed while we waited
+        else:
+            the_plan = _plan.make(artifact, facts, allow_outside_prefix=allow_outside_prefix, expect=expect)
+        if the_plan.already_applied:
+            return already(False)
+        ui.info(f"applying {m.recipe} {m.version or ''} to {the_plan.prefix} ({len(the_plan.pending)} path(s))")
+        out = _txn.execute(the_plan, verify=verify, verify_restored=verify, keep=keep,
+                           meta={"python": str(py), "artifact_path": str(artifact.path)})
+    ui.info(f"applied {out.id}: {the_plan.library} verified ({m.version or '?'}); `rocmbuild rollback` undoes it")
+    return _result(the_plan, already_applied=False, txn=out.id, verdict=out.verdict, pruned=out.pruned,
+                   recovered=recovered, artifact=str(artifact.path), copy_bytes=pre["copy_bytes"])
+
+
+def apply(name: str, recipes_dirs: Sequence[str] = (), overrides: Overrides = Overrides(), **kw: Any) -> dict[str, Any]:
+    """``rocmbuild apply``: build (cached) then :func:`apply_artifact`."""
+    return apply_artifact(build(name, recipes_dirs, overrides), **kw)
+
+
+def _pick_state_dir(prefix: Path) -> Path:
+    dirs = [d for d in state.state_dirs_for(prefix) if _txn.active(d)]
+    if not dirs:
+        raise TargetError(f"nothing to roll back: rocmbuild has no committed transaction in effect on {prefix}",
+                          "`rocmbuild history` lists what was done to this target")
+    return max(dirs, key=lambda d: _txn.active(d)[-1].id)
+
+
+def rollback(*, env: str | None = None, python: str | None = None, to: str | None = None, force: bool = False,
+             wait: bool = False, keep: int = 5, probe_timeout: float = 300.0) -> dict[str, Any]:
+    """``rocmbuild rollback``: undo the latest apply in effect (or everything from ``to`` on), as its own
+    journaled, verified transaction. Drift refuses (exit 2) unless ``force``."""
+    from dataclasses import replace
+
+    from rocmbuild import target
+
+    prefix, py = target.resolve(env, python)
+    recovered = _recover_prefix(prefix, wait=wait)
+    sdir = _pick_state_dir(prefix)
+    with state.TargetLock(sdir, wait=wait):
+        if _txn.pending(sdir):
+            recovered += _txn.recover(sdir)
+        p = _txn.rollback_plan(sdir, to=to, force=force)
+        p = replace(p, python=str(py))
+        verify = _verifier(py, library=p.library_name, timeout=probe_timeout, smoke=False)
+        ui.info(f"rolling back {', '.join(p.undoes)} on {prefix} ({len(p.pending)} path(s))")
+        out = _txn.execute(p, verify=verify, verify_restored=verify, keep=keep, meta={"python": str(py)})
+    ui.info(f"rolled back {', '.join(p.undoes)} as {out.id}; {p.library} ({p.version_after or '?'}) verified")
+    return _result(p, txn=out.id, undoes=list(p.undoes), verdict=out.verdict, pruned=out.pruned,
+                   recovered=recovered, forced_drift=list(p.notes))
+
+
+def history(*, env: str | None = None, python: str | None = None) -> dict[str, Any]:
+    """``rocmbuild history``: every transaction (read-only; unfinished ones are listed, not recovered)."""
+    from rocmbuild import target
+
+    prefix, _py = target.resolve(env, python)
+    rows: list[dict[str, Any]] = []
+    unfinished = []
+    total = 0
+    for d in state.state_dirs_for(prefix):
+        act = {j.id for j in _txn.active(d)}
+        pruned = {j.id for j in _txn.journals(d) if j.data.get("backups_pruned")}
+        for rec in state.read_history(d):
+            rows.append({**rec, "in_effect": rec["id"] in act, "backups_pruned": rec["id"] in pruned,
+                         "state_dir": str(d)})
+        unfinished += [{"id": j.id, "verb": j.data["verb"], "state": j.state} for j in _txn.pending(d)]
+        total += _txn.backup_bytes(d)
+    rows.sort(key=lambda r: (r.get("time") or "", r["id"]))
+    return {"prefix": str(prefix), "transactions": rows, "unfinished": unfinished, "backup_bytes": total,
+            "backup_bytes_note": "bytes only the backups keep alive (backup files with no other link)"}
+
+
+def render_history(h: dict[str, Any]) -> str:
+    lines = [f"history of {h['prefix']}"]
+    for r in h["transactions"]:
+        ver = f"{r.get('version_before') or '?'} -> {r.get('version_after') or '?'}"
+        what = r.get("recipe") or "-"
+        if r.get("undoes"):
+            what += f" (undoes {', '.join(r['undoes'])})"
+        flag = " [in effect]" if r.get("in_effect") else ""
+        flag += " [backups pruned]" if r.get("backups_pruned") else ""
+        lines.append(f"  {r['id']}  {r.get('time')}  {r['verb']:8} {what} @ {(r.get('commit') or '-')[:12]}  "
+                     f"{ver}  {len(r.get('files') or [])} file(s)  {r.get('outcome')}{flag}")
+    if not h["transactions"]:
+        lines.append("  no transactions")
+    for u in h["unfinished"]:
+        lines.append(f"  UNFINISHED {u['id']} {u['verb']} (stopped at '{u['state']}'): run `rocmbuild recover`")
+    lines.append(f"backups hold {h['backup_bytes']} bytes on disk that nothing else keeps alive "
+                 "(backups hardlinked to files still in use cost nothing)")
+    return "\n".join(lines)
+
+
+def recover(*, env: str | None = None, python: str | None = None, wait: bool = False,
+            probe_timeout: float = 300.0) -> dict[str, Any]:
+    """``rocmbuild recover``: only recovery (roll back unfinished transactions); nothing: says so."""
+    from rocmbuild import target
+
+    prefix, py = target.resolve(env, python)
+    verify = _verifier(py, library="libMIOpen", timeout=probe_timeout, smoke=False)
+    done = _recover_prefix(prefix, wait=wait, verify_restored=verify)
+    return {"prefix": str(prefix), "recovered": done}
+
+
+def status_changes(prefix: Path) -> dict[str, Any]:
+    """For ``status``: what rocmbuild changed in this target (transactions in effect), unfinished
+    journals, drift (paths rocmbuild placed that are no longer what it left) and backup bytes."""
+    out: dict[str, Any] = {"state_dirs": [], "in_effect": [], "unfinished": [], "drift": [], "backup_bytes": 0}
+    for d in state.state_dirs_for(Path(prefix)):
+        out["state_dirs"].append(str(d))
+        for j in _txn.active(d):
+            p = j.plan
+            out["in_effect"].append({"id": j.id, "verb": j.data["verb"], "recipe": p.recipe, "commit": p.commit,
+                                     "version_before": p.version_before, "version_after": p.version_after,
+                                     "files": [p.actions[s["index"]].path for s in j.data["steps"]]})
+        out["unfinished"] += [{"id": j.id, "verb": j.data["verb"], "state": j.state} for j in _txn.pending(d)]
+        out["drift"] += _txn.drift(d)
+        out["backup_bytes"] += _txn.backup_bytes(d)
+    return out
+
+
+def render_status_changes(c: dict[str, Any]) -> str:
+    lines = []
+    for t in c["in_effect"]:
+        lines.append(f"rocmbuild {t['verb']} {t['id']}: {t['recipe'] or '-'} {t['version_before'] or '?'} -> "
+                     f"{t['version_after'] or '?'} ({len(t['files'])} path(s))")
+    for u in c["unfinished"]:
+        lines.append(f"UNFINISHED {u['verb']} {u['id']} (stopped at '{u['state']}'): the next rocmbuild command "
+                     "that changes this target rolls it back; `rocmbuild recover` does only that")
+    for d in c["drift"]:
+        lines.append(f"DRIFT {d['path']}: rocmbuild left {d['expected']}, found {d['found']} (changed since "
+                     f"{d['txn']}; `rocmbuild rollback` refuses without --force)")
+    if not lines:
+        lines.append("rocmbuild has changed nothing in this target")
+    return "\n".join(lines)

@@ -1,0 +1,185 @@
+"""`rocmbuild build / plan / recipes / show` end to end: real git monorepo, real cmake builds."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rocmbuild import cli, runner, state
+
+RECIPE = """
+name = "mini"
+description = "miniature MIOpen from the fixture monorepo"
+[source]
+git = "{url}"
+ref = "develop"
+subdir = "projects/miopen"
+version = {{ file = "CMakeLists.txt", regex = 'rocm_setup_version\\(VERSION ([0-9.]+)' }}
+{extra_source}
+[build]
+generator = "Ninja"
+[build.defines]
+MIOPEN_FIXTURE_PAD_MB = 0
+[requires]
+programs = ["{cmake_req}", "git"]
+[install]
+libraries = ["libMIOpen"]
+data = ["share/miopen/db"]
+[verify]
+version = "source"
+"""
+
+PATCH = """--- a/src/miopen.c
++++ b/src/miopen.c
+@@ -24 +24 @@
+-const char* miopenFixtureMarker(void) { return "stock"; }
++const char* miopenFixtureMarker(void) { return "patched"; }
+"""
+
+
+def write_recipe(tmp_path: Path, url: str, extra_source: str = "", cmake_req: str = "cmake>=3.16") -> Path:
+    d = tmp_path / "recipes"
+    d.mkdir(exist_ok=True)
+    p = d / "mini.toml"
+    p.write_text(RECIPE.format(url=url, extra_source=extra_source, cmake_req=cmake_req))
+    return p
+
+
+def run_json(capsys, *argv: str) -> tuple[int, dict]:
+    code = cli.main([*argv, "--json"])
+    out = capsys.readouterr().out
+    return code, json.loads(out)
+
+
+def marker(artifact_path: str, rel: str = "lib/libMIOpen.so.1.0") -> str:
+    lib = ctypes.CDLL(str(Path(artifact_path) / "tree" / rel))
+    lib.miopenFixtureMarker.restype = ctypes.c_char_p
+    return lib.miopenFixtureMarker().decode()
+
+
+def test_build_then_cache_hit_without_compiling(tmp_path, monorepo, capsys, mocker):
+    recipe = write_recipe(tmp_path, monorepo.url)
+    code, first = run_json(capsys, "build", str(recipe))
+    assert code == 0 and first["ok"] and first["verb"] == "build"
+    assert first["cached"] is False
+    assert first["commit"] == monorepo.c_develop and first["version"] == "3.6.0"
+    assert first["libraries"][0]["chain"] == ["libMIOpen.so", "libMIOpen.so.1", "libMIOpen.so.1.0"]
+    # sparse + partial: the other projects are not in the work tree
+    src = state.home() / "src"
+    (tree,) = [p for p in src.iterdir() if p.is_dir() and not p.name.endswith(".git")]
+    assert (tree / "projects" / "miopen" / "CMakeLists.txt").is_file()
+    assert not (tree / "projects" / "rocblas").exists()
+
+    spy = mocker.spy(runner, "run")
+    cap = mocker.spy(runner, "capture")
+    code, second = run_json(capsys, "build", str(recipe))
+    assert code == 0 and second["cached"] is True and second["key"] == first["key"]
+    assert spy.call_count == 0  # no configure, no compile, no install
+    assert all("cc" not in Path(c.args[0][0]).name and "c++" not in c.args[0][0] for c in cap.call_args_list)
+
+
+def test_ref_overrides_select_versions(tmp_path, monorepo, capsys):
+    recipe = write_recipe(tmp_path, monorepo.url)
+    code, rel = run_json(capsys, "build", str(recipe), "--ref", "release/rocm-rel-7.0")
+    assert code == 0 and rel["version"] == "3.5.0" and rel["commit"] == monorepo.c_release
+    code, tag = run_json(capsys, "build", str(recipe), "--ref", "rocm-7.1.0")
+    assert code == 0 and tag["version"] == "3.5.1" and tag["commit"] == monorepo.c1
+    code, sha = run_json(capsys, "build", str(recipe), "--ref", monorepo.c1[:10])
+    assert code == 0 and sha["commit"] == monorepo.c1 and sha["cached"] is True  # same inputs as the tag
+
+
+def test_source_override_uses_another_remote(tmp_path, monorepo, capsys):
+    recipe = write_recipe(tmp_path, "https://example.invalid/unreachable.git")
+    code, out = run_json(capsys, "build", str(recipe), "--source", str(monorepo.path), "--ref", "rocm-7.1.0")
+    assert code == 0 and out["version"] == "3.5.1"
+
+
+def test_cherry_pick_and_patch_are_built_in(tmp_path, monorepo, capsys):
+    recipe = write_recipe(tmp_path, monorepo.url, f'cherry_pick = ["{monorepo.c_fix}"]')
+    code, out = run_json(capsys, "build", str(recipe), "--ref", "release/rocm-rel-7.0")
+    assert code == 0 and marker(out["artifact"]) == "fixed" and out["version"] == "3.5.0"
+
+    pdir = tmp_path / "recipes" / "patches" / "mini"
+    pdir.mkdir(parents=True)
+    (pdir / "0001-marker.patch").write_text(PATCH)
+    recipe = write_recipe(tmp_path, monorepo.url, 'patches = ["0001-marker.patch"]')
+    code, out = run_json(capsys, "build", str(recipe), "--ref", "rocm-7.1.0")
+    assert code == 0 and marker(out["artifact"]) == "patched"
+
+
+def test_define_override_rebuilds(tmp_path, monorepo, capsys):
+    recipe = write_recipe(tmp_path, monorepo.url)
+    _, a = run_json(capsys, "build", str(recipe), "--ref", "rocm-7.1.0")
+    _, b = run_json(capsys, "build", str(recipe), "--ref", "rocm-7.1.0", "-D", "MIOPEN_FIXTURE_PAD_MB=1")
+    assert a["key"] != b["key"] and b["cached"] is False
+    assert (Path(b["artifact"]) / "tree/lib/libMIOpen.so.1.0").stat().st_size > 1024 * 1024
+
+
+def test_unknown_ref_exit_3(tmp_path, monorepo, capsys):
+    recipe = write_recipe(tmp_path, monorepo.url)
+    code, out = run_json(capsys, "build", str(recipe), "--ref", "no-such-branch")
+    assert code == 3 and out["ok"] is False and out["exit_code"] == 3
+    assert "no-such-branch" in out["error"]["message"]
+    assert not (state.home() / "artifacts").exists() or not [
+        p for p in (state.home() / "artifacts").iterdir() if not p.name.startswith(".")]
+
+
+def test_missing_requirement_exit_2_before_fetching(tmp_path, monorepo, capsys):
+    recipe = write_recipe(tmp_path, monorepo.url, cmake_req="cmake>=99.0")
+    code, out = run_json(capsys, "build", str(recipe))
+    assert code == 2 and "cmake" in out["error"]["message"]
+    assert not (state.home() / "src").exists()  # nothing fetched
+
+
+def test_bad_recipe_exit_2_nothing_fetched(tmp_path, capsys):
+    p = tmp_path / "bad.toml"
+    p.write_text('[source]\ngit = "x"\n[biuld]\njobs = 1\n')
+    code, out = run_json(capsys, "build", str(p))
+    assert code == 2 and "did you mean 'build'" in out["error"]["hint"]
+    assert not state.home().exists() or not (state.home() / "src").exists()
+
+
+def test_plan_changes_nothing_and_lists_commands(tmp_path, monorepo, capsys):
+    recipe = write_recipe(tmp_path, monorepo.url)
+    code, plan = run_json(capsys, "plan", str(recipe), "--gpu-targets", "gfx1151", "-D", "X=1")
+    assert code == 0
+    assert plan["source"]["commit"] == monorepo.c_develop
+    configure = plan["commands"]["configure"]
+    assert configure[0] == "cmake" and "-DGPU_TARGETS:STRING=gfx1151" in configure and "-DX:STRING=1" in configure
+    assert plan["commands"]["build"][:2] == ["cmake", "--build"]
+    assert plan["cache"]["key"] and plan["cache"]["cached"] is False
+    assert not (state.home() / "src").exists() and not (state.home() / "artifacts").exists()
+
+
+def test_plan_offline_and_unreachable(tmp_path, capsys):
+    recipe = write_recipe(tmp_path, "file:///nonexistent/repo.git")
+    code, plan = run_json(capsys, "plan", str(recipe))
+    assert code == 0 and plan["source"]["resolved"] is False and plan["cache"]["key"] is None
+    assert any("unresolved" in n for n in plan["notes"])
+    code, plan = run_json(capsys, "plan", str(recipe), "--offline")
+    assert code == 0 and plan["source"]["commit"] is None
+    assert plan["commands"]["configure"][0] == "cmake"
+
+
+def test_recipes_and_show(tmp_path, monorepo, capsys):
+    write_recipe(tmp_path, monorepo.url)
+    code, out = run_json(capsys, "recipes", "--recipes-dir", str(tmp_path / "recipes"))
+    names = [r["name"] for r in out["recipes"]]
+    assert code == 0 and names[0] == "mini" and "miopen-develop" in names
+    code, out = run_json(capsys, "show", "mini", "--recipes-dir", str(tmp_path / "recipes"))
+    assert code == 0 and out["recipe"]["source"]["subdir"] == "projects/miopen"
+    code, out = run_json(capsys, "show", "mimi", "--recipes-dir", str(tmp_path / "recipes"))
+    assert code == 2 and "did you mean 'mini'" in out["error"]["hint"]
+
+
+def test_console_script_version_and_usage_errors(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "rocmbuild", "--version"], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.startswith("rocmbuild ")
+    r = subprocess.run([sys.executable, "-m", "rocmbuild", "build", "--json"], capture_output=True, text=True)
+    assert r.returncode == 2
+    assert json.loads(r.stdout)["error"]["message"]  # one JSON object on stdout, even for usage errors
