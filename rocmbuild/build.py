@@ -239,6 +239,7 @@ def build(recipe: Recipe, checkout, *, home: Path, key: str, inp: dict[str, Any]
         log.parent.mkdir(parents=True, exist_ok=True)
         log.write_text(f"# rocmbuild build of {recipe.name} at {checkout.commit or checkout.url}\n")
         launcher = check_launcher(recipe)
+        _check_expected_version(recipe, checkout)
         env = cmake.build_env(recipe.build)
         try:
             ui.info(f"configuring {recipe.name} ({recipe.build.generator}, {recipe.build.build_type})")
@@ -289,6 +290,27 @@ def build(recipe: Recipe, checkout, *, home: Path, key: str, inp: dict[str, Any]
         shutil.rmtree(build_dir, ignore_errors=True)
         ui.info(f"artifact {adir / key}")
         return Artifact(adir / key, manifest, cached=False)
+
+
+def _check_expected_version(recipe: Recipe, checkout) -> None:
+    """A fixed ``verify.version`` that the source does not have fails before compiling, not
+    after a swap (a ref that moved on, e.g. a release branch that became 3.5.2)."""
+    from packaging.version import InvalidVersion, Version
+
+    expect = recipe.verify.version
+    if expect in (None, "source") or checkout.version is None:
+        return
+    try:
+        same = Version(expect) == Version(checkout.version)
+    except InvalidVersion:
+        same = expect == checkout.version
+    if not same:
+        raise BuildError(
+            f"the source at {checkout.ref or ''} ({(checkout.commit or checkout.url)[:12]}) is version "
+            f"{checkout.version}, but recipe '{recipe.name}' expects {expect} (verify.version)",
+            "pin source.ref to a commit or tag with that version, or change verify.version",
+            details={"expected": expect, "found": checkout.version},
+        )
 
 
 def _hint(log: Path) -> str:

@@ -257,9 +257,12 @@ def parse(text: str, path: Path) -> Recipe:
                 raise _fail(path, f"source.{k}", f"'{k}' only applies to git sources", f"remove source.{k}")
     elif "sha256" in src:
         raise _fail(path, "source.sha256", "'sha256' only applies to tarball sources", "remove source.sha256")
-    for k in ("subdir",):
-        if k in src and (os.path.isabs(src[k]) or ".." in Path(src[k]).parts):
-            raise _fail(path, f"source.{k}", f"'{k}' must be a relative path inside the source", "e.g. projects/miopen")
+    inside = [("subdir", src.get("subdir"))] + [("sparse", p) for p in src.get("sparse", [])]
+    if "version" in src and isinstance(src["version"].get("file"), str):
+        inside.append(("version.file", src["version"]["file"]))
+    for k, v in inside:
+        if v is not None and (os.path.isabs(v) or ".." in Path(v).parts):
+            raise _fail(path, f"source.{k}", f"'{v}' must be a relative path inside the source", "e.g. projects/miopen")
     version = None
     if "version" in src:
         v = src["version"]

@@ -169,7 +169,7 @@ def render_build_plan(plan: dict[str, Any]) -> str:
     env = " ".join(f"{k}={v}" for k, v in plan["env"].items())
     for step in ("configure", "build", "install"):
         prefix = ("DESTDIR=" + plan["install_env"]["DESTDIR"] + " ") if step == "install" else ""
-        lines.append(f"  {step:9}{(env + ' ') if env else ''}{prefix}{runner.display(plan['commands'][step])}")
+        lines.append(f"  {step:10}{(env + ' ') if env else ''}{prefix}{runner.display(plan['commands'][step])}")
     cache = plan["cache"]
     state_ = "cached (build would do nothing)" if cache["cached"] else ("not cached" if cache["key"] else "key needs the commit")
     lines.append(f"  cache    {cache['key'] or '-'}: {state_}")

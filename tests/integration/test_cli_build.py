@@ -183,3 +183,11 @@ def test_console_script_version_and_usage_errors(tmp_path):
     r = subprocess.run([sys.executable, "-m", "rocmbuild", "build", "--json"], capture_output=True, text=True)
     assert r.returncode == 2
     assert json.loads(r.stdout)["error"]["message"]  # one JSON object on stdout, even for usage errors
+
+
+def test_fixed_expected_version_checked_before_compiling(tmp_path, monorepo, capsys):
+    recipe = write_recipe(tmp_path, monorepo.url)
+    recipe.write_text(recipe.read_text().replace('version = "source"', 'version = "3.5.1"'))
+    code, out = run_json(capsys, "build", str(recipe), "--ref", "develop")  # develop is 3.6.0
+    assert code == 3 and "3.6.0" in out["error"]["message"] and "3.5.1" in out["error"]["message"]
+    assert not (state.home() / "build").exists()  # nothing was configured
