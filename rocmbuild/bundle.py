@@ -1,0 +1,155 @@
+"""Artifact bundles: build once, apply on every machine.
+
+``export`` writes ``FILE.tar.gz`` holding ``rocmbuild-artifact/manifest.json`` and
+``rocmbuild-artifact/tree/...``, and beside it ``FILE.tar.gz.sha256`` (``sha256sum`` format).
+``import_bundle`` takes a path or an http(s) URL, checks the bundle's sha256, extracts it safely
+(the same rules as source tarballs: no absolute paths, no ``..``, no links leaving the tree),
+checks every file against the manifest's sha256 and link targets, and places it in the local
+artifact cache under its key, atomically. The importing machine needs no compiler and no source.
+
+Decisions:
+* The bundle's sha256 comes from ``--sha256``, else from the ``.sha256`` file beside the bundle
+  (for a URL: ``URL.sha256``). For a URL without either, the import is refused (exit 2): a
+  download must be checked. For a local file without either, the per-file sha256 in the manifest
+  is still checked, and a warning says the bundle itself was not.
+* An artifact already in the cache under the same key (and intact) is reused; the bundle is then
+  only checked, not extracted again.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tarfile
+import tempfile
+import urllib.parse
+from pathlib import Path
+
+from rocmbuild import source, ui
+from rocmbuild.artifact import MANIFEST, TREE, Artifact, Manifest, sha256_file
+from rocmbuild.errors import FetchError, InputError
+from rocmbuild.state import fsync_dir, read_json
+
+TOP = "rocmbuild-artifact"
+
+
+def export(art: Artifact, out: Path) -> dict:
+    """Write ``out`` (a .tar.gz) and ``out.sha256``; returns what was written."""
+    out = Path(out).expanduser().absolute()
+    if out.is_dir():
+        out = out / f"{art.manifest.recipe}-{art.manifest.version or 'unknown'}-{art.key[:12]}.tar.gz"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    os.close(fd)
+    try:
+        with tarfile.open(tmp, "w:gz") as tf:
+            tf.add(art.path / MANIFEST, arcname=f"{TOP}/{MANIFEST}")
+            tf.add(art.tree, arcname=f"{TOP}/{TREE}")
+        digest = sha256_file(Path(tmp))
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    side = out.with_name(out.name + ".sha256")
+    side.write_text(f"{digest}  {out.name}\n")
+    fsync_dir(out.parent)
+    return {"file": str(out), "sha256": digest, "sha256_file": str(side), "size": out.stat().st_size,
+            "key": art.key, "recipe": art.manifest.recipe, "version": art.manifest.version}
+
+
+def _parse_sha256_file(text: str) -> str | None:
+    m = re.match(r"\s*([0-9a-fA-F]{64})\b", text)
+    return m.group(1).lower() if m else None
+
+
+def _expected_for_url(url: str) -> str | None:
+    import requests
+
+    try:
+        resp = requests.get(url + ".sha256", timeout=(30, 60))
+    except requests.RequestException:
+        return None
+    return _parse_sha256_file(resp.text) if resp.ok else None
+
+
+def _fetch(src: str, home: Path, sha256: str | None) -> tuple[Path, str | None]:
+    """A local path to the bundle and the sha256 it was checked against (None: not checked)."""
+    parsed = urllib.parse.urlparse(src)
+    if parsed.scheme in ("http", "https"):
+        expected = sha256 or _expected_for_url(src)
+        if expected is None:
+            raise InputError(
+                f"no sha256 for {src}: neither --sha256 nor {src}.sha256",
+                "publish the .sha256 file that `rocmbuild export` writes beside the bundle, or pass --sha256",
+            )
+        dest = home / "downloads" / f"bundle-{expected}.tar.gz"
+        if not (dest.is_file() and sha256_file(dest) == expected):
+            source.download(src, dest, expected)
+        return dest, expected
+    path = Path(urllib.parse.unquote(parsed.path) if parsed.scheme == "file" else src).expanduser()
+    if not path.is_file():
+        raise InputError(f"artifact bundle not found: {path}", "give the .tar.gz that `rocmbuild export` wrote, or its URL")
+    side = path.with_name(path.name + ".sha256")
+    expected = sha256 or (_parse_sha256_file(side.read_text()) if side.is_file() else None)
+    if expected is None:
+        ui.warn(f"no {side.name} beside {path.name}: the bundle's own checksum was not checked "
+                "(every file is still checked against the manifest)")
+        return path, None
+    got = sha256_file(path)
+    if got != expected.lower():
+        raise FetchError(
+            f"sha256 mismatch for {path}: expected {expected}, got {got}",
+            "the bundle is corrupt or was changed: copy it again with its .sha256 file",
+            details={"expected": expected, "actual": got},
+        )
+    return path, expected
+
+
+def _check_tree(manifest: Manifest, tree: Path) -> None:
+    for f in manifest.files:
+        p = tree / f.path
+        if f.type == "link":
+            if not p.is_symlink() or os.readlink(p) != f.target:
+                raise FetchError(f"bundle link {f.path} does not match its manifest", "the bundle is corrupt")
+            continue
+        if not p.is_file() or p.is_symlink() or p.stat().st_size != f.size or sha256_file(p) != f.sha256:
+            raise FetchError(f"bundle file {f.path} does not match its manifest (size or sha256)",
+                             "the bundle is corrupt or was changed: export it again")
+        os.chmod(p, f.mode & 0o777)
+        os.utime(p, ns=(f.mtime_ns, f.mtime_ns))  # Artifact.intact() compares mtimes
+
+
+def import_bundle(src: str, *, home: Path, sha256: str | None = None) -> Artifact:
+    """Check and place a bundle in the local cache; returns the cached Artifact."""
+    path, _checked = _fetch(src, home, sha256)
+    adir = home / "artifacts"
+    adir.mkdir(parents=True, exist_ok=True)
+    tmp = adir / f".tmp-import-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        source.safe_extract(path, tmp)
+        top = tmp / TOP
+        if not (top / MANIFEST).is_file() or not (top / TREE).is_dir():
+            raise InputError(f"{path} is not a rocmbuild artifact bundle (no {TOP}/{MANIFEST})",
+                             "create bundles with `rocmbuild export`")
+        try:
+            manifest = Manifest.from_json(read_json(top / MANIFEST))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise InputError(f"{path}: unreadable manifest ({exc})", "export the bundle again") from exc
+        final = adir / manifest.key
+        if (final / MANIFEST).is_file():
+            existing = Artifact(final, Manifest.from_json(read_json(final / MANIFEST)), cached=True)
+            if not existing.intact():
+                ui.info(f"artifact {manifest.key[:16]} is already in the cache")
+                return existing
+            shutil.rmtree(final)
+        _check_tree(manifest, top / TREE)
+        os.replace(top, final)
+        fsync_dir(adir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    ui.info(f"imported {manifest.recipe} {manifest.version or ''} ({manifest.key[:16]}) from {src}")
+    return Artifact(final, manifest, cached=True)
