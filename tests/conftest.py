@@ -46,3 +46,52 @@ def fixture_libs(tmp_path_factory):
         return cache[version]
 
     return get
+
+
+# --------------------------------------------------------------------------------------------
+# target environments and a faked GPU (issue 3; see tests/envs.py)
+
+
+@pytest.fixture
+def target_env(fixture_libs, tmp_path):
+    """Factory for fake-torch target environments (real venvs, real libMIOpen builds).
+
+    ``target_env(version="3.5.1", *, layout="conda", name=None, **make_env_kwargs) -> tests.envs.Env``:
+    ``version`` is the libMIOpen the env contains (built by ``fixture_libs``); everything else
+    (``compile_version``, ``hip``, knobs such as ``extra_libs`` or ``import_error``) goes to
+    :func:`tests.envs.make_env`. Each call makes a new env under ``tmp_path``.
+    """
+    from tests.envs import make_env
+
+    counter = {"n": 0}
+
+    def make(version: str = "3.5.1", *, layout: str = "conda", name: str | None = None, **kwargs):
+        counter["n"] += 1
+        root = tmp_path / (name or f"env{counter['n']}-{layout}-{version}")
+        return make_env(root, layout=layout, lib_dir=fixture_libs(version), **kwargs)
+
+    return make
+
+
+@pytest.fixture
+def fake_gpu(tmp_path, monkeypatch):
+    """Factory: ``fake_gpu(110501, ...)`` writes a KFD topology (node 0 is a CPU, then one node per
+    ``gfx_target_version``) and sets ``ROCMBUILD_SYSFS_ROOT`` to it, so ``rocmbuild.gpu.detect()``
+    sees those GPUs (``fake_gpu()``: a machine without a GPU). Returns the sysfs root."""
+
+    def make(*versions: int) -> Path:
+        root = tmp_path / "fake-sysfs"
+        nodes = root / "class" / "kfd" / "kfd" / "topology" / "nodes"
+        if nodes.exists():
+            shutil.rmtree(nodes)
+        for i, v in enumerate((0,) + tuple(versions)):
+            node = nodes / str(i)
+            node.mkdir(parents=True)
+            (node / "properties").write_text(
+                f"cpu_cores_count {8 if v == 0 else 0}\nsimd_count {0 if v == 0 else 80}\n"
+                f"gfx_target_version {v}\nvendor_id {0 if v == 0 else 4098}\n"
+            )
+        monkeypatch.setenv("ROCMBUILD_SYSFS_ROOT", str(root))
+        return root
+
+    return make

@@ -1,0 +1,260 @@
+"""The probe: runs INSIDE the target's Python and prints one JSON object on stdout.
+
+Usage (rocmbuild runs it; a user may too): ``TARGET_PYTHON _probe.py [--hash] [--smoke]``.
+
+Constraints and decisions:
+
+* Standard library and torch only; Python 3.8+ syntax (target environments may be old), so no
+  ``match``, no ``X | Y`` types, no ``str.removeprefix``. rocmbuild itself is never imported.
+* It touches only ``torch.__version__``, ``torch.version.hip``, ``torch.version.cuda``,
+  ``torch.backends.cudnn.is_available()``, ``torch.backends.cudnn.version()``,
+  ``torch._C._cudnn.getRuntimeVersion()``, ``torch._C._cudnn.getCompileVersion()``,
+  ``torch.cuda.is_available()`` and, only with ``--smoke`` and a GPU present,
+  ``torch.cuda.get_device_properties(0).gcnArchName`` and the modules the smoke test needs.
+  Anything missing or raising is recorded in ``errors`` (attribute -> exception text); the probe
+  itself never crashes on torch's account.
+* ``torch.backends.cudnn.version()`` is called twice: PyTorch sets its cached version *before*
+  raising the "cuDNN version incompatibility" RuntimeError, so the first call raises and the
+  second quietly returns the number. Both outcomes are reported (``version_int`` /
+  ``version_error`` and ``version_int_retry``).
+* Loaded libraries come from ``/proc/self/maps`` (``libMIOpen*``, ``libamdhip64*``,
+  ``libcudnn*``): the kernel shows the real file (symlinks resolved) with the device
+  (``major:minor`` in hex) and inode it mapped, so identity is exact without hashing. sha256 only
+  with ``--hash`` (a real libMIOpen is ~1 GiB); the hashed file's inode is checked against the
+  mapped one, and a mismatch is reported instead of a wrong hash.
+* Anything torch (or a library constructor) prints on stdout is diverted to stderr: file
+  descriptor 1 is pointed at stderr while torch runs, and the JSON is written to a saved copy of
+  the original stdout, so stdout carries exactly one JSON object.
+* ``sys.path[0]`` (this script's directory, rocmbuild's package) is removed so that no module of
+  rocmbuild can shadow one that torch imports.
+"""
+
+import hashlib
+import json
+import os
+import platform
+import sys
+import time
+import traceback
+
+PROBE_SCHEMA = 1
+KINDS = (("libMIOpen", "miopen"), ("libamdhip64", "hip"), ("libcudnn", "cudnn"))
+
+
+def _exc_text(exc):
+    return "%s: %s" % (type(exc).__name__, exc)
+
+
+def _kind(path):
+    base = os.path.basename(path)
+    for prefix, kind in KINDS:
+        if base.startswith(prefix):
+            return kind
+    return None
+
+
+def read_maps(maps_path="/proc/self/maps"):
+    """Every mapped libMIOpen/libamdhip64/libcudnn file, once each, in first-mapped order."""
+    seen = {}
+    with open(maps_path) as f:
+        for line in f:
+            parts = line.rstrip("\n").split(None, 5)
+            if len(parts) < 6:
+                continue
+            dev, inode, path = parts[3], parts[4], parts[5]
+            deleted = False
+            if path.endswith(" (deleted)"):
+                deleted = True
+                path = path[: -len(" (deleted)")]
+            if not path.startswith("/"):
+                continue
+            kind = _kind(path)
+            if kind is None:
+                continue
+            key = (path, dev, inode)
+            if key in seen:
+                continue
+            major_hex, _, minor_hex = dev.partition(":")
+            seen[key] = {
+                "path": path,
+                "kind": kind,
+                "device": dev,
+                "dev_major": int(major_hex, 16),
+                "dev_minor": int(minor_hex, 16),
+                "inode": int(inode),
+                "deleted": deleted,
+            }
+    return list(seen.values())
+
+
+def _sha256(lib):
+    """sha256 of the mapped file, or (None, reason) when the file on disk is not the mapped one."""
+    if lib["deleted"]:
+        return None, "the mapped file was deleted (replaced) after it was loaded"
+    try:
+        with open(lib["path"], "rb") as f:
+            st = os.fstat(f.fileno())
+            if st.st_ino != lib["inode"] or os.major(st.st_dev) != lib["dev_major"] \
+                    or os.minor(st.st_dev) != lib["dev_minor"]:
+                return None, "the file at this path is no longer the mapped one (different inode)"
+            h = hashlib.sha256()
+            while True:
+                chunk = f.read(1 << 20)
+                if not chunk:
+                    break
+                h.update(chunk)
+            return h.hexdigest(), None
+    except OSError as exc:
+        return None, _exc_text(exc)
+
+
+def _call(errors, name, fn):
+    try:
+        return fn()
+    except Exception as exc:  # noqa: BLE001 - reporting is the point
+        errors[name] = _exc_text(exc)
+        return None
+
+
+def _tuple(value):
+    if value is None:
+        return None
+    try:
+        return [int(x) for x in value]
+    except (TypeError, ValueError):
+        return None
+
+
+def _smoke(torch, out, errors):
+    """nn.BatchNorm2d forward+backward (train mode) on the GPU with cudnn enabled vs the CPU."""
+    cuda_ok = out.get("cuda_available")
+    if not cuda_ok:
+        return {"status": "skipped", "reason": "no GPU", "node": None}
+    out["gpu_arch"] = _call(errors, "torch.cuda.get_device_properties(0).gcnArchName",
+                            lambda: str(torch.cuda.get_device_properties(0).gcnArchName).split(":")[0])
+    try:
+        torch.backends.cudnn.enabled = True
+        torch.manual_seed(0)
+        x = torch.randn(8, 16, 12, 12, dtype=torch.float32)
+        grad = torch.randn(8, 16, 12, 12, dtype=torch.float32)
+        results = {}
+        for device in ("cpu", "cuda"):
+            bn = torch.nn.BatchNorm2d(16).to(device).train()
+            xi = x.clone().to(device).requires_grad_(True)
+            y = bn(xi)
+            y.backward(grad.to(device))
+            results[device] = (y, xi.grad, bn.weight.grad, bn.bias.grad,
+                               type(y.grad_fn).__name__ if y.grad_fn is not None else None)
+        node = results["cuda"][4]
+        names = ("output", "grad_input", "grad_weight", "grad_bias")
+        for i, name in enumerate(names):
+            try:
+                torch.testing.assert_close(results["cuda"][i].cpu(), results["cpu"][i], rtol=1e-3, atol=1e-3)
+            except AssertionError as exc:
+                return {"status": "failed", "reason": "%s differs from the CPU: %s" % (name, str(exc)[:500]),
+                        "node": node}
+        torch.cuda.synchronize()
+        return {"status": "passed", "reason": "BatchNorm2d forward+backward matches the CPU", "node": node}
+    except Exception as exc:  # noqa: BLE001
+        return {"status": "failed", "reason": _exc_text(exc), "node": None,
+                "traceback": traceback.format_exc()[-2000:]}
+
+
+def probe(want_hash=False, smoke=False):
+    errors = {}
+    out = {
+        "schema": PROBE_SCHEMA,
+        "python": sys.executable,
+        "prefix": sys.prefix,
+        "python_version": platform.python_version(),
+        "pid": os.getpid(),
+        "torch_version": None,
+        "torch_error": None,
+        "torch_file": None,
+        "hip": None,
+        "cuda": None,
+        "cudnn_available": None,
+        "version_int": None,
+        "version_error": None,
+        "version_int_retry": None,
+        "runtime_version": None,
+        "compile_version": None,
+        "cuda_available": None,
+        "gpu_arch": None,
+        "libraries": [],
+        "smoke": None,
+        "errors": errors,
+    }
+    start = time.monotonic()
+    try:
+        import torch
+    except BaseException as exc:  # noqa: BLE001 - includes SystemExit raised by a broken package
+        out["torch_error"] = _exc_text(exc)
+        out["torch_traceback"] = traceback.format_exc()[-4000:]
+        torch = None
+    out["import_seconds"] = round(time.monotonic() - start, 3)
+    if torch is not None:
+        out["torch_file"] = getattr(torch, "__file__", None)
+        out["torch_version"] = _call(errors, "torch.__version__", lambda: str(torch.__version__))
+        out["hip"] = _call(errors, "torch.version.hip", lambda: torch.version.hip)
+        out["cuda"] = _call(errors, "torch.version.cuda", lambda: torch.version.cuda)
+        out["cudnn_available"] = _call(errors, "torch.backends.cudnn.is_available()",
+                                       lambda: bool(torch.backends.cudnn.is_available()))
+        try:
+            out["version_int"] = torch.backends.cudnn.version()
+        except Exception as exc:  # noqa: BLE001
+            out["version_error"] = _exc_text(exc)
+        out["version_int_retry"] = _call(errors, "torch.backends.cudnn.version() (second call)",
+                                         lambda: torch.backends.cudnn.version())
+        out["runtime_version"] = _tuple(_call(errors, "torch._C._cudnn.getRuntimeVersion()",
+                                              lambda: torch._C._cudnn.getRuntimeVersion()))
+        out["compile_version"] = _tuple(_call(errors, "torch._C._cudnn.getCompileVersion()",
+                                              lambda: torch._C._cudnn.getCompileVersion()))
+        out["cuda_available"] = _call(errors, "torch.cuda.is_available()", lambda: bool(torch.cuda.is_available()))
+        if smoke:
+            out["smoke"] = _smoke(torch, out, errors)
+    elif smoke:
+        out["smoke"] = {"status": "skipped", "reason": "torch did not import", "node": None}
+    try:
+        libs = read_maps()
+    except OSError as exc:
+        errors["/proc/self/maps"] = _exc_text(exc)
+        libs = []
+    for lib in libs:
+        lib["sha256"] = None
+        if want_hash:
+            digest, why = _sha256(lib)
+            lib["sha256"] = digest
+            if why:
+                errors["sha256 " + lib["path"]] = why
+    out["libraries"] = libs
+    return out
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    want_hash = "--hash" in argv
+    smoke = "--smoke" in argv
+    # Whatever torch prints on fd 1 goes to stderr; the JSON goes to the saved stdout.
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        out = probe(want_hash=want_hash, smoke=smoke)
+        data = json.dumps(out, sort_keys=True, default=str)
+    except BaseException as exc:  # noqa: BLE001 - a bug here must still produce JSON
+        data = json.dumps({"schema": PROBE_SCHEMA, "probe_error": _exc_text(exc),
+                           "traceback": traceback.format_exc()[-4000:]})
+    try:
+        sys.stdout.flush()
+    except Exception:  # noqa: BLE001
+        pass
+    with os.fdopen(saved, "w", encoding="utf-8") as real_stdout:
+        real_stdout.write(data + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(os.path.abspath(__file__)):
+        sys.path.pop(0)
+    sys.exit(main())

@@ -1,0 +1,295 @@
+"""Preflight checks: tools, ROCm, GPU architecture, disk, the target's torch, a recipe's requirements.
+
+Each check is a :class:`DoctorCheck` with a status ``ok`` / ``warn`` / ``fail``, a one-line
+detail (what was found) and a one-line fix (empty when ok). ``rocmbuild doctor`` exits 0 when no
+check fails, 2 otherwise.
+
+Decisions:
+
+* ROCm (``$ROCM_PATH``, else ``/opt/rocm``) missing, or missing hipcc / ``llvm/bin/clang++`` /
+  ``lib/cmake/hip/hip-config.cmake``: **fail** (MIOpen cannot be built without them).
+* No GPU found: **warn** (building works with ``--gpu-targets``; only ``GPU_TARGETS = "auto"``
+  and the smoke test need one).
+* cmake below 3.16 (the fixture/MIOpen minimum rocmbuild was tested with): fail; a recipe may set
+  its own floor in ``[requires]``.
+* Disk: the build cache (``rocmbuild.state.home()``) fails under 5 GiB free and warns under
+  30 GiB (a MIOpen build tree for one architecture is ~10-20 GiB); the target fails under
+  256 MiB and warns under 2 GiB (a swap stages one new library, ~1 GiB, beside the old one).
+* No target given and none active (``$CONDA_PREFIX``/``$VIRTUAL_ENV``): **warn**, not fail. A
+  target given but unusable (no torch, does not run): fail.
+* ``[requires] programs`` may carry a floor (``cmake>=3.25``). The version is the first
+  ``X.Y[.Z]`` in ``PROG --version`` output (stdout, then stderr), compared with
+  ``packaging.version``; no version found while a floor is set: warn. ``[requires] paths`` expand
+  ``~`` and environment variables, with ``$ROCM_PATH`` defaulting to ``/opt/rocm``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+
+from rocmbuild import gpu, runner, state
+from rocmbuild.errors import RocmbuildError
+
+OK, WARN, FAIL = "ok", "warn", "fail"
+CMAKE_MIN = "3.16"
+GiB = 1 << 30
+CACHE_FAIL, CACHE_WARN = 5 * GiB, 30 * GiB
+TARGET_FAIL, TARGET_WARN = 256 << 20, 2 * GiB
+_VERSION_RE = re.compile(r"(?<![0-9.])(\d+\.\d+(?:\.\d+)?)")
+
+
+@dataclass(frozen=True)
+class DoctorCheck:
+    name: str
+    status: str  # "ok" | "warn" | "fail"
+    detail: str
+    fix: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status != FAIL
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    def render(self) -> str:
+        mark = {OK: "  ok", WARN: "warn", FAIL: "FAIL"}[self.status]
+        return f"[{mark}] {self.name}: {self.detail}" + (f"\n       fix: {self.fix}" if self.fix else "")
+
+
+# --------------------------------------------------------------------------------------------
+# helpers
+
+
+def program_version(prog: str) -> Version | None:
+    """The first X.Y[.Z] printed by ``prog --version`` (None when not found or not parseable)."""
+    try:
+        done = runner.capture([prog, "--version"], timeout=30)
+    except (RocmbuildError, subprocess.TimeoutExpired, OSError):
+        return None
+    for text in (done.stdout, done.stderr):
+        m = _VERSION_RE.search(text or "")
+        if m:
+            try:
+                return Version(m.group(1))
+            except InvalidVersion:
+                continue
+    return None
+
+
+def rocm_root() -> Path:
+    return Path(os.environ.get("ROCM_PATH") or "/opt/rocm")
+
+
+def _expand(path: str) -> Path:
+    env = dict(os.environ)
+    env.setdefault("ROCM_PATH", str(rocm_root()))
+
+    def sub(m: re.Match) -> str:
+        name = m.group(1) or m.group(2)
+        return env.get(name, m.group(0))
+
+    return Path(re.sub(r"\$\{(\w+)\}|\$(\w+)", sub, os.path.expanduser(path)))
+
+
+def _free(path: Path) -> tuple[Path, int] | None:
+    p = Path(path)
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    try:
+        return p, shutil.disk_usage(p).free
+    except OSError:
+        return None
+
+
+def _gib(n: int) -> str:
+    return f"{n / GiB:.1f} GiB"
+
+
+# --------------------------------------------------------------------------------------------
+# individual checks
+
+
+def check_program(name: str, *, floor: str | None = None, fix: str | None = None, label: str | None = None) -> DoctorCheck:
+    label = label or name
+    path = runner.which(name)
+    if path is None:
+        return DoctorCheck(label, FAIL, f"{name} not found on PATH", fix or f"install {name} (e.g. apt install {name})")
+    version = program_version(path)
+    shown = f"{name} {version}" if version else name
+    if floor is None:
+        return DoctorCheck(label, OK, f"{shown} ({path})")
+    try:
+        want = Version(floor)
+    except InvalidVersion:
+        return DoctorCheck(label, FAIL, f"invalid version floor '{floor}' for {name}", "fix the requirement")
+    if version is None:
+        return DoctorCheck(label, WARN, f"{name} ({path}): could not read its version (need >= {want})",
+                           f"check `{name} --version` reports {want} or newer")
+    if version < want:
+        return DoctorCheck(label, FAIL, f"{name} {version} is older than the required {want} ({path})",
+                           fix or f"install {name} >= {want} (e.g. pip install '{name}>={want}' for cmake) and put it first on PATH")
+    return DoctorCheck(label, OK, f"{shown} >= {want} ({path})")
+
+
+def check_git() -> DoctorCheck:
+    return check_program("git", fix="install git (apt install git)")
+
+
+def check_cmake() -> DoctorCheck:
+    return check_program("cmake", floor=CMAKE_MIN, fix=f"install cmake >= {CMAKE_MIN} (pip install cmake, or apt install cmake)")
+
+
+def check_build_tool() -> DoctorCheck:
+    found = [(p, runner.which(p)) for p in ("ninja", "make")]
+    have = [f"{p} ({path})" for p, path in found if path]
+    if have:
+        return DoctorCheck("make/ninja", OK, ", ".join(have))
+    return DoctorCheck("make/ninja", FAIL, "neither ninja nor make is on PATH",
+                       "install one: apt install ninja-build (or make)")
+
+
+def check_compilers() -> list[DoctorCheck]:
+    out = []
+    for label, env_var, names, pkg in (
+        ("C compiler", "CC", ("cc", "gcc", "clang"), "gcc"),
+        ("C++ compiler", "CXX", ("c++", "g++", "clang++"), "g++"),
+    ):
+        chosen = os.environ.get(env_var)
+        cands = ([chosen] if chosen else []) + list(names)
+        for c in cands:
+            path = runner.which(c)
+            if path:
+                out.append(DoctorCheck(label, OK, f"{c} ({path})" + (f" from ${env_var}" if c == chosen else "")))
+                break
+        else:
+            out.append(DoctorCheck(label, FAIL, f"none of {', '.join(cands)} found",
+                                   f"install {pkg} (apt install build-essential)"))
+    return out
+
+
+def check_rocm() -> list[DoctorCheck]:
+    root = rocm_root()
+    via = "$ROCM_PATH" if os.environ.get("ROCM_PATH") else "default"
+    fix = ("install ROCm (https://rocm.docs.amd.com, e.g. amdgpu-install --usecase=rocm) or set ROCM_PATH "
+           "to its root")
+    if not root.is_dir():
+        return [DoctorCheck("ROCm", FAIL, f"{root} ({via}) does not exist", fix)]
+    out = [DoctorCheck("ROCm", OK, f"{root} ({via})")]
+    for label, rel in (("hipcc", "bin/hipcc"), ("ROCm clang++", "llvm/bin/clang++"),
+                       ("HIP cmake config", "lib/cmake/hip/hip-config.cmake")):
+        p = root / rel
+        if p.exists():
+            out.append(DoctorCheck(label, OK, str(p)))
+        else:
+            out.append(DoctorCheck(label, FAIL, f"{p} not found",
+                                   f"install the ROCm development packages (e.g. apt install rocm-hip-sdk) under {root}"))
+    return out
+
+
+def check_gpu() -> DoctorCheck:
+    archs = gpu.detect()
+    if archs:
+        return DoctorCheck("GPU architecture", OK, ", ".join(archs) + f" (from {gpu.source_description()})")
+    return DoctorCheck("GPU architecture", WARN, f"no AMD GPU found ({gpu.source_description()})",
+                       "building still works: pass --gpu-targets gfx1151 (your architecture); the smoke test "
+                       "and GPU_TARGETS=\"auto\" need a GPU with the amdgpu driver loaded")
+
+
+def check_disk(name: str, path: Path, fail_below: int, warn_below: int, what: str) -> DoctorCheck:
+    got = _free(path)
+    if got is None:
+        return DoctorCheck(name, WARN, f"cannot measure free space at {path}", "check the path is readable")
+    where, free = got
+    detail = f"{_gib(free)} free at {where}"
+    if free < fail_below:
+        return DoctorCheck(name, FAIL, detail + f" (need >= {_gib(fail_below)} for {what})",
+                           f"free space there, or move it (ROCMBUILD_HOME for the cache)")
+    if free < warn_below:
+        return DoctorCheck(name, WARN, detail + f" (recommended >= {_gib(warn_below)} for {what})",
+                           "free some space (`rocmbuild` keeps old artifacts and backups until pruned)")
+    return DoctorCheck(name, OK, detail)
+
+
+def check_target(env: str | None, python: str | None, timeout: float = 300) -> list[DoctorCheck]:
+    """The target's torch: ROCm or CUDA build, compile-time MIOpen/cuDNN version, library loaded."""
+    from rocmbuild import target as target_mod
+
+    if not env and not python and not os.environ.get("CONDA_PREFIX") and not os.environ.get("VIRTUAL_ENV"):
+        return [DoctorCheck("target", WARN, "no target: no --env/--python given and no active conda env or venv",
+                            "pass --env PREFIX (or --python EXE) to check the environment you will change")]
+    try:
+        t = target_mod.discover(env, python, timeout=timeout)
+    except RocmbuildError as exc:
+        return [DoctorCheck("target torch", FAIL, exc.message.splitlines()[0], exc.hint)]
+    r = t.report
+    out = [check_disk("target disk", t.prefix, TARGET_FAIL, TARGET_WARN, "staging a new library beside the old")]
+    if r.hip:
+        kind = f"ROCm {r.hip}"
+        lib = "MIOpen"
+    elif r.cuda:
+        kind = f"CUDA {r.cuda}"
+        lib = "cuDNN"
+    else:
+        out.insert(0, DoctorCheck("target torch", FAIL,
+                                  f"torch {r.torch_version} in {t.prefix} is a CPU-only build: no MIOpen/cuDNN in this torch",
+                                  "install a ROCm build of PyTorch in that environment"))
+        return out
+    compiled = ".".join(map(str, r.compile_version)) if r.compile_version else "unknown"
+    runtime = ".".join(map(str, r.runtime_version)) if r.runtime_version else "unknown"
+    loaded = r.loaded("miopen" if lib == "MIOpen" else "cudnn")
+    where = ", ".join(f"{x.path} ({t.layout_of(x)})" for x in loaded) or "none loaded"
+    detail = f"torch {r.torch_version} ({kind}), compiled against {lib} {compiled}, loads {lib} {runtime}: {where}"
+    status, fix = OK, ""
+    if not loaded:
+        status, fix = WARN, f"torch loaded no {lib} file after import; check its installation"
+    elif len(loaded) > 1:
+        status, fix = FAIL, f"more than one {lib} is loaded; remove the stray copy or LD_LIBRARY_PATH entry"
+    elif r.version_error:
+        status, fix = FAIL, (f"torch raises on cudnn.version(): {r.version_error} -- install {lib} "
+                             f"{compiled.rsplit('.', 1)[0]}.x (rocmbuild rollback if rocmbuild changed it)")
+    out.insert(0, DoctorCheck("target torch", status, f"{t.prefix}: {detail}", fix))
+    return out
+
+
+def check_requirements(recipe) -> list[DoctorCheck]:
+    """A recipe's ``[requires]``: programs (with optional ``>=`` floors) and paths.
+
+    The build step calls this before fetching and raises RequirementError for failures.
+    """
+    from rocmbuild.recipe import split_requirement
+
+    out = []
+    for spec in recipe.requires.programs:
+        prog, floor = split_requirement(spec, recipe.path)
+        out.append(check_program(prog, floor=floor, label=f"requires {spec}"))
+    for raw in recipe.requires.paths:
+        p = _expand(raw)
+        if p.exists():
+            out.append(DoctorCheck(f"requires path {raw}", OK, str(p)))
+        else:
+            out.append(DoctorCheck(f"requires path {raw}", FAIL, f"{p} does not exist",
+                                   f"install what provides {p}" + (" (set ROCM_PATH if ROCm lives elsewhere)"
+                                                                   if "ROCM_PATH" in raw else "")))
+    return out
+
+
+def run(recipe=None, env: str | None = None, python: str | None = None, *, timeout: float = 300) -> list[DoctorCheck]:
+    """Every check, in a stable order."""
+    checks = [check_git(), check_cmake(), check_build_tool(), *check_compilers(), *check_rocm(), check_gpu(),
+              check_disk("cache disk", state.home(), CACHE_FAIL, CACHE_WARN, "source clones and build trees")]
+    checks += check_target(env, python, timeout)
+    if recipe is not None:
+        checks += check_requirements(recipe)
+    return checks
+
+
+def failed(checks) -> list[DoctorCheck]:
+    return [c for c in checks if c.status == FAIL]

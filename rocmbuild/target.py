@@ -1,0 +1,196 @@
+"""Targets: the environment being changed, and which library files its Python really loads.
+
+A target is a prefix (conda env, venv or any ``sys.prefix``), its Python, and what that Python
+maps after ``import torch`` -- found by asking it (the probe), never assumed.
+
+Decisions:
+
+* ``--env PREFIX``: the Python is ``PREFIX/bin/python`` (else ``python3``); ``--python EXE``: the
+  prefix is that interpreter's ``sys.prefix``. Neither: ``$CONDA_PREFIX``, else ``$VIRTUAL_ENV``,
+  else a :class:`TargetError` asking for ``--env``. :func:`resolve` runs the interpreter once
+  (``-c 'import sys; print(sys.prefix)'``, no torch) so "this Python does not run" is reported
+  before anything else. All of these errors exit 2.
+* The prefix keeps the path the user gave (made absolute); comparisons (:meth:`Target.inside_prefix`)
+  use fully resolved paths on both sides, because ``/proc/self/maps`` shows resolved paths.
+* :meth:`Target.layout`: "conda" when the real file is reached through at least one symlink in
+  its directory (``libMIOpen.so.1 -> libMIOpen.so.1.0``), "wheel" when nothing links to it
+  (``site-packages/torch/lib/libMIOpen.so``, RPATH ``$ORIGIN``); "outside" when it resolves outside
+  the prefix (e.g. ``/opt/rocm/lib``: the apply step refuses it unless asked); "none" when not loaded.
+* :meth:`Target.library` returns the single loaded library of a kind; more than one loaded is
+  ambiguous and raises :class:`TargetError` (verification reports it as a failed check instead).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from rocmbuild import runner
+from rocmbuild.errors import RequirementError, TargetError
+from rocmbuild.probe import LoadedLibrary, ProbeReport, run_probe
+
+STATE_DIRNAME = ".rocmbuild"
+RESOLVE_TIMEOUT = 60.0
+
+
+@dataclass(frozen=True)
+class Target:
+    prefix: Path
+    python: Path
+    report: ProbeReport
+    state_dir: Path  # prefix / ".rocmbuild"
+
+    def library(self, kind: str = "miopen") -> LoadedLibrary | None:
+        """The single loaded library of that kind, None if none; TargetError if several."""
+        libs = self.report.loaded(kind)
+        if not libs:
+            return None
+        if len(libs) > 1:
+            raise TargetError(
+                f"{len(libs)} {kind} libraries are loaded by {self.python}: " + ", ".join(lib.path for lib in libs),
+                "the target is ambiguous; remove the stray copy (or the LD_LIBRARY_PATH entry that brings it in) "
+                "and run `rocmbuild status` again",
+                details={"libraries": [lib.path for lib in libs]},
+            )
+        return libs[0]
+
+    def inside_prefix(self, path: str | Path) -> bool:
+        """True when ``path`` (symlinks resolved) is inside the prefix (symlinks resolved)."""
+        real = Path(os.path.realpath(path))
+        root = Path(os.path.realpath(self.prefix))
+        return real == root or root in real.parents
+
+    def layout_of(self, lib: LoadedLibrary | None) -> str:
+        """"conda", "wheel", "outside" or "none" for one loaded library (see the module docstring)."""
+        if lib is None:
+            return "none"
+        if not self.inside_prefix(lib.path):
+            return "outside"
+        return "conda" if self.links_to(Path(lib.path)) else "wheel"
+
+    def layout(self, kind: str = "miopen") -> str:
+        return self.layout_of(self.library(kind))
+
+    def links_to(self, path: Path) -> tuple[Path, ...]:
+        """Symlinks in ``path``'s directory that resolve to it (sorted: shortest name first)."""
+        path = Path(path)
+        try:
+            real = path.resolve()
+            entries = list(path.parent.iterdir())
+        except OSError:
+            return ()
+        out = []
+        for p in entries:
+            try:
+                if p.is_symlink() and p.resolve() == real:
+                    out.append(p)
+            except OSError:
+                continue
+        return tuple(sorted(out, key=lambda p: (len(p.name), p.name)))
+
+    def to_json(self) -> dict:
+        return {"prefix": str(self.prefix), "python": str(self.python), "state_dir": str(self.state_dir)}
+
+
+def _ask_prefix(python: Path) -> Path:
+    """Run ``python`` once (no torch) and return its sys.prefix; TargetError when it does not run."""
+    hint = "pass --python with a working interpreter, or --env with the environment's prefix"
+    try:
+        done = runner.capture([str(python), "-c", "import sys; print(sys.prefix)"], timeout=RESOLVE_TIMEOUT)
+    except RequirementError as exc:
+        raise TargetError(f"Python not found or not executable: {python}", hint) from exc
+    except subprocess.TimeoutExpired as exc:
+        raise TargetError(f"{python} did not answer within {RESOLVE_TIMEOUT:g} s", hint) from exc
+    except OSError as exc:
+        raise TargetError(f"cannot run {python}: {exc}", hint) from exc
+    out = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not out:
+        tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-10:])
+        raise TargetError(
+            f"{python} does not run as a Python interpreter (exit code {done.returncode})"
+            + (f"\n{tail}" if tail else ""),
+            hint,
+        )
+    return Path(out[-1])
+
+
+def _python_in(prefix: Path) -> Path | None:
+    for name in ("python", "python3"):
+        p = prefix / "bin" / name
+        if p.exists():
+            return p
+    return None
+
+
+def resolve(env: str | None = None, python: str | None = None) -> tuple[Path, Path]:
+    """(prefix, python) of the target, without importing torch. See the module docstring."""
+    if env and python:
+        raise TargetError("give either --env or --python, not both", "--env PREFIX or --python EXE")
+    if python:
+        exe = Path(python).expanduser()
+        if "/" not in python:
+            found = runner.which(python)
+            if found is None:
+                raise TargetError(f"Python not found on PATH: {python}", "give the interpreter's full path")
+            exe = Path(found)
+        exe = Path(os.path.abspath(exe))
+        return _ask_prefix(exe), exe
+    source = "--env"
+    if not env:
+        for var in ("CONDA_PREFIX", "VIRTUAL_ENV"):
+            if os.environ.get(var):
+                env, source = os.environ[var], f"${var}"
+                break
+        else:
+            raise TargetError(
+                "no target environment: give --env PREFIX (or --python EXE); neither $CONDA_PREFIX nor "
+                "$VIRTUAL_ENV is set",
+                "pass --env PREFIX (a conda env or venv) or --python EXE, or activate the environment first",
+            )
+    prefix = Path(os.path.abspath(Path(env).expanduser()))
+    if not prefix.exists():
+        raise TargetError(f"target prefix does not exist: {prefix} (from {source})",
+                          "check the path: --env takes the environment's root directory (the one with bin/)")
+    if not prefix.is_dir():
+        raise TargetError(f"target prefix is not a directory: {prefix} (from {source})",
+                          "--env takes the environment's root directory; for an interpreter use --python")
+    exe = _python_in(prefix)
+    if exe is None:
+        raise TargetError(
+            f"not an environment prefix: {prefix} has no bin/python (from {source})",
+            "--env takes a conda env or venv root (e.g. ~/miniconda3/envs/NAME); for another layout use --python EXE",
+        )
+    _ask_prefix(exe)
+    return prefix, exe
+
+
+def discover(
+    env: str | None = None,
+    python: str | None = None,
+    *,
+    timeout: float = 300,
+    want_hash: bool = False,
+    smoke: bool = False,
+) -> Target:
+    """Resolve the target and run the probe once in it. No torch, or torch failing: TargetError."""
+    prefix, exe = resolve(env, python)
+    report = run_probe(exe, timeout=timeout, want_hash=want_hash, smoke=smoke)
+    if report.torch_error:
+        missing = report.torch_error.startswith("ModuleNotFoundError") and "'torch'" in report.torch_error
+        if missing:
+            raise TargetError(
+                f"torch is not installed in the target {prefix} (python {exe})",
+                "install PyTorch for ROCm in that environment, or point --env/--python at the one that has it",
+                details={"torch_error": report.torch_error, "prefix": str(prefix)},
+            )
+        tb = (report.raw.get("torch_traceback") or "").strip().splitlines()[-6:]
+        raise TargetError(
+            f"`import torch` fails in the target {prefix}: {report.torch_error}"
+            + ("\n" + "\n".join(tb) if tb else ""),
+            "fix the environment first (run the target's python -c 'import torch' to see the full error); "
+            "nothing was changed",
+            details={"torch_error": report.torch_error, "prefix": str(prefix)},
+        )
+    return Target(prefix=prefix, python=exe, report=report, state_dir=prefix / STATE_DIRNAME)
