@@ -1,0 +1,100 @@
+"""The bundled MIOpen recipes: they parse, their defines become the typed -D strings expected,
+GPU_TARGETS = "auto" resolves from a (faked) KFD topology, and `plan` on a machine without ROCm
+prints the plan and names each missing requirement."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rocmbuild import cli, cmake, recipe, workflow
+from rocmbuild.errors import EXIT_INPUT, InputError
+
+BUNDLED = ("miopen-develop", "miopen-3.5.1")
+
+EXPECTED_DEFINES = {
+    "-DCMAKE_PREFIX_PATH:STRING=/opt/rocm",
+    "-DMIOPEN_BACKEND:STRING=HIP",
+    "-DMIOPEN_USE_COMPOSABLEKERNEL:BOOL=OFF",
+    "-DMIOPEN_USE_MLIR:BOOL=OFF",
+    "-DBUILD_TESTING:BOOL=OFF",
+    "-DMIOPEN_BUILD_DRIVER:BOOL=OFF",
+}
+
+
+@pytest.mark.parametrize("name", BUNDLED)
+def test_bundled_recipe_parses(name):
+    r = recipe.load(name)
+    assert r.path.parent == recipe.bundled_dir()
+    assert r.source.git == "https://github.com/ROCm/rocm-libraries.git"
+    assert r.source.subdir == "projects/miopen"
+    assert r.install.libraries == ("libMIOpen",)
+    assert r.verify.encoding == "miopen" and r.verify.smoke == "batchnorm"
+    assert dict(r.build.env)["CXX"] == "/opt/rocm/llvm/bin/clang++"
+    assert r.build.define("GPU_TARGETS") == "auto"
+
+
+def test_develop_and_release_expectations():
+    dev, rel = recipe.load("miopen-develop"), recipe.load("miopen-3.5.1")
+    assert dev.source.ref == "develop" and dev.verify.version == "source"
+    assert dev.build.define("MIOPEN_STANDALONE_BUILD") is False
+    assert rel.verify.version == "3.5.1" and rel.source.ref != "develop"
+
+
+@pytest.mark.parametrize("name", BUNDLED)
+def test_version_regex_matches_upstream_line(name):
+    import re
+
+    r = recipe.load(name)
+    for line in ("rocm_setup_version(VERSION 3.5.1)", "rocm_setup_version(VERSION 3.6.0)"):
+        m = re.search(r.source.version.regex, line, re.MULTILINE)
+        assert m and m.group(1) == line.split()[-1].rstrip(")")
+
+
+@pytest.mark.parametrize("name", BUNDLED)
+def test_typed_defines_with_detected_gpu(name, fake_gpu):
+    fake_gpu(110501)  # a Radeon 8060S (Strix Halo): gfx1151
+    r = workflow.load_recipe(name)
+    argv = cmake.configure_argv(r.build, Path("/src"), Path("/bld"))
+    assert EXPECTED_DEFINES <= set(argv)
+    assert "-DGPU_TARGETS:STRING=gfx1151" in argv
+    assert "-DCMAKE_INSTALL_PREFIX:PATH=" + r.build.install_prefix in argv
+
+
+def test_gpu_targets_override_and_no_gpu(fake_gpu):
+    fake_gpu()  # no GPU on this machine
+    with pytest.raises(InputError) as ei:
+        workflow.load_recipe("miopen-develop")
+    assert ei.value.exit_code == EXIT_INPUT and "--gpu-targets" in ei.value.hint
+    r = workflow.load_recipe("miopen-develop", overrides=recipe.Overrides(gpu_targets="gfx1100,gfx1151"))
+    assert r.build.define("GPU_TARGETS") == "gfx1100;gfx1151"
+
+
+def test_plan_without_rocm_names_missing_requirements(fake_gpu, capsys, monkeypatch):
+    fake_gpu()
+    monkeypatch.setenv("ROCM_PATH", "/nonexistent-rocm")
+    code = cli.main(["plan", "miopen-develop", "--offline", "--json"])
+    plan = json.loads(capsys.readouterr().out)
+    assert code == 0 and plan["ok"]
+    assert plan["source"]["resolved"] is False
+    missing = {c["name"] for c in plan["missing"]}
+    if not Path("/opt/rocm").exists():
+        assert any("/opt/rocm/llvm/bin/clang++" in n for n in missing)
+        assert any("hip-config.cmake" in n for n in missing)
+    assert plan["gpu_targets"] == "auto (unresolved)"
+    assert plan["commands"]["configure"][0] == "cmake"
+    # the human form prints the same plan and each missing requirement
+    code = cli.main(["plan", "miopen-develop", "--offline"])
+    text = capsys.readouterr().out
+    assert code == 0 and "MISSING" in text and "configure" in text and "UNRESOLVED" in text
+
+
+def test_build_without_rocm_is_refused_before_fetching(fake_gpu, capsys):
+    fake_gpu(110501)
+    if Path("/opt/rocm").exists():
+        pytest.skip("this machine has /opt/rocm")
+    code = cli.main(["build", "miopen-develop", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 2 and "needs what this machine does not have" in out["error"]["message"]
