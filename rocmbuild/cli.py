@@ -187,6 +187,133 @@ def _cmd_build(args) -> Result:
 
 
 # --------------------------------------------------------------------------------------------
+# status / verify / doctor (read-only: they never change the target)
+
+
+def _add_status(sub) -> None:
+    p = sub.add_parser("status", help="what the target environment loads now")
+    _common(p)
+    _target(p)
+    p.add_argument("--hash", action="store_true", help="also sha256 each loaded library (slow for 1 GiB files)")
+
+
+def _status_data(target) -> dict[str, Any]:
+    """status as a dict (other parts of status, e.g. what rocmbuild changed, are added by key)."""
+    from pathlib import Path
+
+    from rocmbuild.probe import decode_version
+
+    r = target.report
+    libs = []
+    for lib in r.libraries:
+        version = None
+        if lib.kind in ("miopen", "cudnn") and r.backend in (None, lib.kind):
+            n = r.effective_version_int(lib.kind)
+            version = str(decode_version(n, lib.kind)) if n is not None else None
+        libs.append({**lib.to_json(), "inside_prefix": target.inside_prefix(lib.path),
+                     "layout": target.layout_of(lib), "version": version,
+                     "links": [str(x) for x in target.links_to(Path(lib.path))]})
+    fmt = (lambda t: ".".join(map(str, t)) if t else None)
+    return {
+        "target": target.to_json(),
+        "torch": {"version": r.torch_version, "hip": r.hip, "cuda": r.cuda, "backend": r.backend,
+                  "cudnn_available": r.cudnn_available, "cuda_available": r.cuda_available,
+                  "version_int": r.version_int, "version_error": r.version_error,
+                  "version_int_retry": r.version_int_retry, "runtime_version": fmt(r.runtime_version),
+                  "compile_version": fmt(r.compile_version), "python": r.python,
+                  "python_version": r.python_version},
+        "libraries": libs,
+        "probe_errors": r.errors,
+    }
+
+
+def _render_status(data: dict[str, Any]) -> str:
+    t, tv = data["target"], data["torch"]
+    build = f"ROCm {tv['hip']}" if tv["hip"] else (f"CUDA {tv['cuda']}" if tv["cuda"] else "CPU-only (no MIOpen/cuDNN)")
+    lines = [f"target: {t['prefix']} (python {t['python']}, {tv['python_version']})",
+             f"torch {tv['version']}: {build}; compiled against {tv['compile_version'] or '-'}, "
+             f"runtime {tv['runtime_version'] or '-'}, cudnn.version() = "
+             + (f"raises {tv['version_error']} (then {tv['version_int_retry']})" if tv["version_error"]
+                else str(tv["version_int"]))]
+    for lib in data["libraries"] or []:
+        where = "inside the prefix" if lib["inside_prefix"] else "OUTSIDE the prefix"
+        links = f" via {', '.join(lib['links'])}" if lib["links"] else ""
+        lines.append(f"  {lib['kind']:6} {lib['path']}{' (deleted)' if lib['deleted'] else ''}"
+                     f"{' ' + lib['version'] if lib['version'] else ''}: {lib['layout']}, {where}{links}; "
+                     f"device {lib['device']} inode {lib['inode']}" + (f" sha256 {lib['sha256']}" if lib["sha256"] else ""))
+    if not data["libraries"]:
+        lines.append("  no libMIOpen/libamdhip64/libcudnn loaded")
+    return "\n".join(lines)
+
+
+def _cmd_status(args) -> Result:
+    from rocmbuild import target
+
+    t = target.discover(args.env, args.python, timeout=args.probe_timeout, want_hash=args.hash)
+    data = _status_data(t)
+    from rocmbuild import workflow  # what rocmbuild changed here: transactions in effect, unfinished, drift
+
+    data["changes"] = workflow.status_changes(t.prefix)
+    return Result(data, _render_status(data) + "\n" + workflow.render_status_changes(data["changes"]))
+
+
+def _add_verify(sub) -> None:
+    p = sub.add_parser("verify", help="check what the target loads: one library, expected version, compatible")
+    _common(p)
+    _target(p)
+    p.add_argument("--expect", metavar="VERSION", help="the library version that must be loaded, e.g. 3.5.1")
+    p.add_argument("--expect-file", metavar="PATH",
+                   help="the loaded library must be this very file (same device and inode)")
+    p.add_argument("--smoke", action="store_true", help="run the BatchNorm2d GPU smoke test (skipped without a GPU)")
+    p.add_argument("--hash", action="store_true", help="also sha256 each loaded library")
+    p.add_argument("--encoding", choices=["miopen", "cudnn"], default="miopen",
+                   help="how to decode the version integer (default miopen)")
+    p.add_argument("--library", default="libMIOpen", metavar="NAME", help="library file stem (default libMIOpen)")
+
+
+def _cmd_verify(args) -> Result:
+    from pathlib import Path
+
+    from rocmbuild import probe, target
+    from rocmbuild.errors import VerifyError
+
+    t = target.discover(args.env, args.python, timeout=args.probe_timeout, want_hash=args.hash, smoke=args.smoke)
+    verdict = probe.judge(t.report, library=args.library, encoding=args.encoding, expect=args.expect,
+                          expected_file=Path(args.expect_file) if args.expect_file else None, smoke=args.smoke)
+    data = {"target": t.to_json(), **verdict.to_json()}
+    if not verdict.ok:
+        bad = verdict.failures()
+        raise VerifyError(
+            f"verification failed in {t.prefix}: " + "; ".join(f"{c.name}: expected {c.expected}, found {c.found}"
+                                                               for c in bad),
+            " ".join(c.message for c in bad if c.message) or "see the checks above",
+            details={"checks": [c.to_json() for c in verdict.checks], "failures": [c.name for c in bad],
+                     "target": t.to_json()},
+        )
+    return Result(data, f"verified {t.prefix}\n" + verdict.render())
+
+
+def _add_doctor(sub) -> None:
+    p = sub.add_parser("doctor", help="preflight checks: tools, ROCm, GPU, disk, target, a recipe's requirements")
+    p.add_argument("recipe", nargs="?", help="also check this recipe's [requires]")
+    _common(p)
+    _recipe_dirs(p)
+    _target(p)
+
+
+def _cmd_doctor(args) -> Result:
+    from rocmbuild import doctor, recipe
+
+    r = recipe.load(args.recipe, args.recipes_dir) if args.recipe else None
+    checks = doctor.run(r, args.env, args.python, timeout=args.probe_timeout)
+    failed = doctor.failed(checks)
+    text = "\n".join(c.render() for c in checks)
+    text += f"\n{len(failed)} failed" if failed else "\nall checks passed (warnings do not block)"
+    return Result({"checks": [c.to_json() for c in checks], "failed": [c.name for c in failed]},
+                  text, EXIT_INPUT if failed else EXIT_OK)
+
+
+# --------------------------------------------------------------------------------------------
 # registry and main
 
 VERBS: list[tuple[Callable, Callable]] = [
@@ -194,6 +321,124 @@ VERBS: list[tuple[Callable, Callable]] = [
     (_add_show, _cmd_show),
     (_add_plan, _cmd_plan),
     (_add_build, _cmd_build),
+    (_add_status, _cmd_status),
+    (_add_verify, _cmd_verify),
+    (_add_doctor, _cmd_doctor),
+]
+
+
+
+# --------------------------------------------------------------------------------------------
+# apply / rollback / history / recover (transactions on a target)
+
+
+def _txn_opts(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--wait", action="store_true", help="wait for another rocmbuild run on this target to finish")
+
+
+def _add_apply(sub) -> None:
+    p = sub.add_parser("apply", help="build (cached) and swap the library into the target, verified, atomically")
+    p.add_argument("recipe", help="recipe name or path to a .toml file")
+    _common(p)
+    _recipe_dirs(p)
+    _overrides(p)
+    _target(p)
+    _txn_opts(p)
+    p.add_argument("--expect", metavar="VERSION", help="the version verification must find (default: the recipe's)")
+    p.add_argument("--smoke", action="store_true", help="also run the BatchNorm smoke test on the GPU")
+    p.add_argument("--keep", type=int, default=5, metavar="N",
+                   help="keep the backups of the newest N transactions (default 5); older ones are pruned")
+    p.add_argument("--allow-outside-prefix", action="store_true",
+                   help="allow changing a library the target loads from outside its prefix (e.g. /opt/rocm/lib)")
+
+
+def _apply_kwargs(args) -> dict:
+    return dict(env=args.env, python=args.python, expect=args.expect, smoke=args.smoke, wait=args.wait,
+                keep=args.keep, allow_outside_prefix=args.allow_outside_prefix, probe_timeout=args.probe_timeout)
+
+
+def _render_apply(data: dict) -> str:
+    p = data["plan"]
+    if data.get("already_applied"):
+        return f"already applied: {p['recipe']} ({p['version_after'] or '?'}) is in place in {p['prefix']}; nothing changed"
+    lines = [f"applied {data['txn']}: {p['recipe']} {p['version_before'] or '?'} -> {p['version_after'] or '?'} "
+             f"in {p['prefix']} ({p['layout']} layout)"]
+    lines += [f"  {a['path']}" for a in p["actions"] if not a["done"]]
+    lines += [f"  note: {n}" for n in p["notes"]]
+    for pr in data.get("pruned") or []:
+        lines.append(f"  pruned the backups of {pr['id']} ({pr['freed_bytes']} bytes)")
+    lines.append("undo with: rocmbuild rollback" + (f" --env {p['prefix']}" if p["prefix"] else ""))
+    return "\n".join(lines)
+
+
+def _cmd_apply(args) -> Result:
+    from rocmbuild import workflow
+
+    data = workflow.apply(args.recipe, args.recipes_dir, overrides_from(args), **_apply_kwargs(args))
+    return Result(data, _render_apply(data))
+
+
+def _add_rollback(sub) -> None:
+    p = sub.add_parser("rollback", help="undo the last apply (or everything since --to TXN), verified")
+    _common(p)
+    _target(p)
+    _txn_opts(p)
+    p.add_argument("--to", metavar="TXN", help="restore the state before this transaction (undoing later ones too)")
+    p.add_argument("--force", action="store_true", help="roll back even over files changed since (drift)")
+    p.add_argument("--keep", type=int, default=5, metavar="N", help="keep the backups of the newest N transactions")
+
+
+def _cmd_rollback(args) -> Result:
+    from rocmbuild import workflow
+
+    data = workflow.rollback(env=args.env, python=args.python, to=args.to, force=args.force, wait=args.wait,
+                             keep=args.keep, probe_timeout=args.probe_timeout)
+    p = data["plan"]
+    text = [f"rolled back {', '.join(data['undoes'])} as {data['txn']}: {p['version_before'] or '?'} -> "
+            f"{p['version_after'] or '?'} in {p['prefix']}"]
+    text += [f"  {a['path']}" for a in p["actions"] if not a["done"]]
+    text += [f"  {n}" for n in data.get("forced_drift") or []]
+    return Result(data, "\n".join(text))
+
+
+def _add_history(sub) -> None:
+    p = sub.add_parser("history", help="list the transactions on the target and the space backups hold")
+    _common(p)
+    _target(p)
+
+
+def _cmd_history(args) -> Result:
+    from rocmbuild import workflow
+
+    data = workflow.history(env=args.env, python=args.python)
+    return Result(data, workflow.render_history(data))
+
+
+def _add_recover(sub) -> None:
+    p = sub.add_parser("recover", help="only roll back an interrupted transaction (nothing else)")
+    _common(p)
+    _target(p)
+    _txn_opts(p)
+
+
+def _cmd_recover(args) -> Result:
+    from rocmbuild import workflow
+
+    data = workflow.recover(env=args.env, python=args.python, wait=args.wait, probe_timeout=args.probe_timeout)
+    if not data["recovered"]:
+        text = f"nothing to recover in {data['prefix']}"
+    else:
+        text = "\n".join(f"recovered {r['verb']} {r['id']} (stopped at '{r['interrupted_at']}'): rolled back"
+                         + ("" if r["restored"].get("ok") else " -- WARNING: the old state did not verify")
+                         for r in data["recovered"])
+    return Result(data, text)
+
+
+VERBS += [
+    (_add_apply, _cmd_apply),
+    (_add_rollback, _cmd_rollback),
+    (_add_history, _cmd_history),
+    (_add_recover, _cmd_recover),
 ]
 
 

@@ -206,14 +206,16 @@ from rocmbuild import transaction as _txn
 from rocmbuild.errors import TargetError, VerifyError
 
 
-def _verifier(python: Path, *, library: str, timeout: float, smoke: bool):
-    """The verify callback: the probe in the target's Python (a fresh process), judged."""
+def _verifier(python: Path, *, timeout: float, smoke: bool):
+    """The verify callback: the probe in the target's Python (a fresh process), judged against the
+    expectation (which file must be loaded, which version). The smoke test runs only for the new
+    state; checking that an old state is back needs no GPU test."""
     from rocmbuild import probe
 
     def verify(exp: "_txn.Expectation"):
         want_smoke = smoke and not exp.restored
         report = probe.run_probe(python, timeout=timeout, smoke=want_smoke)
-        return probe.judge(report, library=library, encoding=exp.encoding, expect=exp.version,
+        return probe.judge(report, library=exp.library_name, encoding=exp.encoding, expect=exp.version,
                            expected_file=Path(exp.library), smoke=want_smoke)
 
     return verify
@@ -261,6 +263,8 @@ def preflight(the_plan: "_plan.Plan", artifact: Artifact) -> dict[str, Any]:
             "a cached file is missing or was changed; remove that artifact directory and build again",
             details={"artifact": str(artifact.path), "changed": bad},
         )
+    if the_plan.already_applied:
+        return {"copy_bytes": 0}  # nothing will be written: do not even test-write (the no-op writes nothing)
     dirs = sorted({Path(a.path).parent for a in the_plan.pending} | {Path(the_plan.state_dir)})
     for d in dirs:
         why = _writable(d)
@@ -342,7 +346,7 @@ def apply_artifact(artifact: Artifact, *, env: str | None = None, python: str | 
 
     t, facts, the_plan = discover_and_plan()
     pre = preflight(the_plan, artifact)
-    verify = _verifier(py, library=library, timeout=probe_timeout, smoke=smoke)
+    verify = _verifier(py, timeout=probe_timeout, smoke=smoke)
     sdir = Path(the_plan.state_dir)
 
     def already(lock_shared: bool) -> dict[str, Any]:
@@ -411,7 +415,7 @@ def rollback(*, env: str | None = None, python: str | None = None, to: str | Non
             recovered += _txn.recover(sdir)
         p = _txn.rollback_plan(sdir, to=to, force=force)
         p = replace(p, python=str(py))
-        verify = _verifier(py, library=p.library_name, timeout=probe_timeout, smoke=False)
+        verify = _verifier(py, timeout=probe_timeout, smoke=False)
         ui.info(f"rolling back {', '.join(p.undoes)} on {prefix} ({len(p.pending)} path(s))")
         out = _txn.execute(p, verify=verify, verify_restored=verify, keep=keep, meta={"python": str(py)})
     ui.info(f"rolled back {', '.join(p.undoes)} as {out.id}; {p.library} ({p.version_after or '?'}) verified")
@@ -466,7 +470,7 @@ def recover(*, env: str | None = None, python: str | None = None, wait: bool = F
     from rocmbuild import target
 
     prefix, py = target.resolve(env, python)
-    verify = _verifier(py, library="libMIOpen", timeout=probe_timeout, smoke=False)
+    verify = _verifier(py, timeout=probe_timeout, smoke=False)
     done = _recover_prefix(prefix, wait=wait, verify_restored=verify)
     return {"prefix": str(prefix), "recovered": done}
 

@@ -1,0 +1,226 @@
+"""File actions: ReplaceFile, AddFile, ReplaceLink, RemoveFile -- stage / backup / apply / revert / discard.
+
+Every step is idempotent (recovery re-runs them after a crash at any point) and every change of a
+destination is one ``rename(2)`` (``os.replace``), so at no moment is a destination missing and a
+process that has the old file mapped keeps its inode, whose bytes are never written.
+
+* **stage**: the new content is placed beside the destination as ``.<name>.rocmbuild-new-<txn>``:
+  a hardlink of the source (the artifact's file, or a backup) when on the same filesystem, else a
+  copy (``copyfile`` + mode + fsync). Links are created under that temp name. Missing parent
+  directories (``Action.create_dirs``) are created first. Nothing is ever symlinked into the cache.
+* **backup**: a regular file that will be replaced is hardlinked into ``backups/<txn>/NNN-<name>``
+  (copied only across filesystems): O(1), no byte copied, nothing hashed. A link needs no backup
+  file (its text is in the journal); an absent path needs none either.
+* **apply**: ``os.replace(staged, dest)`` (``remove`` unlinks the destination instead).
+* **revert**: put the ``before`` state back. A file: hardlink the backup to
+  ``.<name>.rocmbuild-old-<txn>`` and rename it over the destination, so the original *inode* is
+  back (and the backup still exists until the transaction is finished). A link: a new link under
+  the temp name, renamed over. Absent: the destination is unlinked if it is what we placed (same
+  inode, or the link text we wrote); anything else found there is left alone and reported.
+* **discard**: remove the temp names (staged and restore temps).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+from pathlib import Path
+
+from rocmbuild.plan import Action, PathState, observe
+from rocmbuild.state import fsync_dir
+
+
+def staged_name(dest: Path, txn: str) -> Path:
+    return dest.parent / f".{dest.name}.rocmbuild-new-{txn}"
+
+
+def restore_name(dest: Path, txn: str) -> Path:
+    return dest.parent / f".{dest.name}.rocmbuild-old-{txn}"
+
+
+def _unlink(path: Path) -> bool:
+    try:
+        os.unlink(path)
+        return True
+    except FileNotFoundError:
+        return False
+
+
+def link_or_copy(src: Path, dst: Path) -> bool:
+    """Hardlink ``src`` to ``dst`` (replacing a leftover ``dst``); copy across filesystems.
+    Returns True when bytes were copied."""
+    _unlink(dst)
+    try:
+        os.link(src, dst)
+        return False
+    except OSError as exc:
+        if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EACCES):
+            raise
+    tmp = dst.parent / (dst.name + ".part")
+    _unlink(tmp)
+    with open(src, "rb") as fi, open(tmp, "wb") as fo:
+        shutil.copyfileobj(fi, fo, 1 << 20)
+        fo.flush()
+        os.fsync(fo.fileno())
+    shutil.copystat(src, tmp)  # mode and mtime, so the copy's identity can be compared
+    os.replace(tmp, dst)
+    return True
+
+
+class FileAction:
+    """Base: one destination path of one transaction."""
+
+    def __init__(self, action: Action, txn: str, backup_dir: Path, index: int) -> None:
+        self.action = action
+        self.txn = txn
+        self.dest = Path(action.path)
+        self.staged = staged_name(self.dest, txn)
+        self.restore_tmp = restore_name(self.dest, txn)
+        self.backup_path = backup_dir / f"{index:03d}-{self.dest.name}"
+        self.before = action.before
+
+    # -- stage -----------------------------------------------------------------------------
+    def _make_dirs(self) -> None:
+        for d in self.action.create_dirs:
+            try:
+                os.mkdir(d)
+            except FileExistsError:
+                pass
+
+    def stage(self) -> PathState:
+        """Place the new content under the temp name; returns its identity (the "after")."""
+        raise NotImplementedError
+
+    # -- backup ----------------------------------------------------------------------------
+    def needs_backup(self) -> bool:
+        return self.before.kind == "file"
+
+    def backup(self) -> bool:
+        """Hardlink the original into the backups dir. Returns True when bytes were copied."""
+        if not self.needs_backup():
+            return False
+        existing = observe(self.backup_path)
+        if existing.kind == "file" and (existing.dev, existing.inode) == (self.before.dev, self.before.inode):
+            return False  # done already (idempotent)
+        if existing.kind == "file" and existing.size == self.before.size and \
+                existing.mtime_ns == self.before.mtime_ns and existing.dev != self.before.dev:
+            return False  # a cross-filesystem copy made before
+        now = observe(self.dest)
+        if now.kind != "file" or (now.dev, now.inode) != (self.before.dev, self.before.inode):
+            raise OSError(errno.ESTALE, f"{self.dest} changed since it was planned", str(self.dest))
+        self.backup_path.parent.mkdir(parents=True, exist_ok=True)
+        return link_or_copy(self.dest, self.backup_path)
+
+    # -- apply -----------------------------------------------------------------------------
+    def apply(self) -> None:
+        os.replace(self.staged, self.dest)
+
+    def is_applied(self, after: PathState | None) -> bool:
+        now = observe(self.dest)
+        if after is None:
+            return False
+        return now.same(after)
+
+    # -- revert ----------------------------------------------------------------------------
+    def revert(self, after: PathState | None) -> str | None:
+        """Put ``before`` back. Returns a message when something was done, "" when it already
+        was, and raises when it cannot be done."""
+        now = observe(self.dest)
+        b = self.before
+        if b.kind == "file":
+            if now.kind == "file" and (now.dev, now.inode) == (b.dev, b.inode):
+                return ""
+            bk = observe(self.backup_path)
+            if bk.kind != "file":
+                raise OSError(errno.ENOENT, f"cannot restore {self.dest}: backup {self.backup_path} is missing",
+                              str(self.backup_path))
+            self.dest.parent.mkdir(parents=True, exist_ok=True)
+            link_or_copy(self.backup_path, self.restore_tmp)
+            os.replace(self.restore_tmp, self.dest)
+            return f"restored {self.dest}"
+        if b.kind == "link":
+            if now.kind == "link" and now.target == b.target:
+                return ""
+            self.dest.parent.mkdir(parents=True, exist_ok=True)
+            _unlink(self.restore_tmp)
+            os.symlink(b.target or "", self.restore_tmp)
+            os.replace(self.restore_tmp, self.dest)
+            return f"restored link {self.dest} -> {b.target}"
+        if b.kind == "absent":
+            if now.kind == "absent":
+                return ""
+            ours = after is not None and now.same(after)
+            if not ours and self.action.link is not None:
+                ours = now.kind == "link" and now.target == self.action.link
+            if not ours:
+                return f"left {self.dest} alone: it is not what rocmbuild placed there ({now.describe()})"
+            _unlink(self.dest)
+            return f"removed {self.dest}"
+        return ""
+
+    def remove_created_dirs(self) -> None:
+        for d in reversed(self.action.create_dirs):
+            try:
+                os.rmdir(d)
+            except OSError:
+                pass  # not empty (something else lives there) or already gone
+
+    # -- discard ---------------------------------------------------------------------------
+    def discard(self) -> None:
+        for p in (self.staged, self.restore_tmp, self.staged.parent / (self.staged.name + ".part"),
+                  self.restore_tmp.parent / (self.restore_tmp.name + ".part")):
+            _unlink(p)
+
+    def sync(self) -> None:
+        try:
+            fsync_dir(self.dest.parent)
+        except FileNotFoundError:
+            pass
+
+
+class ReplaceFile(FileAction):
+    """A regular file (or whatever was there) replaced by ``action.source``'s content."""
+
+    def stage(self) -> PathState:
+        self._make_dirs()
+        src = Path(self.action.source or "")
+        cur = observe(self.staged)
+        srcst = observe(src)
+        if not (cur.kind == "file" and (cur.dev, cur.inode) == (srcst.dev, srcst.inode)):
+            link_or_copy(src, self.staged)
+        return observe(self.staged)
+
+
+class AddFile(ReplaceFile):
+    """A new file where nothing was."""
+
+
+class ReplaceLink(FileAction):
+    """A symlink (new or replacing a link or file) created under a temp name, renamed over."""
+
+    def stage(self) -> PathState:
+        self._make_dirs()
+        _unlink(self.staged)
+        os.symlink(self.action.link or "", self.staged)
+        return PathState("link", target=self.action.link)
+
+
+class RemoveFile(FileAction):
+    """Rollback of an added file: back it up, then unlink it."""
+
+    def needs_backup(self) -> bool:
+        return self.before.kind == "file"
+
+    def stage(self) -> PathState:
+        return PathState("absent")
+
+    def apply(self) -> None:
+        _unlink(self.dest)
+
+
+KINDS = {"replace_file": ReplaceFile, "add_file": AddFile, "replace_link": ReplaceLink, "remove": RemoveFile}
+
+
+def make(action: Action, txn: str, backup_dir: Path, index: int) -> FileAction:
+    return KINDS[action.kind](action, txn, backup_dir, index)

@@ -1,0 +1,473 @@
+"""Plan: which path becomes what. Artifact + target facts -> :class:`Plan` (changes nothing).
+
+A plan is a tuple of :class:`Action` values, each naming an absolute destination, what it is now
+(:class:`PathState`: a file with its identity, a link with its text, or absent) and what it
+becomes (a file placed from ``source``, a link with text ``link``, or removed). The plan is
+computed from *observations* made through an :class:`Observer` (``lstat`` and, only in the
+"already there?" fallback, a hash); passing another observer makes :func:`make` testable without
+a filesystem. Nothing here writes anything.
+
+Mapping decisions (the layout of the target wins, never the artifact's):
+
+* **conda-style** (the loaded file is reached through the SONAME chain, e.g.
+  ``PREFIX/lib/libMIOpen.so.1.0``): the artifact's real file goes into the target's lib dir under
+  the *artifact's* basename (``libMIOpen.so.1.0``), and every link of the artifact's chain
+  (``libMIOpen.so.1``, ``libMIOpen.so``) is placed in the lib dir with the artifact's link text.
+  If the target's real file has another name (``libMIOpen.so.1.0.60300``) it is left in place,
+  untouched, and recorded in the plan's notes: after the swap nothing refers to it, and rollback
+  restores the links that did. Replacing it in place under its own name would make the file name
+  lie about the version it holds.
+* **wheel-style** (``torch/lib/libMIOpen.so``, a plain file, RPATH ``$ORIGIN``): that one file
+  receives the artifact's real file content (same name); no links are created.
+* ``[install] data`` dirs (e.g. ``share/miopen/db``, relative to the artifact tree) land at
+  ``<libdir>/../<data path>``, where the library looks for them. Parent directories that do not
+  exist yet are listed in ``Action.create_dirs`` so that a revert removes them again.
+* A library the target loads from outside its prefix (``/opt/rocm/lib``) is refused
+  (:class:`TargetError`, exit 2) unless ``allow_outside_prefix``.
+* An artifact file the manifest lists but the tree lacks is an :class:`InputError` (exit 2).
+* Nothing is ever symlinked into the artifact cache: the transaction hardlinks (same filesystem)
+  or copies ``source``; MIOpen resolves its own path through symlinks to find its database.
+* "Already there" (``Action.done``): the destination is the artifact file itself (same device and
+  inode: a previous apply hardlinked it), or, only then hashed, a regular file of the same size
+  whose sha256 equals the manifest's; a link whose text is already right. A plan whose actions are
+  all done is :attr:`Plan.already_applied`.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any, Iterable, Protocol
+
+from rocmbuild.errors import InputError, TargetError
+
+ACTION_KINDS = ("replace_file", "add_file", "replace_link", "remove")
+
+
+@dataclass(frozen=True)
+class PathState:
+    """What a path is: ``file`` (with identity), ``link`` (with text), ``absent``, or ``other``."""
+
+    kind: str
+    dev: int = 0
+    inode: int = 0
+    size: int = 0
+    mtime_ns: int = 0
+    mode: int = 0
+    target: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any] | None) -> "PathState":
+        return cls(**d) if d else cls("absent")
+
+    @classmethod
+    def from_stat(cls, st: os.stat_result, target: str | None = None) -> "PathState":
+        if stat.S_ISLNK(st.st_mode):
+            return cls("link", target=target)
+        if stat.S_ISREG(st.st_mode):
+            return cls("file", st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, stat.S_IMODE(st.st_mode))
+        return cls("other", st.st_dev, st.st_ino, mode=stat.S_IMODE(st.st_mode))
+
+    def same(self, other: "PathState") -> bool:
+        """Same thing: same kind and, for files, same device+inode+size+mtime; for links, same text."""
+        if self.kind != other.kind:
+            return False
+        if self.kind == "file":
+            return (self.dev, self.inode, self.size, self.mtime_ns) == (
+                other.dev, other.inode, other.size, other.mtime_ns)
+        if self.kind == "link":
+            return self.target == other.target
+        return True
+
+    def describe(self) -> str:
+        if self.kind == "file":
+            return f"file (dev {self.dev}, inode {self.inode}, {self.size} bytes, mode {self.mode:o})"
+        if self.kind == "link":
+            return f"link -> {self.target}"
+        return self.kind
+
+
+def observe(path: str | os.PathLike) -> PathState:
+    """``lstat`` a path into a :class:`PathState` (never follows a symlink, never hashes)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return PathState("absent")
+    except NotADirectoryError:
+        return PathState("absent")
+    target = os.readlink(path) if stat.S_ISLNK(st.st_mode) else None
+    return PathState.from_stat(st, target)
+
+
+class Observer(Protocol):
+    def state(self, path: Path) -> PathState: ...
+
+    def sha256(self, path: Path) -> str: ...
+
+
+class FsObserver:
+    """The real filesystem."""
+
+    def state(self, path: Path) -> PathState:
+        return observe(path)
+
+    def sha256(self, path: Path) -> str:
+        from rocmbuild.artifact import sha256_file
+
+        return sha256_file(path)
+
+
+@dataclass(frozen=True)
+class Action:
+    kind: str  # replace_file | add_file | replace_link | remove
+    path: str  # absolute destination
+    role: str  # library | link | data | restore
+    before: PathState
+    source: str | None = None  # file placed at path (artifact file or, for rollback, a backup)
+    link: str | None = None  # link text placed at path
+    size: int = 0
+    sha256: str | None = None
+    create_dirs: tuple[str, ...] = ()  # missing parents, outermost first
+    done: bool = False  # already what the plan wants: nothing to do
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["before"] = self.before.to_json()
+        d["create_dirs"] = list(self.create_dirs)
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "Action":
+        d = dict(d)
+        d["before"] = PathState.from_json(d["before"])
+        d["create_dirs"] = tuple(d.get("create_dirs", ()))
+        return cls(**d)
+
+    def describe(self) -> str:
+        if self.kind == "remove":
+            new = "removed"
+        elif self.link is not None:
+            new = f"link -> {self.link}"
+        else:
+            new = f"file from {self.source}"
+        return f"{self.path}: {self.before.describe()} => {new}" + (" (already)" if self.done else "")
+
+
+@dataclass(frozen=True)
+class Plan:
+    verb: str  # apply | rollback
+    prefix: str
+    python: str
+    libdir: str
+    layout: str  # conda | wheel
+    outside: bool
+    state_dir: str
+    actions: tuple[Action, ...]
+    library: str  # where the real library is after this plan (what verification expects loaded)
+    library_before: str  # the library the target loaded before
+    version_before: str | None
+    version_after: str | None  # the version verification expects (None: not checked)
+    encoding: str = "miopen"
+    library_name: str = "libMIOpen"  # the stem verification looks for
+    recipe: str | None = None
+    commit: str | None = None
+    artifact: str | None = None  # artifact key
+    artifact_path: str | None = None
+    notes: tuple[str, ...] = ()
+    undoes: tuple[str, ...] = ()  # rollback: the transactions this plan undoes
+    remove_dirs: tuple[str, ...] = ()  # rollback: dirs created by undone transactions (removed if empty)
+
+    @property
+    def pending(self) -> tuple[Action, ...]:
+        return tuple(a for a in self.actions if not a.done)
+
+    @property
+    def already_applied(self) -> bool:
+        return not self.pending
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["actions"] = [a.to_json() for a in self.actions]
+        for k in ("notes", "undoes", "remove_dirs"):
+            d[k] = list(d[k])
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "Plan":
+        d = dict(d)
+        d["actions"] = tuple(Action.from_json(a) for a in d["actions"])
+        for k in ("notes", "undoes", "remove_dirs"):
+            d[k] = tuple(d.get(k, ()))
+        return cls(**d)
+
+    def render(self) -> str:
+        lines = [f"{self.verb} on {self.prefix} ({self.layout} layout, lib dir {self.libdir})"]
+        lines += [f"  {a.describe()}" for a in self.actions]
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class LoadedFact:
+    """One library the target loads: its real path, the layout around it, inside the prefix?"""
+
+    path: str
+    layout: str  # conda | wheel | outside | none (Target.layout)
+    inside: bool
+
+
+@dataclass(frozen=True)
+class TargetFacts:
+    """What the plan needs to know about a target (built from a Target by :func:`facts_from`)."""
+
+    prefix: str
+    python: str
+    loaded: tuple[tuple[str, tuple[LoadedFact, ...]], ...]  # stem -> every loaded copy
+    version: str | None  # the decoded runtime version the target reports now
+    state_dir: str = ""
+
+    def copies(self, stem: str) -> tuple[LoadedFact, ...]:
+        return dict(self.loaded).get(stem, ())
+
+
+def facts_from(target: Any, stems: Iterable[str], version: str | None = None) -> TargetFacts:
+    """Target facts from a :class:`rocmbuild.target.Target` (duck-typed: ``prefix``, ``python``,
+    ``report.libraries``, ``inside_prefix``, ``layout``)."""
+    loaded = []
+    libs = list(getattr(target.report, "libraries", ()) or ())
+    for stem in stems:
+        copies = []
+        for lib in libs:
+            if Path(lib.path).name.startswith(stem + ".so") and not getattr(lib, "deleted", False):
+                inside = bool(target.inside_prefix(Path(lib.path)))
+                kind = getattr(lib, "kind", None)
+                try:
+                    layout = target.layout(kind) if kind else "conda"
+                except Exception:  # noqa: BLE001 - a layout we cannot name: treat as a chain
+                    layout = "conda"
+                copies.append(LoadedFact(str(lib.path), layout, inside))
+        loaded.append((stem, tuple(copies)))
+    return TargetFacts(str(target.prefix), str(target.python), tuple(loaded), version,
+                       str(getattr(target, "state_dir", "") or ""))
+
+
+def _missing_dirs(path: Path, obs: Observer) -> tuple[str, ...]:
+    out = []
+    d = path.parent
+    while True:
+        s = obs.state(d)
+        if s.kind == "absent":
+            if d == d.parent:
+                break
+            out.append(str(d))
+            d = d.parent
+            continue
+        if s.kind == "link":
+            break  # a symlinked directory (e.g. lib64 -> lib): exists
+        if s.kind != "other":
+            raise TargetError(f"{d} is not a directory, but {path} needs to be placed inside it",
+                              "move that file out of the way and run again")
+        break
+    return tuple(reversed(out))
+
+
+def _file_action(dest: Path, src: Path, entry_size: int, entry_sha: str | None, role: str,
+                 obs: Observer) -> Action:
+    before = obs.state(dest)
+    if before.kind == "other":
+        raise TargetError(f"{dest} is a directory (or special file); rocmbuild would replace it with a file",
+                          "move it out of the way and run again")
+    src_state = obs.state(src)
+    if src_state.kind != "file":
+        raise InputError(
+            f"the artifact is missing a file its manifest lists: {src}",
+            "the artifact cache was changed; rebuild it (remove the artifact directory and run "
+            "`rocmbuild build` again)",
+            details={"missing": str(src)},
+        )
+    done = False
+    if before.kind == "file":
+        if (before.dev, before.inode) == (src_state.dev, src_state.inode):
+            done = True
+        elif before.size == entry_size and entry_sha and obs.sha256(dest) == entry_sha:
+            done = True
+    return Action(
+        kind="replace_file" if before.kind != "absent" else "add_file",
+        path=str(dest), role=role, before=before, source=str(src), size=entry_size, sha256=entry_sha,
+        create_dirs=_missing_dirs(dest, obs) if before.kind == "absent" else (), done=done,
+    )
+
+
+def _link_action(dest: Path, text: str, role: str, obs: Observer) -> Action:
+    before = obs.state(dest)
+    if before.kind == "other":
+        raise TargetError(f"{dest} is a directory (or special file); rocmbuild would replace it with a link",
+                          "move it out of the way and run again")
+    return Action(
+        kind="replace_link", path=str(dest), role=role, before=before, link=text,
+        create_dirs=_missing_dirs(dest, obs) if before.kind == "absent" else (),
+        done=before.kind == "link" and before.target == text,
+    )
+
+
+def make(artifact: Any, facts: TargetFacts, *, allow_outside_prefix: bool = False,
+         expect: str | None = None, observer: Observer | None = None, state_dir: str | None = None) -> Plan:
+    """The plan to place ``artifact`` (an :class:`rocmbuild.artifact.Artifact`) into the target."""
+    obs = observer or FsObserver()
+    m = artifact.manifest
+    tree = Path(artifact.tree)
+    if not m.libraries:
+        raise InputError(f"artifact {m.key[:16]} declares no library to install",
+                         "add [install] libraries to the recipe and rebuild")
+    actions: list[Action] = []
+    notes: list[str] = []
+    primary_dest = primary_before = None
+    libdir = layout = None
+    outside = False
+    for lib in m.libraries:
+        copies = facts.copies(lib.name)
+        if not copies:
+            raise TargetError(
+                f"the target's torch does not load {lib.name} (python: {facts.python})",
+                "check that this environment's torch is a ROCm build: `rocmbuild status` shows what it loads",
+            )
+        if len(copies) > 1:
+            raise TargetError(
+                f"the target loads {len(copies)} copies of {lib.name}: " + ", ".join(c.path for c in copies),
+                "remove the stray copy so exactly one is loaded, then run again",
+            )
+        loaded = copies[0]
+        lpath = Path(loaded.path)
+        if not loaded.inside:
+            if not allow_outside_prefix:
+                raise TargetError(
+                    f"{lib.name} is loaded from outside the prefix {facts.prefix}: {lpath}",
+                    "rocmbuild only changes files inside the environment by default; pass "
+                    "--allow-outside-prefix to change that system library anyway (its lock and backups "
+                    "then live in $ROCMBUILD_HOME/targets/)",
+                    details={"library": str(lpath), "prefix": facts.prefix},
+                )
+            outside = True
+        ldir = lpath.parent
+        real_src = tree / lib.file
+        entry = m.file(lib.file)
+        size = entry.size if entry else lib.size
+        sha = (entry.sha256 if entry else None) or lib.sha256 or None
+        if loaded.layout == "wheel":
+            lay = "wheel"
+            dest = lpath
+            actions.append(_file_action(dest, real_src, size, sha, "library", obs))
+        else:
+            lay = "conda"
+            dest = ldir / Path(lib.file).name
+            actions.append(_file_action(dest, real_src, size, sha, "library", obs))
+            for link_rel in lib.links:
+                le = m.file(link_rel)
+                text = le.target if le and le.target else Path(lib.file).name
+                actions.append(_link_action(ldir / Path(link_rel).name, text, "link", obs))
+            if lpath.name != dest.name and lpath.name not in {Path(p).name for p in lib.links}:
+                notes.append(f"{lpath} (the file loaded until now) is kept as it is; the links now point "
+                             f"to {dest.name}, and rollback restores them")
+        if primary_dest is None:
+            primary_dest, primary_before, libdir, layout = dest, lpath, ldir, lay
+    assert libdir is not None and primary_dest is not None and primary_before is not None
+    data_root = libdir.parent
+    seen = {a.path for a in actions}
+    for d in m.data:
+        d = d.strip("/")
+        for f in m.files:
+            if not (f.path == d or f.path.startswith(d + "/")):
+                continue
+            dest = data_root / f.path
+            if str(dest) in seen:
+                continue
+            seen.add(str(dest))
+            if f.type == "link":
+                actions.append(_link_action(dest, f.target or "", "data", obs))
+            else:
+                actions.append(_file_action(dest, tree / f.path, f.size, f.sha256, "data", obs))
+    if state_dir is None:
+        from rocmbuild import state
+
+        state_dir = str(state.target_state_dir(Path(facts.prefix), libdir, outside=outside))
+    return Plan(
+        verb="apply", prefix=facts.prefix, python=facts.python, libdir=str(libdir), layout=layout or "conda",
+        outside=outside, state_dir=state_dir, actions=tuple(actions), library=str(primary_dest),
+        library_before=str(primary_before), version_before=facts.version,
+        version_after=expect if expect is not None else m.expect_version, encoding=m.encoding,
+        library_name=m.libraries[0].name, recipe=m.recipe, commit=m.commit, artifact=m.key,
+        artifact_path=str(artifact.path), notes=tuple(notes),
+    )
+
+
+def with_observed(plan: Plan, observer: Observer | None = None) -> Plan:
+    """The same plan with every ``before`` observed again (used under the lock)."""
+    obs = observer or FsObserver()
+    return replace(plan, actions=tuple(replace(a, before=obs.state(Path(a.path))) for a in plan.actions))
+
+
+@dataclass(frozen=True)
+class Undo:
+    """One path of a rollback: what it should be now, and what it must become."""
+
+    path: str
+    expected: PathState  # what the latest transaction left there
+    desired: PathState  # what it was before the earliest undone transaction
+    backup: str | None  # the file holding ``desired`` content (a hardlink in backups/<txn>/)
+    txn: str  # the transaction whose "before" is restored
+
+
+def make_rollback(undos: Iterable[Undo], *, prefix: str, python: str, libdir: str, layout: str,
+                  outside: bool, state_dir: str, library: str, library_before: str,
+                  version_before: str | None, version_after: str | None, encoding: str,
+                  library_name: str, recipe: str | None, commit: str | None, undoes: tuple[str, ...],
+                  remove_dirs: tuple[str, ...] = (), force: bool = False,
+                  observer: Observer | None = None) -> tuple[Plan, list[dict[str, Any]]]:
+    """The plan that restores every ``Undo.desired`` state, and the drift found on the way
+    (paths whose current state is not what rocmbuild left there). Drift refuses (TargetError)
+    unless ``force``; with force the drifted file is backed up by the rollback like any other."""
+    obs = observer or FsObserver()
+    actions = []
+    drift = []
+    for u in undos:
+        now = obs.state(Path(u.path))
+        if not now.same(u.expected):
+            drift.append({"path": u.path, "expected": u.expected.describe(), "found": now.describe(), "txn": u.txn})
+        if u.desired.kind == "file":
+            if not u.backup or obs.state(Path(u.backup)).kind != "file":
+                raise TargetError(
+                    f"cannot restore {u.path}: the backup of transaction {u.txn} is gone ({u.backup})",
+                    "its backups were pruned (--keep); pick a later transaction with --to",
+                )
+            done = now.kind == "file" and (now.dev, now.inode) == (u.desired.dev, u.desired.inode)
+            actions.append(Action("replace_file" if now.kind != "absent" else "add_file", u.path, "restore", now,
+                                  source=u.backup, size=u.desired.size, done=done,
+                                  create_dirs=_missing_dirs(Path(u.path), obs) if now.kind == "absent" else ()))
+        elif u.desired.kind == "link":
+            actions.append(Action("replace_link", u.path, "restore", now, link=u.desired.target,
+                                  done=now.kind == "link" and now.target == u.desired.target,
+                                  create_dirs=_missing_dirs(Path(u.path), obs) if now.kind == "absent" else ()))
+        else:
+            actions.append(Action("remove", u.path, "restore", now, done=now.kind == "absent"))
+    if drift and not force:
+        lines = "\n".join(f"  {d['path']}: rocmbuild left {d['expected']}, found {d['found']}" for d in drift)
+        raise TargetError(
+            f"files rocmbuild installed were changed since (drift):\n{lines}",
+            "something else (e.g. a conda or pip update) replaced them; rolling back would overwrite "
+            "that change. Pass --force to roll back anyway (the current files are backed up first)",
+            details={"drift": drift},
+        )
+    plan = Plan(
+        verb="rollback", prefix=prefix, python=python, libdir=libdir, layout=layout, outside=outside,
+        state_dir=state_dir, actions=tuple(actions), library=library, library_before=library_before,
+        version_before=version_before, version_after=version_after, encoding=encoding,
+        library_name=library_name, recipe=recipe,
+        commit=commit, undoes=undoes, remove_dirs=remove_dirs,
+        notes=tuple(f"drift at {d['path']} (forced)" for d in drift),
+    )
+    return plan, drift
