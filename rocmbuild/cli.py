@@ -158,7 +158,8 @@ def _cmd_plan(args) -> Result:
 
 def _add_build(sub) -> None:
     p = sub.add_parser("build", help="fetch, patch, configure, build and stage an artifact")
-    p.add_argument("recipe", help="recipe name or path to a .toml file")
+    p.add_argument("recipe", nargs="?", help="recipe name or path to a .toml file")
+    p.add_argument("--from-lock", metavar="FILE", help="build exactly what a `rocmbuild lock` file pins")
     _common(p)
     _recipe_dirs(p)
     _overrides(p)
@@ -167,7 +168,8 @@ def _add_build(sub) -> None:
 def _cmd_build(args) -> Result:
     from rocmbuild import workflow
 
-    art = workflow.build(args.recipe, args.recipes_dir, overrides_from(args))
+    recipe, overrides = _source_of(args)
+    art = workflow.build(recipe, args.recipes_dir, overrides)
     m = art.manifest
     data = {
         "cached": art.cached,
@@ -338,7 +340,12 @@ def _txn_opts(p: argparse.ArgumentParser) -> None:
 
 def _add_apply(sub) -> None:
     p = sub.add_parser("apply", help="build (cached) and swap the library into the target, verified, atomically")
-    p.add_argument("recipe", help="recipe name or path to a .toml file")
+    p.add_argument("recipe", nargs="?", help="recipe name or path to a .toml file")
+    src = p.add_argument_group("what to apply instead of a recipe")
+    src.add_argument("--artifact", metavar="FILE|URL", help="an artifact bundle from `rocmbuild export`")
+    src.add_argument("--sha256", metavar="HEX", help="the bundle's sha256 (default: FILE.sha256 beside it)")
+    src.add_argument("--from-lock", metavar="FILE", help="build exactly what a `rocmbuild lock` file pins")
+    p.add_argument("--dry-run", action="store_true", help="print the plan and change nothing")
     _common(p)
     _recipe_dirs(p)
     _overrides(p)
@@ -371,10 +378,38 @@ def _render_apply(data: dict) -> str:
     return "\n".join(lines)
 
 
-def _cmd_apply(args) -> Result:
-    from rocmbuild import workflow
+def _source_of(args) -> tuple[str | None, Any]:
+    """(recipe, overrides) from a positional RECIPE or --from-lock (``--artifact`` for apply:
+    recipe None); exactly one of them must be given."""
+    from rocmbuild import fleet
+    from rocmbuild.errors import InputError
 
-    data = workflow.apply(args.recipe, args.recipes_dir, overrides_from(args), **_apply_kwargs(args))
+    artifact = getattr(args, "artifact", None)
+    given = [x for x in (args.recipe, artifact, args.from_lock) if x]
+    if len(given) != 1:
+        raise InputError("give exactly one of: RECIPE, --artifact FILE|URL, --from-lock FILE",
+                         "e.g. `rocmbuild apply miopen-3.5.1 --env PREFIX`")
+    if args.from_lock:
+        if any(overrides_from(args).as_dict().values()):
+            raise InputError("--from-lock pins every build override; do not combine it with --ref, -D, ...",
+                             "write a new lock with the overrides you want: `rocmbuild lock RECIPE ... -o FILE`")
+        return fleet.from_lock(args.from_lock, args.recipes_dir)
+    return (None if artifact else args.recipe), overrides_from(args)
+
+
+def _cmd_apply(args) -> Result:
+    from rocmbuild import fleet, workflow
+
+    recipe, overrides = _source_of(args)
+    if args.dry_run:
+        data = fleet.dry_run(recipe=recipe, artifact=args.artifact, sha256=args.sha256, recipes_dirs=args.recipes_dir,
+                             overrides=overrides, env=args.env, python=args.python,
+                             allow_outside_prefix=args.allow_outside_prefix, probe_timeout=args.probe_timeout)
+        return Result(data, fleet.render_dry_run(data))
+    if args.artifact:
+        data = fleet.apply_bundle(args.artifact, sha256=args.sha256, **_apply_kwargs(args))
+    else:
+        data = workflow.apply(recipe, args.recipes_dir, overrides, **_apply_kwargs(args))
     return Result(data, _render_apply(data))
 
 
@@ -434,7 +469,44 @@ def _cmd_recover(args) -> Result:
     return Result(data, text)
 
 
+def _add_export(sub) -> None:
+    p = sub.add_parser("export", help="write an artifact bundle (.tar.gz + .sha256) to apply on other machines")
+    p.add_argument("what", metavar="RECIPE|KEY", help="a recipe (built or taken from the cache) or an artifact key")
+    p.add_argument("-o", "--output", required=True, metavar="FILE", help="the bundle to write (.tar.gz), or a directory")
+    _common(p)
+    _recipe_dirs(p)
+    _overrides(p)
+
+
+def _cmd_export(args) -> Result:
+    from rocmbuild import fleet
+
+    info = fleet.export(args.what, args.output, args.recipes_dir, overrides_from(args))
+    return Result(info, f"{info['file']}\n{info['sha256']}  (also in {info['sha256_file']})\n"
+                        f"apply it elsewhere with: rocmbuild apply --artifact {info['file']} --env PREFIX")
+
+
+def _add_lock(sub) -> None:
+    p = sub.add_parser("lock", help="pin a recipe's ref to a commit (with every override) in a lock file")
+    p.add_argument("recipe", help="recipe name or path to a .toml file")
+    p.add_argument("-o", "--output", metavar="FILE", help="the lock file (default: ./<recipe>.lock.json)")
+    _common(p)
+    _recipe_dirs(p)
+    _overrides(p)
+
+
+def _cmd_lock(args) -> Result:
+    from rocmbuild import fleet
+
+    data = fleet.lock(args.recipe, args.output, args.recipes_dir, overrides_from(args))
+    lk = data["lock"]
+    return Result(data, f"{data['lock_file']}: {lk['recipe']} @ {lk['ref']} -> {lk['commit']}\n"
+                        f"rebuild exactly this with: rocmbuild apply --from-lock {data['lock_file']}")
+
+
 VERBS += [
+    (_add_export, _cmd_export),
+    (_add_lock, _cmd_lock),
     (_add_apply, _cmd_apply),
     (_add_rollback, _cmd_rollback),
     (_add_history, _cmd_history),

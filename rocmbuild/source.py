@@ -79,10 +79,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Iterator, Mapping, Sequence
 
-import git
-
 from rocmbuild import ui
-from rocmbuild.errors import FetchError, RecipeError
+from rocmbuild.errors import FetchError, RecipeError, RequirementError
 from rocmbuild.recipe import Recipe
 
 FULL_SHA_RE = re.compile(r"^[0-9a-f]{40}$")
@@ -103,6 +101,18 @@ def _git_env(extra: Mapping[str, str] | None) -> dict[str, str]:
         env["GIT_SSH_COMMAND"] = "ssh -o BatchMode=yes"  # fail instead of asking for a passphrase
     env.update(extra or {})
     return env
+
+
+def _gitpython():
+    """GitPython, imported on first use: importing it fails when no ``git`` is installed, and a
+    machine that only applies exported artifacts needs no git (nor a compiler)."""
+    try:
+        import git
+    except ImportError as exc:
+        raise RequirementError(f"git is needed to fetch sources, and it is not usable: {exc}".splitlines()[0],
+                               "install git (e.g. apt-get install git), or apply an exported artifact "
+                               "with --artifact, which needs no git") from exc
+    return git
 
 
 @dataclass(frozen=True)
@@ -243,7 +253,7 @@ class _Git:
     def __init__(self, cwd: Path, log: Path | None = None) -> None:
         self.cwd = cwd
         self.log = log
-        self.g = git.Git(str(cwd))
+        self.g = _gitpython().Git(str(cwd))
 
     def run(
         self, *args: str, check: bool = True, env: Mapping[str, str] | None = None, timeout: float | None = None

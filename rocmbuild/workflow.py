@@ -7,7 +7,7 @@ source.fetch -> build.build -> Artifact; and, further down, apply / rollback / s
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from rocmbuild import build as _build
 from rocmbuild import cmake, gpu, runner, source, state, ui
@@ -62,8 +62,11 @@ def resolve_commit(r: Recipe) -> str | None:
     return source.resolve_ref(r)
 
 
-def build_recipe(r: Recipe) -> Artifact:
-    """Build (or find in the cache) the artifact for an already-loaded recipe."""
+def build_recipe(r: Recipe, before_build: Callable[[str | None], None] | None = None) -> Artifact:
+    """Build (or find in the cache) the artifact for an already-loaded recipe.
+
+    ``before_build(version)`` is called with the version read from the fetched source (or from
+    the cached artifact) before anything is compiled; it may raise to stop."""
     require(r)
     home = state.home()
     commit = resolve_commit(r)
@@ -72,6 +75,8 @@ def build_recipe(r: Recipe) -> Artifact:
     hit = _build.lookup(key, home)
     if hit is not None:
         ui.info(f"{r.name}: cache hit {key[:16]} (no configure, no compile)")
+        if before_build is not None:
+            before_build(hit.manifest.version)
         return hit
     # hold the source lock across fetch + build: the work tree is shared per remote, and another
     # rocmbuild must not check out a different ref under our running compiler
@@ -84,6 +89,8 @@ def build_recipe(r: Recipe) -> Artifact:
             hit = _build.lookup(key, home)
             if hit is not None:
                 return hit
+        if before_build is not None:
+            before_build(checkout.version)
         return _build.build(r, checkout, home=home, key=key, inp=inp)
 
 
@@ -320,6 +327,35 @@ def _result(the_plan: "_plan.Plan", **kw: Any) -> dict[str, Any]:
             "plan": the_plan.to_json(), **kw}
 
 
+def _discover_and_plan(artifact: Artifact, *, env: str | None, python: str | None, probe_timeout: float,
+                       allow_outside_prefix: bool, expect: str | None):
+    """Probe the target, refuse an artifact that cannot load under its torch, plan the swap (pure)."""
+    from rocmbuild import probe, target
+
+    m = artifact.manifest
+    stems = [lib.name for lib in m.libraries]
+    t = target.discover(env, python, timeout=probe_timeout)
+    if m.version and m.encoding:
+        check = probe.compatible(m.version, t.report, m.encoding)
+        if not check.ok:
+            raise _compat_refusal(check, t.report, m.encoding)
+    else:
+        ui.warn("the artifact records no version: compatibility is only checked after the swap")
+    rt = t.report.runtime(m.encoding)
+    facts = _plan.facts_from(t, stems, str(rt) if rt is not None else None)
+    return t, facts, _plan.make(artifact, facts, allow_outside_prefix=allow_outside_prefix, expect=expect)
+
+
+def plan_artifact(artifact: Artifact, *, env: str | None = None, python: str | None = None,
+                  allow_outside_prefix: bool = False, probe_timeout: float = 300.0,
+                  expect: str | None = None) -> dict[str, Any]:
+    """The file actions ``apply`` would take for this artifact on this target; changes nothing
+    (no lock, no recovery, no journal)."""
+    _t, _facts, the_plan = _discover_and_plan(artifact, env=env, python=python, probe_timeout=probe_timeout,
+                                              allow_outside_prefix=allow_outside_prefix, expect=expect)
+    return {"plan": the_plan.to_json(), "text": the_plan.render(), "already_applied": the_plan.already_applied}
+
+
 def apply_artifact(artifact: Artifact, *, env: str | None = None, python: str | None = None,
                    expect: str | None = None, smoke: bool = False, wait: bool = False, keep: int = 5,
                    allow_outside_prefix: bool = False, probe_timeout: float = 300.0) -> dict[str, Any]:
@@ -333,16 +369,8 @@ def apply_artifact(artifact: Artifact, *, env: str | None = None, python: str | 
     library = stems[0] if stems else "libMIOpen"
 
     def discover_and_plan():
-        t = target.discover(env, python, timeout=probe_timeout)
-        if m.version and m.encoding:
-            check = probe.compatible(m.version, t.report, m.encoding)
-            if not check.ok:
-                raise _compat_refusal(check, t.report, m.encoding)
-        else:
-            ui.warn("the artifact records no version: compatibility is only checked after the swap")
-        rt = t.report.runtime(m.encoding)
-        facts = _plan.facts_from(t, stems, str(rt) if rt is not None else None)
-        return t, facts, _plan.make(artifact, facts, allow_outside_prefix=allow_outside_prefix, expect=expect)
+        return _discover_and_plan(artifact, env=env, python=python, probe_timeout=probe_timeout,
+                                  allow_outside_prefix=allow_outside_prefix, expect=expect)
 
     t, facts, the_plan = discover_and_plan()
     pre = preflight(the_plan, artifact)
@@ -387,8 +415,28 @@ def apply_artifact(artifact: Artifact, *, env: str | None = None, python: str | 
 
 
 def apply(name: str, recipes_dirs: Sequence[str] = (), overrides: Overrides = Overrides(), **kw: Any) -> dict[str, Any]:
-    """``rocmbuild apply``: build (cached) then :func:`apply_artifact`."""
-    return apply_artifact(build(name, recipes_dirs, overrides), **kw)
+    """``rocmbuild apply``: find the target, build (cached) then :func:`apply_artifact`.
+
+    The target is probed *before* the build, and the version read from the fetched source is
+    checked against the torch's compile-time MIOpen before anything is compiled: a torch built
+    against MIOpen 3.5 learns in seconds, not after an hour-long build, that it cannot load
+    develop's 3.6 (exit 2, nothing built or changed)."""
+    from rocmbuild import probe, target
+
+    r = load_recipe(name, recipes_dirs, overrides)
+    prefix, _py = target.resolve(kw.get("env"), kw.get("python"))
+    recovered = _recover_prefix(prefix, wait=kw.get("wait", False))  # never probe a half-swapped target
+    t = target.discover(kw.get("env"), kw.get("python"), timeout=kw.get("probe_timeout", 300.0))
+
+    def check_source(version: str | None) -> None:
+        if version:
+            check = probe.compatible(version, t.report, r.verify.encoding)
+            if not check.ok:
+                raise _compat_refusal(check, t.report, r.verify.encoding)
+
+    result = apply_artifact(build_recipe(r, before_build=check_source), **kw)
+    result["recovered"] = recovered + result.get("recovered", [])
+    return result
 
 
 def _pick_state_dir(prefix: Path) -> Path:
