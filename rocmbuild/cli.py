@@ -374,6 +374,10 @@ def _render_apply(data: dict) -> str:
     lines += [f"  note: {n}" for n in p["notes"]]
     for pr in data.get("pruned") or []:
         lines.append(f"  pruned the backups of {pr['id']} ({pr['freed_bytes']} bytes)")
+    verdict = data.get("verdict") or {}
+    passed = [c["name"] for c in verdict.get("checks", []) if c.get("ok") and not c.get("skipped")]
+    if passed:
+        lines.append(f"verified: {', '.join(passed)}")
     lines.append("undo with: rocmbuild rollback" + (f" --env {p['prefix']}" if p["prefix"] else ""))
     return "\n".join(lines)
 

@@ -172,7 +172,8 @@ def render_build_plan(plan: dict[str, Any]) -> str:
         lines.append(f"  cherry-pick {c}")
     for p in s["patches"]:
         lines.append(f"  patch    {p}")
-    lines.append(f"  GPU_TARGETS {plan['gpu_targets']}")
+    if plan["gpu_targets"] is not None:
+        lines.append(f"  GPU_TARGETS {plan['gpu_targets']}")
     env = " ".join(f"{k}={v}" for k, v in plan["env"].items())
     for step in ("configure", "build", "install"):
         prefix = ("DESTDIR=" + plan["install_env"]["DESTDIR"] + " ") if step == "install" else ""
@@ -181,7 +182,7 @@ def render_build_plan(plan: dict[str, Any]) -> str:
     state_ = "cached (build would do nothing)" if cache["cached"] else ("not cached" if cache["key"] else "key needs the commit")
     lines.append(f"  cache    {cache['key'] or '-'}: {state_}")
     tools = cache["inputs"]["tools"]
-    lines.append(f"  tools    cmake: {tools['cmake']}; cc: {tools['cc']}; c++: {tools['cxx']}")
+    lines.append(f"  tools    {tools['cmake']}; {tools['cc']}; {tools['cxx']}")
     for c in plan["missing"]:
         lines.append(f"  MISSING  {c['name']}: {c['detail']}" + (f" ({c['fix']})" if c.get("fix") else ""))
     for n in plan["notes"]:
