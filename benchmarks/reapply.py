@@ -25,19 +25,16 @@ ratio there is far smaller than here.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.rebuild import COMPILERS, RECIPE, TOOLS, make_shims  # noqa: E402
+from benchmarks.rebuild import COMPILERS, RECIPE, make_shims, run_counted  # noqa: E402
 from tests.envs import make_env  # noqa: E402
 from tests.helpers import build_library, make_monorepo  # noqa: E402
 
@@ -55,17 +52,7 @@ def listing(prefix: Path) -> dict[str, tuple]:
 
 
 def apply(recipe: Path, prefix: Path, env: dict[str, str], log: Path) -> tuple[float, dict, dict[str, int]]:
-    log.write_text("")
-    start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "rocmbuild", "apply", str(recipe), "--env", str(prefix), "--json"],
-                          env=env, cwd=ROOT, capture_output=True, text=True)
-    seconds = time.perf_counter() - start
-    if done.returncode != 0:
-        sys.exit(f"apply failed ({done.returncode}):\n{done.stderr}\n{done.stdout}")
-    counts = {t: 0 for t in TOOLS}
-    for line in log.read_text().split():
-        counts[line] += 1
-    return seconds, json.loads(done.stdout), counts
+    return run_counted(["apply", str(recipe), "--env", str(prefix)], env, log)
 
 
 def main() -> int:

@@ -62,18 +62,23 @@ def make_shims(shim_dir: Path, log: Path) -> None:
         shim.chmod(0o755)
 
 
-def run_build(recipe: Path, env: dict[str, str], log: Path) -> tuple[float, dict, dict[str, int]]:
+def run_counted(args: list[str], env: dict[str, str], log: Path) -> tuple[float, dict, dict[str, int]]:
+    """``python -m rocmbuild ARGS --json`` in a fresh process: (seconds, its JSON, tool counts)."""
     log.write_text("")
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "rocmbuild", "build", str(recipe), "--json"],
+    done = subprocess.run([sys.executable, "-m", "rocmbuild", *args, "--json"],
                           env=env, cwd=ROOT, capture_output=True, text=True)
     seconds = time.perf_counter() - start
     if done.returncode != 0:
-        sys.exit(f"build failed ({done.returncode}):\n{done.stderr}\n{done.stdout}")
+        sys.exit(f"rocmbuild {args[0]} failed ({done.returncode}):\n{done.stderr}\n{done.stdout}")
     counts = {t: 0 for t in TOOLS}
     for line in log.read_text().split():
         counts[line] += 1
     return seconds, json.loads(done.stdout), counts
+
+
+def run_build(recipe: Path, env: dict[str, str], log: Path) -> tuple[float, dict, dict[str, int]]:
+    return run_counted(["build", str(recipe)], env, log)
 
 
 def main() -> int:

@@ -42,6 +42,20 @@ class Completed:
     seconds: float
 
 
+def _start(argv: Sequence[str | os.PathLike], cwd, env: Mapping[str, str] | None, stderr) -> subprocess.Popen:
+    """Start argv in its own session (process group), stdin /dev/null, stdout piped."""
+    cmd, args = _command(argv)
+    return cmd.popen(
+        args,
+        cwd=str(cwd) if cwd is not None else None,
+        env=_environment(env),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        new_session=True,
+    )
+
+
 def _command(argv: Sequence[str | os.PathLike]):
     if not argv:
         raise ValueError("empty argv")
@@ -111,7 +125,6 @@ def run(
     Raises ``error`` (default :class:`BuildError`) when the command fails, with the last
     :data:`TAIL_LINES` lines, the log path and the command in the message.
     """
-    cmd, args = _command(argv)
     tail: deque[str] = deque(maxlen=TAIL_LINES)
     start = time.monotonic()
     logf = None
@@ -120,15 +133,12 @@ def run(
         logf = open(log, "a", encoding="utf-8", errors="replace")
         logf.write(f"$ {display(argv)}\n")
         logf.flush()
-    proc = cmd.popen(
-        args,
-        cwd=str(cwd) if cwd is not None else None,
-        env=_environment(env),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        new_session=True,
-    )
+    try:
+        proc = _start(argv, cwd, env, subprocess.STDOUT)
+    except BaseException:
+        if logf is not None:
+            logf.close()
+        raise
     try:
         assert proc.stdout is not None
         for raw in iter(proc.stdout.readline, b""):
@@ -175,17 +185,8 @@ def capture(
     ``subprocess.TimeoutExpired`` when it runs longer than ``timeout`` (the process group is
     killed first).
     """
-    cmd, args = _command(argv)
     start = time.monotonic()
-    proc = cmd.popen(
-        args,
-        cwd=str(cwd) if cwd is not None else None,
-        env=_environment(env),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        new_session=True,
-    )
+    proc = _start(argv, cwd, env, subprocess.PIPE)
     try:
         out, err = proc.communicate(timeout=timeout)
     except BaseException:
