@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import posixpath
+import re
 import stat
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -26,6 +28,15 @@ from rocmbuild.errors import InputError
 SCHEMA = 1
 MANIFEST = "manifest.json"
 TREE = "tree"
+_KEY_RE = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _inside(rel: str) -> bool:
+    """True when the relative POSIX path ``rel`` stays inside its tree."""
+    if not rel or rel.startswith("/"):
+        return False
+    norm = posixpath.normpath(rel)
+    return norm != ".." and not norm.startswith("../") and norm != "."
 
 
 @dataclass(frozen=True)
@@ -86,7 +97,29 @@ class Manifest:
             for lib in d["libraries"]
         )
         d["data"] = tuple(d.get("data", ()))
-        return cls(**d)
+        m = cls(**d)
+        m.check_paths()
+        return m
+
+    def check_paths(self) -> None:
+        """A manifest may come from another machine (a bundle): its key must be a sha256 and every
+        path must stay inside the tree (no absolute paths, no ``..``, no link leaving the tree),
+        since those paths become paths in the cache and in the target."""
+        def bad(what: str, value: str) -> InputError:
+            return InputError(f"manifest of artifact {self.key[:16]!r}: unsafe {what} {value!r}",
+                              "the bundle is corrupt or malicious; build or export it again")
+
+        if not _KEY_RE.match(str(self.key)):
+            raise bad("key", str(self.key))
+        rels = [f.path for f in self.files] + list(self.data)
+        for lib in self.libraries:
+            rels += [lib.file, *lib.links]
+        for rel in rels:
+            if not _inside(rel):
+                raise bad("path", rel)
+        for f in self.files:
+            if f.type == "link" and (f.target is None or not _inside(posixpath.join(posixpath.dirname(f.path), f.target))):
+                raise bad("link target", f"{f.path} -> {f.target}")
 
     def library(self, name: str) -> LibraryEntry | None:
         for lib in self.libraries:
@@ -134,6 +167,25 @@ class Artifact:
             elif not stat.S_ISREG(st.st_mode) or st.st_size != f.size or st.st_mtime_ns != f.mtime_ns:
                 bad.append(f.path)
         return bad
+
+
+def fsync_tree(root: Path) -> None:
+    """fsync every regular file and directory below ``root`` (before an artifact is published by
+    rename: after a power cut a published artifact must not hold empty or partial files)."""
+    for dirpath, _dirnames, filenames in os.walk(root):
+        for name in filenames:
+            p = os.path.join(dirpath, name)
+            if not os.path.islink(p):
+                fd = os.open(p, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+        fd = os.open(dirpath, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def sha256_file(path: Path, bufsize: int = 1 << 20) -> str:

@@ -39,10 +39,10 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from rocmbuild import cmake, runner, ui
-from rocmbuild.artifact import MANIFEST, TREE, Artifact, Manifest, find_libraries, scan_tree
+from rocmbuild.artifact import MANIFEST, TREE, Artifact, Manifest, find_libraries, fsync_tree, scan_tree
 from rocmbuild.errors import BuildError, InputError, RequirementError
 from rocmbuild.recipe import Recipe
-from rocmbuild.state import atomic_write_json, read_json
+from rocmbuild.state import atomic_write_json, fsync_dir, read_json
 
 _VERSION_RE = re.compile(r"(\d+\.\d+(?:\.\d+)?)")
 _MAKE_PROGRESS = re.compile(r"^\[\s*(\d+)%\]")
@@ -282,8 +282,10 @@ def build(recipe: Recipe, checkout, *, home: Path, key: str, inp: dict[str, Any]
                 inputs=inp,
                 created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             )
+            fsync_tree(tree)
             atomic_write_json(tmp / MANIFEST, manifest.to_json())
             os.replace(tmp, adir / key)
+            fsync_dir(adir)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise

@@ -27,9 +27,9 @@ import urllib.parse
 from pathlib import Path
 
 from rocmbuild import source, ui
-from rocmbuild.artifact import MANIFEST, TREE, Artifact, Manifest, sha256_file
+from rocmbuild.artifact import MANIFEST, TREE, Artifact, Manifest, fsync_tree, sha256_file
 from rocmbuild.errors import FetchError, InputError
-from rocmbuild.state import fsync_dir, read_json
+from rocmbuild.state import atomic_write_bytes, fsync_dir, read_json
 
 TOP = "rocmbuild-artifact"
 
@@ -54,8 +54,7 @@ def export(art: Artifact, out: Path) -> dict:
         Path(tmp).unlink(missing_ok=True)
         raise
     side = out.with_name(out.name + ".sha256")
-    side.write_text(f"{digest}  {out.name}\n")
-    fsync_dir(out.parent)
+    atomic_write_bytes(side, f"{digest}  {out.name}\n".encode())
     return {"file": str(out), "sha256": digest, "sha256_file": str(side), "size": out.stat().st_size,
             "key": art.key, "recipe": art.manifest.recipe, "version": art.manifest.version}
 
@@ -130,14 +129,19 @@ def import_bundle(src: str, *, home: Path, sha256: str | None = None) -> Artifac
     tmp = adir / f".tmp-import-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        source.safe_extract(path, tmp)
+        try:
+            source.safe_extract(path, tmp)
+        except FetchError as exc:
+            raise FetchError(exc.message.replace("tarball", "bundle"),
+                             "give a .tar.gz written by `rocmbuild export` (copy it again if it is damaged)",
+                             details=exc.details) from exc
         top = tmp / TOP
         if not (top / MANIFEST).is_file() or not (top / TREE).is_dir():
             raise InputError(f"{path} is not a rocmbuild artifact bundle (no {TOP}/{MANIFEST})",
                              "create bundles with `rocmbuild export`")
         try:
             manifest = Manifest.from_json(read_json(top / MANIFEST))
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise InputError(f"{path}: unreadable manifest ({exc})", "export the bundle again") from exc
         final = adir / manifest.key
         if (final / MANIFEST).is_file():
@@ -147,6 +151,7 @@ def import_bundle(src: str, *, home: Path, sha256: str | None = None) -> Artifac
                 return existing
             shutil.rmtree(final)
         _check_tree(manifest, top / TREE)
+        fsync_tree(top)
         os.replace(top, final)
         fsync_dir(adir)
     finally:

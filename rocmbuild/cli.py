@@ -14,6 +14,7 @@ on stderr. Nothing ever prompts.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 from dataclasses import dataclass, field
@@ -25,9 +26,43 @@ from rocmbuild.errors import EXIT_INTERNAL, EXIT_INPUT, EXIT_OK, RocmbuildError
 
 @dataclass
 class Result:
+    """What a verb returns. A non-zero ``exit_code`` should come with an ``error`` (what failed,
+    what to do), printed like a raised error but keeping ``data`` in the JSON (e.g. doctor's checks)."""
+
     data: dict[str, Any] = field(default_factory=dict)
     text: str = ""
     exit_code: int = EXIT_OK
+    error: RocmbuildError | None = None
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be greater than 0, got {text}")
+    return value
+
+
+def _at_least_one(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 (the backups of the newest transaction are always kept), got {text}")
+    return value
+
+
+def _version(text: str) -> str:
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        Version(text)
+    except InvalidVersion:
+        raise argparse.ArgumentTypeError(f"not a version: {text!r} (expected e.g. 3.5.1)") from None
+    return text
 
 
 class _Parser(argparse.ArgumentParser):
@@ -73,7 +108,7 @@ def _target(p: argparse.ArgumentParser) -> None:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--env", metavar="PREFIX", help="the environment prefix (conda env or venv)")
     g.add_argument("--python", metavar="EXE", help="the target's Python executable")
-    p.add_argument("--probe-timeout", type=float, default=300.0, metavar="SECONDS",
+    p.add_argument("--probe-timeout", type=_positive_float, default=300.0, metavar="SECONDS",
                    help="how long the probe may run in the target Python (default 300)")
 
 
@@ -263,7 +298,7 @@ def _add_verify(sub) -> None:
     p = sub.add_parser("verify", help="check what the target loads: one library, expected version, compatible")
     _common(p)
     _target(p)
-    p.add_argument("--expect", metavar="VERSION", help="the library version that must be loaded, e.g. 3.5.1")
+    p.add_argument("--expect", type=_version, metavar="VERSION", help="the library version that must be loaded, e.g. 3.5.1")
     p.add_argument("--expect-file", metavar="PATH",
                    help="the loaded library must be this very file (same device and inode)")
     p.add_argument("--smoke", action="store_true", help="run the BatchNorm2d GPU smoke test (skipped without a GPU)")
@@ -311,8 +346,14 @@ def _cmd_doctor(args) -> Result:
     failed = doctor.failed(checks)
     text = "\n".join(c.render() for c in checks)
     text += f"\n{len(failed)} failed" if failed else "\nall checks passed (warnings do not block)"
+    error = None
+    if failed:
+        from rocmbuild.errors import RequirementError
+
+        error = RequirementError(f"{len(failed)} doctor check(s) failed: {', '.join(c.name for c in failed)}",
+                                 "; ".join(f"{c.name}: {c.fix}" for c in failed if c.fix) or "see the checks above")
     return Result({"checks": [c.to_json() for c in checks], "failed": [c.name for c in failed]},
-                  text, EXIT_INPUT if failed else EXIT_OK)
+                  text, EXIT_INPUT if failed else EXIT_OK, error)
 
 
 # --------------------------------------------------------------------------------------------
@@ -351,9 +392,9 @@ def _add_apply(sub) -> None:
     _overrides(p)
     _target(p)
     _txn_opts(p)
-    p.add_argument("--expect", metavar="VERSION", help="the version verification must find (default: the recipe's)")
+    p.add_argument("--expect", type=_version, metavar="VERSION", help="the version verification must find (default: the recipe's)")
     p.add_argument("--smoke", action="store_true", help="also run the BatchNorm smoke test on the GPU")
-    p.add_argument("--keep", type=int, default=5, metavar="N",
+    p.add_argument("--keep", type=_at_least_one, default=5, metavar="N",
                    help="keep the backups of the newest N transactions (default 5); older ones are pruned")
     p.add_argument("--allow-outside-prefix", action="store_true",
                    help="allow changing a library the target loads from outside its prefix (e.g. /opt/rocm/lib)")
@@ -409,7 +450,9 @@ def _cmd_apply(args) -> Result:
         data = fleet.dry_run(recipe=recipe, artifact=args.artifact, sha256=args.sha256, recipes_dirs=args.recipes_dir,
                              overrides=overrides, env=args.env, python=args.python,
                              allow_outside_prefix=args.allow_outside_prefix, probe_timeout=args.probe_timeout)
-        return Result(data, fleet.render_dry_run(data))
+        # what apply would refuse, the dry run reports with the same exit code (the plan is still shown)
+        refusal = data.pop("_refusal", None)
+        return Result(data, fleet.render_dry_run(data), refusal.exit_code if refusal else EXIT_OK, refusal)
     if args.artifact:
         data = fleet.apply_bundle(args.artifact, sha256=args.sha256, **_apply_kwargs(args))
     else:
@@ -424,7 +467,7 @@ def _add_rollback(sub) -> None:
     _txn_opts(p)
     p.add_argument("--to", metavar="TXN", help="restore the state before this transaction (undoing later ones too)")
     p.add_argument("--force", action="store_true", help="roll back even over files changed since (drift)")
-    p.add_argument("--keep", type=int, default=5, metavar="N", help="keep the backups of the newest N transactions")
+    p.add_argument("--keep", type=_at_least_one, default=5, metavar="N", help="keep the backups of the newest N transactions")
 
 
 def _cmd_rollback(args) -> Result:
@@ -534,7 +577,7 @@ def main(argv: list[str] | None = None) -> int:
     want_json = "--json" in argv
     debug = "--debug" in argv
     parser, handlers = build_parser()
-    verb = None
+    verb = next((a for a in argv if a in handlers), None)  # known even when parsing fails
     try:
         args = parser.parse_args(argv)
         verb = args.verb
@@ -544,7 +587,9 @@ def main(argv: list[str] | None = None) -> int:
         ui.set_quiet(args.json or args.quiet)
         result = handlers[verb](args)
     except _UsageError as exc:
-        return _fail(verb, want_json, RocmbuildError(str(exc), exc.usage), EXIT_INPUT)
+        from rocmbuild.errors import InputError
+
+        return _fail(verb, want_json, InputError(str(exc), exc.usage), EXIT_INPUT)
     except RocmbuildError as exc:
         if debug:
             traceback.print_exc()
@@ -557,10 +602,19 @@ def main(argv: list[str] | None = None) -> int:
         err = RocmbuildError(f"internal error: {type(exc).__name__}: {exc}",
                              "this is a bug in rocmbuild; run again with --debug and report the traceback")
         return _fail(verb, want_json, err, EXIT_INTERNAL)
-    if want_json:
-        ui.emit_json({"ok": result.exit_code == EXIT_OK, "verb": verb, "exit_code": result.exit_code, **result.data})
-    elif result.text:
-        print(result.text)
+    try:
+        if result.error is not None:
+            ui.error(result.error.message, result.error.hint)
+        if want_json:
+            out = {**result.data, "ok": result.exit_code == EXIT_OK, "verb": verb, "exit_code": result.exit_code}
+            if result.error is not None:
+                out["error"] = result.error.to_json()
+            ui.emit_json(out)
+        elif result.text:
+            print(result.text, flush=True)
+    except BrokenPipeError:
+        # `rocmbuild status | head -3`: the reader left; that is not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return result.exit_code
 
 

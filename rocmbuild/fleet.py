@@ -102,9 +102,11 @@ def dry_run(*, recipe: str | None, artifact: str | None, sha256: str | None, rec
             except RocmbuildError as exc:
                 out["target_plan"] = None
                 out["target_error"] = exc.to_json()
+                out["_refusal"] = exc  # the CLI exits with apply's code for this refusal
         else:
             out["target_plan"] = None
             out["target_note"] = "the artifact is not built yet: the file actions are known after the build"
+        out["already_applied"] = bool(out["target_plan"] and out["target_plan"]["already_applied"])
         return out
     finally:
         if tmp is not None:

@@ -170,3 +170,37 @@ def test_bad_lock_file(tmp_path):
         lockfile.load(tmp_path / "x.json")
     with pytest.raises(InputError):
         lockfile.load(tmp_path / "missing.json")
+
+
+@pytest.mark.parametrize("change", [
+    {"key": "../../pwned"},
+    {"data": ["../../etc"]},
+    {"files+": {"path": "../outside.txt", "type": "file", "size": 1, "sha256": "0" * 64, "mode": 420, "mtime_ns": 0}},
+    {"files+": {"path": "lib/evil", "type": "link", "target": "../../../etc/passwd"}},
+])
+def test_malicious_manifest_is_refused(tmp_path, monkeypatch, artifact, change):
+    """A bundle's manifest comes from elsewhere: its key and paths must stay inside the cache/tree."""
+    out = bundle.export(artifact, tmp_path / "mini.tar.gz")
+    manifest = json.loads((artifact.path / "manifest.json").read_text())
+    for k, v in change.items():
+        if k == "files+":
+            manifest["files"].append(v)
+        else:
+            manifest[k] = v
+    evil = tmp_path / "evil.tar.gz"
+    _repack(Path(out["file"]), evil, {"rocmbuild-artifact/manifest.json": json.dumps(manifest).encode()})
+    home_b = other_home(tmp_path, monkeypatch)
+    with pytest.raises(InputError) as ei:
+        bundle.import_bundle(str(evil), home=home_b)
+    assert ei.value.exit_code == EXIT_INPUT and "unsafe" in ei.value.message
+    assert not (tmp_path / "pwned").exists() and not (home_b / "pwned").exists()
+    assert not (home_b / "artifacts").exists() or not [p for p in (home_b / "artifacts").iterdir()
+                                                         if not p.name.startswith(".")]
+
+
+def test_not_a_tarball_has_a_bundle_hint(tmp_path, monkeypatch):
+    junk = tmp_path / "junk.tar.gz"
+    junk.write_bytes(b"this is not a tar archive")
+    with pytest.raises(FetchError) as ei:
+        bundle.import_bundle(str(junk), home=other_home(tmp_path, monkeypatch))
+    assert "rocmbuild export" in ei.value.hint and "source.tarball" not in ei.value.hint
