@@ -20,7 +20,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from rocmbuild import __version__, ui
+from rocmbuild import __version__, render, ui
 from rocmbuild.errors import EXIT_INTERNAL, EXIT_INPUT, EXIT_OK, RocmbuildError
 
 
@@ -204,23 +204,8 @@ def _cmd_build(args) -> Result:
     from rocmbuild import workflow
 
     recipe, overrides = _source_of(args)
-    art = workflow.build(recipe, args.recipes_dir, overrides)
-    m = art.manifest
-    data = {
-        "cached": art.cached,
-        "artifact": str(art.path),
-        "key": m.key,
-        "recipe": m.recipe,
-        "commit": m.commit,
-        "version": m.version,
-        "libraries": [{"name": lib.name, "file": lib.file, "soname": lib.soname, "chain": list(lib.chain)}
-                      for lib in m.libraries],
-    }
-    verb = "cached (no configure, no compile)" if art.cached else "built"
-    text = f"{m.recipe} {m.version or ''} @ {(m.commit or '')[:12]}: {verb}\nartifact: {art.path}"
-    for lib in m.libraries:
-        text += f"\n  {lib.name}: {' -> '.join(lib.chain)} (SONAME {lib.soname})"
-    return Result(data, text)
+    data = render.build_data(workflow.build(recipe, args.recipes_dir, overrides))
+    return Result(data, render.build(data))
 
 
 # --------------------------------------------------------------------------------------------
@@ -234,64 +219,15 @@ def _add_status(sub) -> None:
     p.add_argument("--hash", action="store_true", help="also sha256 each loaded library (slow for 1 GiB files)")
 
 
-def _status_data(target) -> dict[str, Any]:
-    """status as a dict (other parts of status, e.g. what rocmbuild changed, are added by key)."""
-    from pathlib import Path
-
-    from rocmbuild.probe import decode_version
-
-    r = target.report
-    libs = []
-    for lib in r.libraries:
-        version = None
-        if lib.kind in ("miopen", "cudnn") and r.backend in (None, lib.kind):
-            n = r.effective_version_int(lib.kind)
-            version = str(decode_version(n, lib.kind)) if n is not None else None
-        libs.append({**lib.to_json(), "inside_prefix": target.inside_prefix(lib.path),
-                     "layout": target.layout_of(lib), "version": version,
-                     "links": [str(x) for x in target.links_to(Path(lib.path))]})
-    fmt = (lambda t: ".".join(map(str, t)) if t else None)
-    return {
-        "target": target.to_json(),
-        "torch": {"version": r.torch_version, "hip": r.hip, "cuda": r.cuda, "backend": r.backend,
-                  "cudnn_available": r.cudnn_available, "cuda_available": r.cuda_available,
-                  "version_int": r.version_int, "version_error": r.version_error,
-                  "version_int_retry": r.version_int_retry, "runtime_version": fmt(r.runtime_version),
-                  "compile_version": fmt(r.compile_version), "python": r.python,
-                  "python_version": r.python_version},
-        "libraries": libs,
-        "probe_errors": r.errors,
-    }
-
-
-def _render_status(data: dict[str, Any]) -> str:
-    t, tv = data["target"], data["torch"]
-    build = f"ROCm {tv['hip']}" if tv["hip"] else (f"CUDA {tv['cuda']}" if tv["cuda"] else "CPU-only (no MIOpen/cuDNN)")
-    lines = [f"target: {t['prefix']} (python {t['python']}, {tv['python_version']})",
-             f"torch {tv['version']}: {build}; compiled against {tv['compile_version'] or '-'}, "
-             f"runtime {tv['runtime_version'] or '-'}, cudnn.version() = "
-             + (f"raises {tv['version_error']} (then {tv['version_int_retry']})" if tv["version_error"]
-                else str(tv["version_int"]))]
-    for lib in data["libraries"] or []:
-        where = "inside the prefix" if lib["inside_prefix"] else "OUTSIDE the prefix"
-        links = f" via {', '.join(lib['links'])}" if lib["links"] else ""
-        lines.append(f"  {lib['kind']:6} {lib['path']}{' (deleted)' if lib['deleted'] else ''}"
-                     f"{' ' + lib['version'] if lib['version'] else ''}: {lib['layout']}, {where}{links}; "
-                     f"device {lib['device']} inode {lib['inode']}" + (f" sha256 {lib['sha256']}" if lib["sha256"] else ""))
-    if not data["libraries"]:
-        lines.append("  no libMIOpen/libamdhip64/libcudnn loaded")
-    return "\n".join(lines)
-
-
 def _cmd_status(args) -> Result:
     from rocmbuild import target
 
     t = target.discover(args.env, args.python, timeout=args.probe_timeout, want_hash=args.hash)
-    data = _status_data(t)
+    data = render.status_data(t)
     from rocmbuild import workflow  # what rocmbuild changed here: transactions in effect, unfinished, drift
 
     data["changes"] = workflow.status_changes(t.prefix)
-    return Result(data, _render_status(data) + "\n" + workflow.render_status_changes(data["changes"]))
+    return Result(data, render.status(data) + "\n" + workflow.render_status_changes(data["changes"]))
 
 
 def _add_verify(sub) -> None:
@@ -405,24 +341,6 @@ def _apply_kwargs(args) -> dict:
                 keep=args.keep, allow_outside_prefix=args.allow_outside_prefix, probe_timeout=args.probe_timeout)
 
 
-def _render_apply(data: dict) -> str:
-    p = data["plan"]
-    if data.get("already_applied"):
-        return f"already applied: {p['recipe']} ({p['version_after'] or '?'}) is in place in {p['prefix']}; nothing changed"
-    lines = [f"applied {data['txn']}: {p['recipe']} {p['version_before'] or '?'} -> {p['version_after'] or '?'} "
-             f"in {p['prefix']} ({p['layout']} layout)"]
-    lines += [f"  {a['path']}" for a in p["actions"] if not a["done"]]
-    lines += [f"  note: {n}" for n in p["notes"]]
-    for pr in data.get("pruned") or []:
-        lines.append(f"  pruned the backups of {pr['id']} ({pr['freed_bytes']} bytes)")
-    verdict = data.get("verdict") or {}
-    passed = [c["name"] for c in verdict.get("checks", []) if c.get("ok") and not c.get("skipped")]
-    if passed:
-        lines.append(f"verified: {', '.join(passed)}")
-    lines.append("undo with: rocmbuild rollback" + (f" --env {p['prefix']}" if p["prefix"] else ""))
-    return "\n".join(lines)
-
-
 def _source_of(args) -> tuple[str | None, Any]:
     """(recipe, overrides) from a positional RECIPE or --from-lock (``--artifact`` for apply:
     recipe None); exactly one of them must be given."""
@@ -457,7 +375,7 @@ def _cmd_apply(args) -> Result:
         data = fleet.apply_bundle(args.artifact, sha256=args.sha256, **_apply_kwargs(args))
     else:
         data = workflow.apply(recipe, args.recipes_dir, overrides, **_apply_kwargs(args))
-    return Result(data, _render_apply(data))
+    return Result(data, render.apply(data))
 
 
 def _add_rollback(sub) -> None:
@@ -475,12 +393,7 @@ def _cmd_rollback(args) -> Result:
 
     data = workflow.rollback(env=args.env, python=args.python, to=args.to, force=args.force, wait=args.wait,
                              keep=args.keep, probe_timeout=args.probe_timeout)
-    p = data["plan"]
-    text = [f"rolled back {', '.join(data['undoes'])} as {data['txn']}: {p['version_before'] or '?'} -> "
-            f"{p['version_after'] or '?'} in {p['prefix']}"]
-    text += [f"  {a['path']}" for a in p["actions"] if not a["done"]]
-    text += [f"  {n}" for n in data.get("forced_drift") or []]
-    return Result(data, "\n".join(text))
+    return Result(data, render.rollback(data))
 
 
 def _add_history(sub) -> None:
@@ -507,13 +420,7 @@ def _cmd_recover(args) -> Result:
     from rocmbuild import workflow
 
     data = workflow.recover(env=args.env, python=args.python, wait=args.wait, probe_timeout=args.probe_timeout)
-    if not data["recovered"]:
-        text = f"nothing to recover in {data['prefix']}"
-    else:
-        text = "\n".join(f"recovered {r['verb']} {r['id']} (stopped at '{r['interrupted_at']}'): rolled back"
-                         + ("" if r["restored"].get("ok") else " -- WARNING: the old state did not verify")
-                         for r in data["recovered"])
-    return Result(data, text)
+    return Result(data, render.recover(data))
 
 
 def _add_export(sub) -> None:
