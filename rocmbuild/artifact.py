@@ -14,7 +14,6 @@ is never reused.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import posixpath
 import re
@@ -23,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from rocmbuild.archive import inside, sha256_file  # noqa: F401 (sha256_file re-exported)
 from rocmbuild.errors import InputError
 
 SCHEMA = 1
@@ -32,11 +32,8 @@ _KEY_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
 def _inside(rel: str) -> bool:
-    """True when the relative POSIX path ``rel`` stays inside its tree."""
-    if not rel or rel.startswith("/"):
-        return False
-    norm = posixpath.normpath(rel)
-    return norm != ".." and not norm.startswith("../") and norm != "."
+    """True when ``rel`` is a non-empty relative POSIX path that stays inside its tree."""
+    return bool(rel) and posixpath.normpath(rel) != "." and inside(rel)
 
 
 @dataclass(frozen=True)
@@ -186,14 +183,6 @@ def fsync_tree(root: Path) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
-
-
-def sha256_file(path: Path, bufsize: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(bufsize):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def read_soname(path: Path) -> str | None:

@@ -26,7 +26,8 @@ import tempfile
 import urllib.parse
 from pathlib import Path
 
-from rocmbuild import source, ui
+from rocmbuild import ui
+from rocmbuild.archive import download, safe_extract
 from rocmbuild.artifact import MANIFEST, TREE, Artifact, Manifest, fsync_tree, sha256_file
 from rocmbuild.errors import FetchError, InputError
 from rocmbuild.state import atomic_write_bytes, fsync_dir, read_json
@@ -86,7 +87,7 @@ def _fetch(src: str, home: Path, sha256: str | None) -> tuple[Path, str | None]:
             )
         dest = home / "downloads" / f"bundle-{expected}.tar.gz"
         if not (dest.is_file() and sha256_file(dest) == expected):
-            source.download(src, dest, expected)
+            download(src, dest, expected)
         return dest, expected
     path = Path(urllib.parse.unquote(parsed.path) if parsed.scheme == "file" else src).expanduser()
     if not path.is_file():
@@ -130,7 +131,7 @@ def import_bundle(src: str, *, home: Path, sha256: str | None = None) -> Artifac
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         try:
-            source.safe_extract(path, tmp)
+            safe_extract(path, tmp)
         except FetchError as exc:
             raise FetchError(exc.message.replace("tarball", "bundle"),
                              "give a .tar.gz written by `rocmbuild export` (copy it again if it is damaged)",

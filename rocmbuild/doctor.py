@@ -211,7 +211,7 @@ def check_disk(name: str, path: Path, fail_below: int, warn_below: int, what: st
     detail = f"{_gib(free)} free at {where}"
     if free < fail_below:
         return DoctorCheck(name, FAIL, detail + f" (need >= {_gib(fail_below)} for {what})",
-                           f"free space there, or move it (ROCMBUILD_HOME for the cache)")
+                           "free space there, or move it (ROCMBUILD_HOME for the cache)")
     if free < warn_below:
         return DoctorCheck(name, WARN, detail + f" (recommended >= {_gib(warn_below)} for {what})",
                            "free some space (`rocmbuild` keeps old artifacts and backups until pruned)")

@@ -47,6 +47,7 @@ stops git from discovering an enclosing one, such as a dotfiles repo around ``~/
 
 Tarballs
 --------
+Downloading and safe extraction live in :mod:`rocmbuild.archive` (shared with artifact bundles).
 ``source.tarball`` may be an https/http URL (``requests``, streamed), a ``file://`` URL or a
 plain path (copied, streamed). Either way the bytes go to ``home/downloads/<sha256>.part`` while
 being hashed, then are renamed to ``home/downloads/<sha256>``; a mismatch deletes the download
@@ -72,20 +73,19 @@ import hashlib
 import os
 import re
 import shutil
-import tarfile
 import tempfile
-import urllib.parse
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
 from rocmbuild import ui
+from rocmbuild.archive import download, safe_extract, unsafe_member  # noqa: F401 (re-exported)
+from rocmbuild.archive import sha256_file as file_sha256
 from rocmbuild.errors import FetchError, RecipeError, RequirementError
 from rocmbuild.recipe import Recipe
 
 FULL_SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 SHORT_SHA_RE = re.compile(r"^[0-9a-f]{4,39}$")
-CHUNK = 1024 * 1024
 #: identity used for cherry-pick commits (the original author is kept)
 COMMITTER = {
     "GIT_COMMITTER_NAME": "rocmbuild",
@@ -197,50 +197,6 @@ def describe_refs(refs: Mapping[str, str], limit: int = 8) -> str:
         more = f" (+{len(tags) - limit} more)" if len(tags) > limit else ""
         parts.append("tags: " + ", ".join(tags[-limit:]) + more)
     return "; ".join(parts) or "the remote has no branches or tags"
-
-
-def unsafe_member(member: tarfile.TarInfo) -> str | None:
-    """Why a tar member may not be extracted, or None if it is safe."""
-    name = member.name
-    p = PurePosixPath(name)
-    if name.startswith("/") or p.is_absolute() or re.match(r"^[A-Za-z]:", name):
-        return "absolute path"
-    if ".." in p.parts:
-        return "path with '..'"
-    if member.ischr() or member.isblk() or member.isfifo() or member.isdev():
-        return "device or FIFO"
-    if member.issym():
-        target = PurePosixPath(member.linkname)
-        if target.is_absolute():
-            return f"symlink to absolute path {member.linkname}"
-        if not _inside(p.parent / target):
-            return f"symlink pointing outside the tree ({member.linkname})"
-    if member.islnk():
-        target = PurePosixPath(member.linkname)
-        if target.is_absolute() or not _inside(target):
-            return f"hardlink pointing outside the tree ({member.linkname})"
-    if not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
-        return "unsupported member type"
-    return None
-
-
-def _inside(path: PurePosixPath) -> bool:
-    depth = 0
-    for part in path.parts:
-        if part in ("", "."):
-            continue
-        depth += -1 if part == ".." else 1
-        if depth < 0:
-            return False
-    return True
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(CHUNK), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 # --------------------------------------------------------------------------------------------
@@ -630,87 +586,6 @@ def read_version(recipe: Recipe, source_dir: Path) -> str | None:
 
 # --------------------------------------------------------------------------------------------
 # tarballs
-
-
-def download(url: str, dest: Path, expected: str) -> None:
-    """Fetch ``url`` (http/https/file/path) to ``dest`` via ``dest.part``, checking sha256."""
-    part = dest.with_name(dest.name + ".part")
-    part.parent.mkdir(parents=True, exist_ok=True)
-    h = hashlib.sha256()
-    parsed = urllib.parse.urlparse(url)
-    try:
-        with open(part, "wb") as out:
-            if parsed.scheme in ("http", "https"):
-                import requests
-
-                try:
-                    with requests.get(url, stream=True, timeout=(30, 300)) as resp:
-                        resp.raise_for_status()
-                        total = int(resp.headers.get("content-length") or 0) or None
-                        with ui.progress(f"downloading {Path(parsed.path).name}", total) as (prog, task):
-                            for chunk in resp.iter_content(CHUNK):
-                                out.write(chunk)
-                                h.update(chunk)
-                                prog.update(task, advance=len(chunk))
-                except requests.RequestException as exc:
-                    raise FetchError(f"cannot download {url}: {exc}",
-                                     "check the URL (source.tarball or --source), your network and proxy",
-                                     details={"url": url}) from exc
-            else:
-                local = Path(urllib.parse.unquote(parsed.path)) if parsed.scheme == "file" else Path(url).expanduser()
-                if parsed.scheme not in ("", "file"):
-                    raise FetchError(f"unsupported tarball URL scheme '{parsed.scheme}' in {url}",
-                                     "use https://, http://, file:// or a local path")
-                try:
-                    src = open(local, "rb")
-                except OSError as exc:
-                    raise FetchError(f"cannot read tarball {local}: {exc.strerror or exc}",
-                                     "check the path in source.tarball (or --source)", details={"url": url}) from exc
-                with src, ui.progress(f"copying {local.name}", local.stat().st_size) as (prog, task):
-                    for chunk in iter(lambda: src.read(CHUNK), b""):
-                        out.write(chunk)
-                        h.update(chunk)
-                        prog.update(task, advance=len(chunk))
-            out.flush()
-            os.fsync(out.fileno())
-    except BaseException:
-        part.unlink(missing_ok=True)
-        raise
-    got = h.hexdigest()
-    if got != expected:
-        part.unlink(missing_ok=True)
-        raise FetchError(
-            f"sha256 mismatch for {url}: expected {expected}, got {got}; the download was deleted",
-            "the file changed upstream or is corrupt: check source.sha256 (sha256sum FILE) and the URL",
-            details={"url": url, "expected": expected, "actual": got},
-        )
-    os.replace(part, dest)
-
-
-def safe_extract(archive: Path, dest: Path) -> None:
-    try:
-        tf = tarfile.open(archive, "r:*")
-    except (tarfile.TarError, OSError) as exc:
-        raise FetchError(f"cannot open tarball {archive}: {exc}", "check source.tarball points at a tar archive") from exc
-    with tf:
-        members = tf.getmembers()
-        for m in members:
-            why = unsafe_member(m)
-            if why:
-                raise FetchError(
-                    f"refusing to extract {archive.name}: member '{m.name}' is unsafe ({why}); nothing was extracted",
-                    "use a trusted archive; rocmbuild never writes outside the source directory",
-                    details={"member": m.name, "reason": why},
-                )
-        dest.mkdir(parents=True)
-        if hasattr(tarfile, "data_filter"):
-            try:
-                tf.extractall(dest, members=members, filter="data")
-            except tarfile.FilterError as exc:
-                raise FetchError(f"refusing to extract {archive.name}: {exc}",
-                                 "use a trusted archive; rocmbuild never writes outside the source directory") from exc
-        else:  # pragma: no cover - Python < 3.11.4
-            tf.extractall(dest, members=members)
 
 
 def _fetch_tarball(recipe: Recipe, home: Path, log: Path | None) -> Checkout:

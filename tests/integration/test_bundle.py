@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rocmbuild import build, bundle, lockfile, recipe, state
+from rocmbuild import build, bundle, lockfile, recipe
 from rocmbuild.errors import EXIT_BUILD, EXIT_INPUT, FetchError, InputError
 from tests.integration.test_build import do_build, make_checkout, make_recipe
 
