@@ -485,6 +485,16 @@ def judge(
                             "the stray copy or the LD_LIBRARY_PATH entry"))
     lib = libs[0] if len(libs) == 1 else None
 
+    # 3b. a second HIP runtime (e.g. a new MIOpen pulling /opt/rocm's libamdhip64 beside the copy
+    #     a pip wheel bundles in torch/lib) splits the GPU state between two runtimes: fail it
+    hips = {(h.dev, h.inode): h for h in report.loaded("hip")}
+    if len(hips) > 1:
+        checks.append(Check("hip runtime", False, "at most one libamdhip64 loaded",
+                            f"{len(hips)}: " + ", ".join(h.path for h in hips.values()),
+                            "two HIP runtimes are mapped into one process; the library was probably built against "
+                            "another ROCm than the one torch bundles: build against the same ROCm version, or "
+                            "point CMAKE_PREFIX_PATH at it"))
+
     # 4. identity with the file we placed
     if expected_file is not None:
         exp = Path(expected_file)

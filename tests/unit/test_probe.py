@@ -220,3 +220,15 @@ def test_probe_runs_without_torch_in_this_interpreter_module(monkeypatch):
     assert out["torch_error"].startswith("ModuleNotFoundError")
     assert out["smoke"]["status"] == "skipped"
     assert Path(out["python"]).name.startswith("python")
+
+
+def test_judge_two_hip_runtimes_fail_one_is_fine():
+    miopen = {"path": "/env/lib/libMIOpen.so.1.0", "kind": "miopen", "dev_major": 254, "dev_minor": 1,
+              "inode": 42, "deleted": False}
+    hip = [{"path": p, "kind": "hip", "dev_major": 254, "dev_minor": 1, "inode": i, "deleted": False}
+           for i, p in ((7, "/env/lib/python3.12/site-packages/torch/lib/libamdhip64.so"),
+                        (8, "/opt/rocm/lib/libamdhip64.so.7"))]
+    assert judge(report(libraries=[miopen, hip[0]])).ok
+    v = judge(report(libraries=[miopen, *hip]))
+    (bad,) = v.failures()
+    assert bad.name == "hip runtime" and "2:" in bad.found and "/opt/rocm/lib/libamdhip64.so.7" in bad.found
