@@ -6,11 +6,17 @@ process that has the old file mapped keeps its inode, whose bytes are never writ
 
 * **stage**: the new content is placed beside the destination as ``.<name>.rocmbuild-new-<txn>``:
   a hardlink of the source (the artifact's file, or a backup) when on the same filesystem, else a
-  copy (``copyfile`` + mode + fsync). Links are created under that temp name. Missing parent
-  directories (``Action.create_dirs``) are created first. Nothing is ever symlinked into the cache.
+  copy (``copyfile`` + mode/mtime, then the file is fsynced). Links are created under that temp
+  name. After the new name exists its directory is fsynced (a hardlink or symlink is only a
+  directory entry: that fsync is what makes it survive a power cut). Missing parent directories
+  (``Action.create_dirs``) are created first, each followed by an fsync of its parent. Nothing is
+  ever symlinked into the cache.
 * **backup**: a regular file that will be replaced is hardlinked into ``backups/<txn>/NNN-<name>``
   (copied only across filesystems): O(1), no byte copied, nothing hashed. A link needs no backup
-  file (its text is in the journal); an absent path needs none either.
+  file (its text is in the journal); an absent path needs none either. Whether the backup is a
+  copy is journaled (``step["backup_copied"]``): a file restored from a copy is a new inode, so its
+  "is it the before state again?" check compares size + mode instead of the inode and, only when
+  those match, the sha256 against the backup's (:meth:`FileAction.is_before`).
 * **apply**: ``os.replace(staged, dest)`` (``remove`` unlinks the destination instead).
 * **revert**: put the ``before`` state back. A file: hardlink the backup to
   ``.<name>.rocmbuild-old-<txn>`` and rename it over the destination, so the original *inode* is
@@ -28,7 +34,7 @@ import shutil
 from pathlib import Path
 
 from rocmbuild.plan import Action, PathState, observe
-from rocmbuild.state import fsync_dir
+from rocmbuild.state import fsync_dir, makedirs_durable
 
 
 def staged_name(dest: Path, txn: str) -> Path:
@@ -62,17 +68,36 @@ def link_or_copy(src: Path, dst: Path) -> bool:
     with open(src, "rb") as fi, open(tmp, "wb") as fo:
         shutil.copyfileobj(fi, fo, 1 << 20)
         fo.flush()
-        os.fsync(fo.fileno())
-    shutil.copystat(src, tmp)  # mode and mtime, so the copy's identity can be compared
+        shutil.copystat(src, tmp)  # mode and mtime, so the copy's identity can be compared
+        os.fsync(fo.fileno())  # data and the inode (mode, mtime) together
     os.replace(tmp, dst)
     return True
+
+
+def _fsync_parent(path: Path) -> None:
+    try:
+        fsync_dir(Path(path).parent)
+    except FileNotFoundError:
+        pass
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 class FileAction:
     """Base: one destination path of one transaction."""
 
-    def __init__(self, action: Action, txn: str, backup_dir: Path, index: int) -> None:
+    def __init__(self, action: Action, txn: str, backup_dir: Path, index: int, *,
+                 backup_copied: bool = False) -> None:
         self.action = action
+        self.backup_copied = backup_copied  # the backup is a copy (another filesystem), not the inode
         self.txn = txn
         self.dest = Path(action.path)
         self.staged = staged_name(self.dest, txn)
@@ -86,7 +111,8 @@ class FileAction:
             try:
                 os.mkdir(d)
             except FileExistsError:
-                pass
+                continue
+            _fsync_parent(Path(d))  # the new directory's entry in its parent
 
     def stage(self) -> PathState:
         """Place the new content under the temp name; returns its identity (the "after")."""
@@ -105,22 +131,39 @@ class FileAction:
             return False  # done already (idempotent)
         if existing.kind == "file" and existing.size == self.before.size and \
                 existing.mtime_ns == self.before.mtime_ns and existing.dev != self.before.dev:
+            self.backup_copied = True
             return False  # a cross-filesystem copy made before
         now = observe(self.dest)
         if now.kind != "file" or (now.dev, now.inode) != (self.before.dev, self.before.inode):
             raise OSError(errno.ESTALE, f"{self.dest} changed since it was planned", str(self.dest))
-        self.backup_path.parent.mkdir(parents=True, exist_ok=True)
-        return link_or_copy(self.dest, self.backup_path)
+        makedirs_durable(self.backup_path.parent)
+        self.backup_copied = link_or_copy(self.dest, self.backup_path)
+        return self.backup_copied
+
+    def is_before(self, now: PathState) -> bool:
+        """``now`` is this path's before state: the same inode; or, when the backup is a copy
+        (another filesystem, so a restore made a new inode), the same size and mode and -- only
+        then, lazily -- the same sha256 as the backup. (Size + mtime_ns + mode alone cannot tell
+        two builds apart: reproducible builds share an mtime, and same-size versions exist.)"""
+        b = self.before
+        if now.kind != b.kind:
+            return False
+        if b.kind == "link":
+            return now.target == b.target
+        if b.kind != "file":
+            return True
+        if (now.dev, now.inode) == (b.dev, b.inode):
+            return True
+        if not self.backup_copied or (now.size, now.mode) != (b.size, b.mode):
+            return False
+        try:
+            return _sha256(self.dest) == _sha256(self.backup_path)
+        except OSError:
+            return False
 
     # -- apply -----------------------------------------------------------------------------
     def apply(self) -> None:
         os.replace(self.staged, self.dest)
-
-    def is_applied(self, after: PathState | None) -> bool:
-        now = observe(self.dest)
-        if after is None:
-            return False
-        return now.same(after)
 
     # -- revert ----------------------------------------------------------------------------
     def revert(self, after: PathState | None) -> str | None:
@@ -129,7 +172,7 @@ class FileAction:
         now = observe(self.dest)
         b = self.before
         if b.kind == "file":
-            if now.kind == "file" and (now.dev, now.inode) == (b.dev, b.inode):
+            if self.is_before(now):
                 return ""
             bk = observe(self.backup_path)
             if bk.kind != "file":
@@ -172,12 +215,6 @@ class FileAction:
                   self.restore_tmp.parent / (self.restore_tmp.name + ".part")):
             _unlink(p)
 
-    def sync(self) -> None:
-        try:
-            fsync_dir(self.dest.parent)
-        except FileNotFoundError:
-            pass
-
 
 class ReplaceFile(FileAction):
     """A regular file (or whatever was there) replaced by ``action.source``'s content."""
@@ -188,7 +225,8 @@ class ReplaceFile(FileAction):
         cur = observe(self.staged)
         srcst = observe(src)
         if not (cur.kind == "file" and (cur.dev, cur.inode) == (srcst.dev, srcst.inode)):
-            link_or_copy(src, self.staged)
+            link_or_copy(src, self.staged)  # a copy is fsynced there
+        _fsync_parent(self.staged)  # the new directory entry (all a hardlink is)
         return observe(self.staged)
 
 
@@ -203,6 +241,7 @@ class ReplaceLink(FileAction):
         self._make_dirs()
         _unlink(self.staged)
         os.symlink(self.action.link or "", self.staged)
+        _fsync_parent(self.staged)
         return PathState("link", target=self.action.link)
 
 
@@ -222,5 +261,5 @@ class RemoveFile(FileAction):
 KINDS = {"replace_file": ReplaceFile, "add_file": AddFile, "replace_link": ReplaceLink, "remove": RemoveFile}
 
 
-def make(action: Action, txn: str, backup_dir: Path, index: int) -> FileAction:
-    return KINDS[action.kind](action, txn, backup_dir, index)
+def make(action: Action, txn: str, backup_dir: Path, index: int, *, backup_copied: bool = False) -> FileAction:
+    return KINDS[action.kind](action, txn, backup_dir, index, backup_copied=backup_copied)

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterable, Protocol
 
@@ -405,12 +405,6 @@ def make(artifact: Any, facts: TargetFacts, *, allow_outside_prefix: bool = Fals
     )
 
 
-def with_observed(plan: Plan, observer: Observer | None = None) -> Plan:
-    """The same plan with every ``before`` observed again (used under the lock)."""
-    obs = observer or FsObserver()
-    return replace(plan, actions=tuple(replace(a, before=obs.state(Path(a.path))) for a in plan.actions))
-
-
 @dataclass(frozen=True)
 class Undo:
     """One path of a rollback: what it should be now, and what it must become."""
@@ -420,6 +414,9 @@ class Undo:
     desired: PathState  # what it was before the earliest undone transaction
     backup: str | None  # the file holding ``desired`` content (a hardlink in backups/<txn>/)
     txn: str  # the transaction whose "before" is restored
+    copied: bool = False  # the backup is a copy (another filesystem): a restore makes a new inode
+
+
 
 
 def make_rollback(undos: Iterable[Undo], *, prefix: str, python: str, libdir: str, layout: str,
@@ -445,6 +442,11 @@ def make_rollback(undos: Iterable[Undo], *, prefix: str, python: str, libdir: st
                     "its backups were pruned (--keep); pick a later transaction with --to",
                 )
             done = now.kind == "file" and (now.dev, now.inode) == (u.desired.dev, u.desired.inode)
+            if not done and u.copied and now.kind == "file" and (now.size, now.mode) == (
+                    u.desired.size, u.desired.mode):
+                # restored from a copied backup: a new inode; the same bytes as the backup (hashed
+                # only here: a copied path whose size and mode already match)
+                done = obs.sha256(Path(u.path)) == obs.sha256(Path(u.backup))
             actions.append(Action("replace_file" if now.kind != "absent" else "add_file", u.path, "restore", now,
                                   source=u.backup, size=u.desired.size, done=done,
                                   create_dirs=_missing_dirs(Path(u.path), obs) if now.kind == "absent" else ()))

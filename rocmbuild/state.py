@@ -6,7 +6,9 @@
 * A target's own state lives with it, on the same filesystem: ``<prefix>/.rocmbuild/``.
 
 Every write that matters goes through :func:`atomic_write_bytes`: a temp file in the same
-directory, fsync, ``os.replace``, fsync of the directory.
+directory, fsync, ``os.replace``, fsync of the directory. Directories that must survive a power cut
+(``journal/``, ``backups/<txn>/``, the state dir itself) are made by :func:`makedirs_durable`: each
+new directory is followed by an fsync of its parent, the only place its name is recorded.
 """
 
 from __future__ import annotations
@@ -35,9 +37,30 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def makedirs_durable(path: Path) -> None:
+    """``mkdir -p path``, fsyncing the parent of every directory it creates (a new directory's
+    name lives in its parent; without that fsync a power cut can lose it, and what is inside)."""
+    path = Path(path)
+    missing = []
+    d = path
+    while not d.is_dir():
+        missing.append(d)
+        if d.parent == d:
+            break
+        d = d.parent
+    for d in reversed(missing):
+        try:
+            os.mkdir(d)
+        except FileExistsError:
+            if not d.is_dir():
+                raise
+            continue
+        fsync_dir(d.parent)
+
+
 def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    makedirs_durable(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -143,7 +166,7 @@ class TargetLock:
                 self.fd = None  # no state yet: nothing to exclude, nothing written
                 return self
         else:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            makedirs_durable(self.path.parent)
             self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         op = fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX
         try:

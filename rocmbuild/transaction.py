@@ -16,26 +16,37 @@ caller holds the target's lock (:class:`rocmbuild.state.TargetLock`) and has rec
    ``after-swap`` after the last (state ``swapped``).
 5. **verify** through the caller's callback (the workflow runs the probe in the target's Python, a
    fresh process). state ``verified``; failpoint ``after-verify``.
-6. **commit**: state ``committed``; one line appended to ``history.jsonl``; backups kept, older
-   ones pruned by ``keep`` (and the pruning is reported).
+6. **commit**: state ``committed`` (with ``history_written: false``); failpoint ``after-commit``;
+   one line appended to ``history.jsonl``, then ``history_written: true``; backups kept, older ones
+   pruned by ``keep`` (see :func:`prune`; the pruning is reported).
 
 On a failed verification, any exception, or Ctrl-C at any step: every swapped path is reverted from
 its backup by rename (failpoint ``mid-rollback`` fires after the first revert of several), staged
 temps are removed, the old state is re-verified through ``verify_restored``, the journal is marked
-``rolled_back`` and :class:`VerifyError` (exit 4) lists the failed checks. A failure before the
-first rename only cleans up and re-raises.
+``rolled_back`` and :class:`VerifyError` (exit 4, the original exception as its ``__cause__``)
+lists the failed checks. A failure before the first rename only cleans up and re-raises. The
+reverts never depend on the journal: every journal write of the rollback is attempted in
+``try/except`` (a full or failing disk -- ENOSPC, EIO -- is often why we are rolling back), every
+path is reverted by rename from its backup whatever happens, and the backups are kept until the
+journal says ``rolled_back`` (a journal left unfinished is finished by the next recovery). Backups
+are also kept when a restored path is not confirmed to be its old self; the result says so.
 
 Recovery (:func:`recover`): any journal not ``committed`` or ``rolled_back`` is rolled back --
 including one killed at ``verified`` (verified but not committed): the issue asks for "exactly the
 old state" after any interrupted run, and a commit the user never saw succeed is not one to keep.
 Every revert step is state-based (it compares what is on disk with the journal), so recovery can
-be interrupted and re-run any number of times.
+be interrupted and re-run any number of times. Recovery also writes the ``history.jsonl`` line of
+a finished journal whose ``history_written`` is false (killed between the journal's final state
+and the history append), once: it checks that no line with that id exists first.
 
 Failpoints: ``ROCMBUILD_FAILPOINTS=name[,name]`` makes the process ``os._exit(137)`` at the named
 step (the way a SIGKILL would: no cleanup, no ``finally``). Names: :data:`FAILPOINTS`.
 
-Rollback model (:func:`rollback_plan`): a transaction is *active* when it is committed and no
-later active transaction undid it. ``rollback`` undoes the latest active ``apply`` (so repeated
+Rollback model (:func:`rollback_plan`): a transaction is *active* when it is committed and its
+effect is still in place (:func:`active` replays the journals: an apply becomes active; a rollback
+that undid a suffix of the active list from X on leaves the list exactly as it was before X, plus
+itself -- so undoing a rollback redoes what it undid, and nothing undone earlier comes back).
+``rollback`` undoes the latest active ``apply`` (so repeated
 rollbacks walk back through the applies); ``rollback --to TXN`` undoes every active transaction
 from TXN on (rollbacks included, so ``--to <a rollback's id>`` redoes what it undid), restoring
 for each path the state before the earliest one that touched it, from that transaction's backup.
@@ -58,11 +69,11 @@ from typing import Any, Callable
 
 from rocmbuild import actions as _actions
 from rocmbuild import state, ui
-from rocmbuild.errors import RocmbuildError, TargetError, VerifyError
+from rocmbuild.errors import InputError, RocmbuildError, TargetError, VerifyError
 from rocmbuild.plan import Plan, PathState, Undo, observe
 
 FAILPOINTS = ("after-journal", "after-stage", "after-backup", "mid-swap", "after-swap", "after-verify",
-              "mid-rollback")
+              "mid-rollback", "after-commit")
 FINISHED = ("committed", "rolled_back")
 JOURNAL_SCHEMA = 1
 
@@ -193,7 +204,8 @@ def _file_actions(j: Journal) -> list[tuple[_actions.FileAction, dict[str, Any]]
     out = []
     for step in j.data["steps"]:
         a = plan.actions[step["index"]]
-        out.append((_actions.make(a, j.id, bdir, step["index"]), step))
+        out.append((_actions.make(a, j.id, bdir, step["index"], backup_copied=bool(step.get("backup_copied"))),
+                    step))
     return out
 
 
@@ -223,7 +235,10 @@ def _verdict_json(verdict: Any) -> dict[str, Any] | None:
 
 
 def expectation_after(plan: Plan) -> Expectation:
-    return Expectation(plan.library, plan.version_after, plan.encoding, library_name=plan.library_name)
+    # a rollback's "after" is an earlier state: checked like a restored one (identity and version;
+    # an incompatibility it always had is a warning, not a reason to undo the rollback)
+    return Expectation(plan.library, plan.version_after, plan.encoding, restored=plan.verb == "rollback",
+                       library_name=plan.library_name)
 
 
 def expectation_before(plan: Plan) -> Expectation:
@@ -257,8 +272,10 @@ def execute(plan: Plan, *, verify: Verify | None, verify_restored: Verify | None
         failpoint("after-stage")
         # backup
         copied = 0
-        for fa, _ in fas:
+        for fa, step in fas:
             copied += int(fa.backup())
+            if fa.backup_copied:
+                step["backup_copied"] = True  # restores from it make a new inode (see FileAction.is_before)
         if fas and backup_dir(sdir, txn).is_dir():
             state.fsync_dir(backup_dir(sdir, txn))
         j.set(state="backed_up", backup_copies=copied)
@@ -301,9 +318,13 @@ def execute(plan: Plan, *, verify: Verify | None, verify_restored: Verify | None
         restored = _finish_rollback(j, reason=_reason(exc), verify_restored=verify_restored)
         raise _verify_error(j, plan, exc, restored) from (None if isinstance(exc, _VerifyFailed) else exc)
     # commit
-    j.set(state="committed", committed=_now())
-    record = history_record(j, outcome="committed")
-    state.append_history(sdir, record)
+    j.set(state="committed", committed=_now(), history_outcome="committed", history_written=False)
+    failpoint("after-commit")
+    try:
+        _write_history(j)
+    except OSError as exc:  # committed all the same: the next command's recovery writes the line
+        ui.warn(f"{plan.verb} {txn} is committed, but its history line could not be written ({exc}); "
+                "the next rocmbuild command on this target writes it")
     out = Outcome(txn, plan.verb, "committed", plan, _verdict_json(verdict))
     if keep is not None:
         out.pruned = prune(sdir, keep)
@@ -336,9 +357,17 @@ def _verify_error(j: Journal, plan: Plan, exc: BaseException, restored: dict[str
             else f"{plan.verb} {j.id}: {_reason(exc)}; every change was rolled back")
     back = ("the old state verifies again" if restored.get("ok")
             else "WARNING: the restored old state did not verify: " + "; ".join(
-                f"{f.get('name')}: {f.get('found')}" for f in restored.get("failures", [])))
+                [f"{f.get('name')}: {f.get('found')}" for f in restored.get("failures", [])]
+                + list(restored.get("paths", []))))
+    extra = [f"warning: the restored old state: {w.get('name')}: {w.get('found')}"
+             for w in restored.get("warnings", [])]
+    if restored.get("backups_kept"):
+        extra.append(f"the backups are kept in {restored['backups_kept']}")
+    if restored.get("journal_errors"):
+        extra.append("the journal could not be updated (" + "; ".join(restored["journal_errors"])
+                     + "): the next rocmbuild command (or `rocmbuild recover`) finishes it")
     return VerifyError(
-        "\n".join([head, *lines, back]),
+        "\n".join([head, *lines, back, *extra]),
         "read the failed checks above; `rocmbuild status` shows what the environment loads now",
         details={"txn": j.id, "failures": failures, "restored": restored,
                  "verdict": _verdict_json(getattr(exc, "verdict", None))},
@@ -347,15 +376,36 @@ def _verify_error(j: Journal, plan: Plan, exc: BaseException, restored: dict[str
 
 def _finish_rollback(j: Journal, *, reason: str, verify_restored: Verify | None, quiet: bool = False,
                      recovered: bool = False) -> dict[str, Any]:
-    """Revert every path of ``j`` to its before state, clean up, mark rolled back, write history."""
+    """Revert every path of ``j`` to its before state, clean up, mark rolled back, write history.
+
+    The reverts never depend on the journal: each journal write is attempted and a failure
+    (ENOSPC, EIO: often the very reason for this rollback) is recorded in the result
+    (``journal_errors``), never raised from here; every path is reverted whatever happens. The
+    backups are removed only when every path is confirmed to be its old self *and* the journal
+    says ``rolled_back``; else they are kept (``backups_kept``) for a later recovery or by hand."""
     was = j.state
-    j.set(state="rolling_back", reason=reason, state_before_rollback=j.data.get("state_before_rollback", was))
+    journal_errors: list[str] = []
+
+    def record(**kw: Any) -> bool:
+        try:
+            j.set(**kw)
+            return True
+        except OSError as exc:
+            journal_errors.append(f"{type(exc).__name__}: {exc}")
+            return False
+
+    record(state="rolling_back", reason=reason, state_before_rollback=j.data.get("state_before_rollback", was))
     fas = _file_actions(j)
     messages = []
+    revert_errors: list[BaseException] = []
     n = 0
     for fa, step in reversed(fas):
         after = PathState.from_json(step.get("after")) if step.get("after") else None
-        msg = fa.revert(after)
+        try:
+            msg = fa.revert(after)
+        except OSError as exc:  # e.g. a missing backup: still revert every other path
+            revert_errors.append(exc)
+            continue
         if msg:
             messages.append(msg)
             n += 1
@@ -367,45 +417,105 @@ def _finish_rollback(j: Journal, *, reason: str, verify_restored: Verify | None,
         fa.remove_created_dirs()
     for d in {fa.dest.parent for fa, _ in fas}:
         if d.exists():
-            state.fsync_dir(d)
-    # confirm by identity: every path is its before state again
+            try:
+                state.fsync_dir(d)
+            except OSError as exc:
+                journal_errors.append(f"fsync {d}: {exc}")
+    if revert_errors:
+        raise revert_errors[0]  # the journal stays unfinished: the next recovery retries
+    # confirm by identity: every path is its before state again (a restore from a copied backup
+    # is a new inode: then size + mtime_ns + mode, see FileAction.is_before)
     wrong = []
     for fa, _ in fas:
         now = observe(fa.dest)
-        b = fa.before
-        ok = (now.kind == b.kind and (b.kind != "file" or (now.dev, now.inode) == (b.dev, b.inode))
-              and (b.kind != "link" or now.target == b.target))
-        if not ok:
-            wrong.append(f"{fa.dest}: expected {b.describe()}, found {now.describe()}")
+        if not fa.is_before(now):
+            wrong.append(f"{fa.dest}: expected {fa.before.describe()}, found {now.describe()}")
     restored: dict[str, Any] = {"ok": not wrong, "paths": wrong, "failures": []}
     if verify_restored is not None and not wrong:
         try:
             v = verify_restored(expectation_before(j.plan))
             restored = {"ok": bool(getattr(v, "ok", False)), "failures": _failures(v), "verdict": _verdict_json(v)}
+            warnings = (restored["verdict"] or {}).get("warnings") if isinstance(restored["verdict"], dict) else None
+            if warnings:
+                restored["warnings"] = warnings
         except Exception as exc:  # noqa: BLE001 - report, never mask the rollback
             restored = {"ok": False, "failures": [{"name": "probe", "found": str(exc)}]}
-    shutil.rmtree(backup_dir(Path(j.plan.state_dir), j.id), ignore_errors=True)
-    j.set(state="rolled_back", rolled_back=_now(), restored=restored, revert_messages=messages)
-    if was != "planned" or recovered:
-        outcome = f"recovered: rolled back (interrupted at '{was}')" if recovered else f"rolled back: {reason}"
-        state.append_history(Path(j.plan.state_dir), history_record(j, outcome=outcome))
+    bdir = backup_dir(Path(j.plan.state_dir), j.id)
+    if wrong and bdir.is_dir():
+        restored["backups_kept"] = str(bdir)
+        msg = (f"the backups of {j.id} are kept in {bdir}: {len(wrong)} path(s) were not confirmed to be "
+               "their old selves again")
+        messages.append(msg)
+        if quiet:
+            ui.warn(msg)
+    needs_history = was != "planned" or recovered
+    outcome = (f"recovered: rolled back (interrupted at '{was}')" if recovered else f"rolled back: {reason}")
+    marked = record(state="rolled_back", rolled_back=_now(), restored=restored, revert_messages=messages,
+                    history_outcome=outcome if needs_history else None, history_written=not needs_history)
+    if marked and not wrong:
+        shutil.rmtree(bdir, ignore_errors=True)
+    elif not marked and bdir.is_dir():
+        restored["backups_kept"] = str(bdir)
+    if marked and needs_history:
+        try:
+            _write_history(j)
+        except OSError as exc:
+            journal_errors.append(f"history: {type(exc).__name__}: {exc}")
+    if journal_errors:
+        restored["journal_errors"] = journal_errors
     if not quiet:
         for m in messages:
             ui.info(m)
     return restored
 
 
+def _write_history(j: Journal) -> bool:
+    """Append ``j``'s history line unless one with its id is there already; then journal that it
+    was written. Returns True when a line was appended."""
+    sdir = Path(j.plan.state_dir)
+    appended = False
+    if not any(r.get("id") == j.id for r in state.read_history(sdir)):
+        state.append_history(sdir, history_record(j, outcome=j.data.get("history_outcome") or j.state))
+        appended = True
+    j.set(history_written=True)
+    return appended
+
+
+def _history_missing(state_dir: Path) -> list[Journal]:
+    return [j for j in journals(state_dir) if j.state in FINISHED and j.data.get("history_written") is False]
+
+
+def needs_recovery(state_dir: Path) -> bool:
+    """Something for :func:`recover` to do: an unfinished journal, or a finished one whose history
+    line was never written."""
+    return any(j.state not in FINISHED or j.data.get("history_written") is False for j in journals(state_dir))
+
+
 def recover(state_dir: Path, *, verify_restored: Verify | None = None) -> list[dict[str, Any]]:
-    """Roll back every unfinished transaction in ``state_dir`` (caller holds the lock)."""
+    """Roll back every unfinished transaction in ``state_dir`` (caller holds the lock), and write
+    the missing history line of any finished one. Returns the rolled-back transactions."""
     done = []
+    journal_errors: list[str] = []
     for j in pending(state_dir):
         was = j.data.get("state_before_rollback") if j.state == "rolling_back" else j.state
         restored = _finish_rollback(j, reason=f"recovered after an interruption at '{was}'",
                                     verify_restored=verify_restored, quiet=True, recovered=True)
+        journal_errors += restored.get("journal_errors", [])
         done.append({"id": j.id, "verb": j.data["verb"], "interrupted_at": was, "restored": restored,
                      "actions": j.data.get("revert_messages", [])})
         ui.warn(f"recovered interrupted {j.data['verb']} {j.id} (stopped at '{was}'): rolled back to the "
                 f"state before it" + (f"; {len(j.data.get('revert_messages', []))} path(s) restored"))
+    for j in _history_missing(state_dir):
+        try:
+            if _write_history(j):
+                ui.warn(f"wrote the missing history line of {j.data['verb']} {j.id} ({j.state})")
+        except OSError as exc:
+            journal_errors.append(f"history of {j.id}: {exc}")
+    if journal_errors:
+        raise TargetError(
+            "recovery restored the files but could not record it: " + "; ".join(journal_errors),
+            "free some space (or fix the disk) and run `rocmbuild recover` again; it is safe to repeat",
+            details={"recovered": done, "journal_errors": journal_errors})
     return done
 
 
@@ -445,14 +555,59 @@ def backup_bytes(state_dir: Path) -> int:
     return _dir_unique_bytes(Path(state_dir) / "backups")
 
 
+def protected_backups(state_dir: Path) -> set[str]:
+    """The transactions whose backups :func:`prune` never removes:
+
+    * for every path touched by the active transactions from the oldest active ``apply`` on, the
+      earliest of them that touched it *and replaced a file there* (its backup holds that path's
+      pre-rocmbuild file -- the stock library a user wants back): ``rollback --to <oldest apply>``
+      needs exactly these;
+    * the newest active transaction (what was just done; a plain ``rollback`` undoes it)."""
+    act = active(state_dir)
+    if not act:
+        return set()
+    out = {act[-1].id}
+    first_apply = next((i for i, j in enumerate(act) if j.data["verb"] == "apply"), None)
+    if first_apply is not None:
+        seen: set[str] = set()
+        for j in act[first_apply:]:
+            plan = j.plan
+            for step in j.data["steps"]:
+                a = plan.actions[step["index"]]
+                if a.path in seen:
+                    continue
+                seen.add(a.path)
+                if a.before.kind == "file":
+                    out.add(j.id)
+    return out
+
+
 def prune(state_dir: Path, keep: int) -> list[dict[str, Any]]:
-    """Remove the backups of all but the newest ``keep`` committed transactions; say so."""
-    keep = max(0, keep)
+    """Remove backups so that about ``keep`` transactions keep theirs; say so. ``keep < 1`` is a
+    ValueError.
+
+    The rule: only finished transactions' backups are candidates (an unfinished journal's backups
+    are what its recovery restores). Never removed: the backups :func:`protected_backups` names --
+    those holding the original pre-rocmbuild files (so ``rollback --to <oldest active apply>``
+    always works, however many applies a boot loop made) and the newest active transaction's. The
+    others go, as many as exceed ``keep``: first those of transactions no longer in effect (undone,
+    or rolled back with their backups kept), oldest first, then active ones, oldest first. Protected
+    backups count towards ``keep``, so more than ``keep`` may remain when they alone exceed it."""
+    if keep < 1:
+        raise ValueError(f"keep must be at least 1 (got {keep}): keep 0 would remove the backups of "
+                         "the transaction just made, and those of the original files")
+    state_dir = Path(state_dir)
     with_backups = [j for j in journals(state_dir)
-                    if j.state == "committed" and backup_dir(state_dir, j.id).is_dir()]
-    victims = with_backups[: max(0, len(with_backups) - keep)]
+                    if j.state in FINISHED and backup_dir(state_dir, j.id).is_dir()]
+    excess = len(with_backups) - keep
+    if excess <= 0:
+        return []
+    protected = protected_backups(state_dir)
+    in_effect = {j.id for j in active(state_dir)}
+    candidates = sorted((j for j in with_backups if j.id not in protected),
+                        key=lambda j: (j.id in in_effect, _seq(j.id), j.id))
     out = []
-    for j in victims:
+    for j in candidates[:excess]:
         freed = _dir_unique_bytes(backup_dir(state_dir, j.id))
         shutil.rmtree(backup_dir(state_dir, j.id), ignore_errors=True)
         j.set(backups_pruned=_now())
@@ -466,16 +621,29 @@ def prune(state_dir: Path, keep: int) -> list[dict[str, Any]]:
 
 
 def active(state_dir: Path) -> list[Journal]:
-    """Committed transactions no later active transaction undid, oldest first."""
-    committed = [j for j in journals(state_dir) if j.state == "committed"]
-    undone: set[str] = set()
-    out = []
-    for j in reversed(committed):
-        if j.id in undone:
+    """Committed transactions whose effect is in place, oldest first (a replay of the journals).
+
+    An apply is appended. A rollback that undid a *suffix* of the active list, from X on
+    (``rollback --to X``), leaves the list as it was just before X was committed, plus itself:
+    undoing a rollback therefore redoes what that rollback undid, and nothing else comes back.
+    A rollback that undid something else (plain ``rollback``: the latest apply, with later
+    rollbacks still in effect) removes what it undid and appends itself."""
+    act: list[Journal] = []
+    before: dict[str, list[Journal]] = {}  # id -> the active list just before it was committed
+    for j in journals(state_dir):
+        if j.state != "committed":
             continue
-        out.append(j)
-        undone.update(j.plan.undoes)
-    return list(reversed(out))
+        before[j.id] = list(act)
+        undoes = set(j.plan.undoes)
+        if undoes:
+            ids = [x.id for x in act]
+            idx = min((ids.index(u) for u in undoes if u in ids), default=None)
+            if idx is not None and set(ids[idx:]) == undoes and ids[idx] in before:
+                act = list(before[ids[idx]])
+            else:
+                act = [x for x in act if x.id not in undoes]
+        act.append(j)
+    return act
 
 
 def _latest_after(act: list[Journal]) -> dict[str, tuple[Journal, PathState]]:
@@ -499,6 +667,28 @@ def drift(state_dir: Path) -> list[dict[str, Any]]:
     return out
 
 
+def resolve_txn(ids: list[str], to: str) -> str:
+    """The transaction id ``to`` names among ``ids`` (all journals of the target, not only those
+    in effect): the exact id, or a prefix that only one id has. An empty ``to`` is an InputError;
+    an ambiguous prefix (the candidates are listed) and an unknown one (the ids are listed) are
+    TargetErrors (a subclass of InputError: exit 2; the JSON contract names rollback refusals so)."""
+    to = (to or "").strip()
+    if not to:
+        raise InputError("--to needs a transaction id (or a prefix of one); an empty one names nothing",
+                         "`rocmbuild history` lists the transaction ids", details={"known": ids})
+    if to in ids:
+        return to
+    matches = [i for i in ids if i.startswith(to)]
+    if len(matches) == 1:
+        return matches[0]
+    if matches:  # TargetError: an InputError (exit 2) about this target's transactions
+        raise TargetError(f"--to {to} is ambiguous: it is the start of {len(matches)} transaction ids: "
+                         + ", ".join(matches), "give more of the id (or all of it)",
+                         details={"candidates": matches})
+    raise TargetError(f"--to {to}: no transaction of this target has that id; known: " + (", ".join(ids) or "none"),
+                     "`rocmbuild history` lists the transaction ids", details={"known": ids})
+
+
 def rollback_plan(state_dir: Path, *, to: str | None = None, force: bool = False) -> Plan:
     from rocmbuild import plan as _plan
 
@@ -510,15 +700,16 @@ def rollback_plan(state_dir: Path, *, to: str | None = None, force: bool = False
                               "`rocmbuild history` lists the transactions")
         undo = [applies[-1]]
     else:
+        everything = journals(state_dir)
+        full = resolve_txn([j.id for j in everything], to)
         ids = [j.id for j in act]
-        matches = [i for i in ids if i == to or i.startswith(to)]
-        if len(matches) != 1:
-            known = [j for j in journals(state_dir) if j.id == to or j.id.startswith(to)]
-            why = ("it is not in effect (" + known[0].state + (", undone" if known[0].state == "committed" else "")
-                   + ")") if known else "no such transaction"
-            raise TargetError(f"cannot roll back to {to}: {why}",
-                              "`rocmbuild history` lists the transactions that can be rolled back")
-        undo = act[ids.index(matches[0]):]
+        if full not in ids:
+            known = next(j for j in everything if j.id == full)
+            why = known.state + (", undone since" if known.state == "committed" else "")
+            raise TargetError(f"cannot roll back to {full}: it is not in effect ({why})",
+                              "`rocmbuild history` marks the transactions in effect; pick one of those",
+                              details={"txn": full, "state": known.state, "in_effect": ids})
+        undo = act[ids.index(full):]
     latest = _latest_after(act)
     earliest: dict[str, tuple[Journal, dict[str, Any]]] = {}
     for j in reversed(undo):
@@ -531,7 +722,7 @@ def rollback_plan(state_dir: Path, *, to: str | None = None, force: bool = False
         backup = None
         if a.before.kind == "file":
             backup = str(_actions.make(a, j.id, backup_dir(state_dir, j.id), step["index"]).backup_path)
-        undos.append(Undo(path, latest[path][1], a.before, backup, j.id))
+        undos.append(Undo(path, latest[path][1], a.before, backup, j.id, copied=bool(step.get("backup_copied"))))
         remove_dirs.extend(a.create_dirs)
     first, last = undo[0].plan, undo[-1].plan
     remove_dirs = sorted(set(remove_dirs), key=lambda d: -len(d))

@@ -217,23 +217,64 @@ from rocmbuild.errors import TargetError, VerifyError
 def _verifier(python: Path, *, timeout: float, smoke: bool):
     """The verify callback: the probe in the target's Python (a fresh process), judged against the
     expectation (which file must be loaded, which version). The smoke test runs only for the new
-    state; checking that an old state is back needs no GPU test."""
+    state; checking that an old state is back (``Expectation.restored``: a rollback, or the restore
+    after a failed apply) needs no GPU test, and requires identity and version only: a failed
+    compatibility check is reported as a warning (ui.warn, and ``verdict.warnings`` in the result
+    JSON: the JSON contract in docs/json.md fixes the top-level keys)."""
     from rocmbuild import probe
 
     def verify(exp: "_txn.Expectation"):
         want_smoke = smoke and not exp.restored
         report = probe.run_probe(python, timeout=timeout, smoke=want_smoke)
-        return probe.judge(report, library=exp.library_name, encoding=exp.encoding, expect=exp.version,
-                           expected_file=Path(exp.library), smoke=want_smoke)
+        verdict = probe.judge(report, library=exp.library_name, encoding=exp.encoding, expect=exp.version,
+                              expected_file=Path(exp.library), smoke=want_smoke)
+        if not exp.restored:
+            return verdict
+        relaxed = _RestoredVerdict(verdict)
+        for c in relaxed.warnings:
+            ui.warn(f"the restored state fails the {c.name} check (it did before rocmbuild changed it, too): "
+                    f"{c.found}" + (f"\n{c.message}" if c.message else ""))
+        return relaxed
 
     return verify
+
+
+class _RestoredVerdict:
+    """A verdict on an *earlier* state put back (a rollback, or the restore after a failed apply):
+    only what proves it is that state counts -- torch imports, one library loaded, it is the file
+    restored (identity), at the version it had. A failed runtime/compile-time compatibility check
+    is a warning: that state had it before rocmbuild ever changed anything (e.g. a stock 3.6 under
+    a torch compiled against 3.5), and refusing to go back there would leave no way back at all."""
+
+    WARN_ONLY = ("compatibility",)
+
+    def __init__(self, verdict) -> None:
+        self.verdict = verdict
+        self.checks = verdict.checks
+        self.report = verdict.report
+        self.warnings = tuple(c for c in verdict.checks if not c.ok and c.name in self.WARN_ONLY)
+        self.ok = all(c.ok for c in verdict.checks if c.name not in self.WARN_ONLY)
+
+    def failures(self):
+        return tuple(c for c in self.checks if not c.ok and c.name not in self.WARN_ONLY)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.verdict.to_json(), "ok": self.ok, "failures": [c.name for c in self.failures()],
+                "warnings": [c.to_json() for c in self.warnings]}
+
+    def render(self) -> str:
+        return self.verdict.render()
+
+
+def _warnings(verdict: dict[str, Any] | None) -> list[dict[str, Any]]:
+    return list((verdict or {}).get("warnings") or [])
 
 
 def _recover_prefix(prefix: Path, *, wait: bool, verify_restored=None) -> list[dict[str, Any]]:
     """Recover every unfinished journal of the target (each state dir under its lock)."""
     out: list[dict[str, Any]] = []
     for d in state.state_dirs_for(prefix):
-        if _txn.pending(d):
+        if _txn.needs_recovery(d):
             with state.TargetLock(d, wait=wait):
                 out += _txn.recover(d, verify_restored=verify_restored)
     return out
@@ -412,7 +453,7 @@ def apply_artifact(artifact: Artifact, *, env: str | None = None, python: str | 
         sdir.mkdir(parents=True, exist_ok=True)
         state.register_outside_target(sdir, Path(the_plan.prefix), Path(the_plan.libdir))
     with state.TargetLock(sdir, wait=wait):
-        if _txn.pending(sdir):
+        if _txn.needs_recovery(sdir):
             recovered += _txn.recover(sdir, verify_restored=verify)
         lib_now = t.library(probe.probe_kind(library))
         if recovered or (lib_now is not None and not lib_now.same_file(lib_now.path)):
@@ -464,6 +505,18 @@ def _pick_state_dir(prefix: Path) -> Path:
     return max(dirs, key=lambda d: _txn.active(d)[-1].id)
 
 
+def _state_dir_of(prefix: Path, to: str) -> tuple[Path, str]:
+    """The state dir holding the transaction ``to`` names (exact id, or a prefix unique among every
+    journal of the target, in all its state dirs) and its full id; InputError (exit 2) for an empty,
+    ambiguous or unknown one."""
+    where: dict[str, Path] = {}
+    for d in state.state_dirs_for(prefix):
+        for j in _txn.journals(d):
+            where.setdefault(j.id, d)
+    full = _txn.resolve_txn(list(where), to)
+    return where[full], full
+
+
 def rollback(*, env: str | None = None, python: str | None = None, to: str | None = None, force: bool = False,
              wait: bool = False, keep: int = 5, probe_timeout: float = 300.0) -> dict[str, Any]:
     """``rocmbuild rollback``: undo the latest apply in effect (or everything from ``to`` on), as its own
@@ -474,16 +527,21 @@ def rollback(*, env: str | None = None, python: str | None = None, to: str | Non
 
     prefix, py = target.resolve(env, python)
     recovered = _recover_prefix(prefix, wait=wait)
-    sdir = _pick_state_dir(prefix)
+    if to is not None:
+        sdir, to = _state_dir_of(prefix, to)
+    else:
+        sdir = _pick_state_dir(prefix)
     with state.TargetLock(sdir, wait=wait):
-        if _txn.pending(sdir):
+        if _txn.needs_recovery(sdir):
             recovered += _txn.recover(sdir)
         p = _txn.rollback_plan(sdir, to=to, force=force)
         p = replace(p, python=str(py))
         verify = _verifier(py, timeout=probe_timeout, smoke=False)
         ui.info(f"rolling back {', '.join(p.undoes)} on {prefix} ({len(p.pending)} path(s))")
         out = _txn.execute(p, verify=verify, verify_restored=verify, keep=keep, meta={"python": str(py)})
-    ui.info(f"rolled back {', '.join(p.undoes)} as {out.id}; {p.library} ({p.version_after or '?'}) verified")
+    warnings = _warnings(out.verdict)
+    ui.info(f"rolled back {', '.join(p.undoes)} as {out.id}; {p.library} ({p.version_after or '?'}) verified"
+            + (f" (with {len(warnings)} warning(s): " + ", ".join(w["name"] for w in warnings) + ")" if warnings else ""))
     return _result(p, txn=out.id, undoes=list(p.undoes), verdict=out.verdict, pruned=out.pruned,
                    recovered=recovered, forced_drift=list(p.notes))
 

@@ -21,7 +21,7 @@ import pytest
 
 from rocmbuild import actions, artifact, plan, state, transaction
 from rocmbuild.artifact import Artifact, Manifest
-from rocmbuild.errors import LockedError, TargetError, VerifyError
+from rocmbuild.errors import InputError, LockedError, TargetError, VerifyError
 from tests.envs import stage_library
 from tests.txn_helpers import REPO, inodes, snapshot
 
@@ -179,7 +179,14 @@ def _py(code: str, *args, env=None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True, env=e)
 
 
-@pytest.mark.parametrize("point", transaction.FAILPOINTS)
+# the kill points that leave an unfinished journal (``after-commit`` leaves a committed one without
+# its history line: test_killed_after_commit_recovery_writes_the_history_line_once)
+UNFINISHED_POINTS = [p for p in transaction.FAILPOINTS if p != "after-commit"]
+# a recovery killed at mid-rollback dies only when it has reverts to do (paths swapped before)
+NOTHING_SWAPPED = ("after-journal", "after-stage", "after-backup")
+
+
+@pytest.mark.parametrize("point", UNFINISHED_POINTS)
 def test_killed_at_every_step_recovery_is_idempotent(art, prefix, tmp_path, point):
     """Kill the transaction at ``point``; kill the recovery itself half way; recover again."""
     before, ids = snapshot(prefix), inodes(prefix)
@@ -191,8 +198,9 @@ def test_killed_at_every_step_recovery_is_idempotent(art, prefix, tmp_path, poin
     sdir = Path(p.state_dir)
     assert len(transaction.pending(sdir)) == 1
     r = _py(RECOVER, sdir, env={"ROCMBUILD_FAILPOINTS": "mid-rollback"})
-    # a recovery that has several paths to restore is itself killed half way ...
-    assert r.returncode in (0, 137), r.stderr
+    # a recovery that has paths to restore (two actions: the library and a data file) is itself
+    # killed after its first revert; one with nothing swapped has no revert, and finishes
+    assert r.returncode == (0 if point in NOTHING_SWAPPED else 137), r.stderr
     r = _py(RECOVER, sdir)
     assert r.returncode == 0, r.stderr
     r2 = _py(RECOVER, sdir)
@@ -256,25 +264,287 @@ def test_outside_prefix_state_dir_is_found_by_prefix(tmp_path, monkeypatch):
     assert state.state_dirs_for(tmp_path / "elsewhere") == []
 
 
-def test_across_filesystems_files_are_copied_and_fsynced(art, prefix, mocker):
-    """No hardlink possible (EXDEV): staging and backups copy (with mode and mtime), the result is
-    the same content, and a rollback restores the old content (a copy: another inode)."""
-    import errno
+def _record_fsyncs(mocker) -> list[str]:
+    """Patch os.fsync to record the path of every fd it is given (then really fsync)."""
+    real = os.fsync
+    seen: list[str] = []
 
-    before = snapshot(prefix)
+    def fsync(fd):
+        seen.append(os.readlink(f"/proc/self/fd/{fd}"))
+        return real(fd)
+
+    mocker.patch.object(os, "fsync", side_effect=fsync)
+    return seen
+
+
+def _no_link(mocker):
+    import errno
 
     def no_link(src, dst, *a, **k):
         raise OSError(errno.EXDEV, "Invalid cross-device link")
 
     mocker.patch.object(actions.os, "link", side_effect=no_link)
+
+
+def test_across_filesystems_files_are_copied_and_fsynced(art, prefix, mocker):
+    """No hardlink possible (EXDEV): staging and backups copy (with mode and mtime), each copy is
+    fsynced (data and inode) before it is renamed into place, the result is the same content, and
+    a rollback restores the old content (a copy: another inode)."""
+    before = snapshot(prefix)
+    _no_link(mocker)
+    fsynced = _record_fsyncs(mocker)
     out = transaction.execute(plan.make(art, facts(prefix)), verify=Verifier())
     sdir = prefix / ".rocmbuild"
     j = transaction.journals(sdir)[0]
     assert j.data["backup_copies"] == 1
+    lib_step = next(s for s in j.data["steps"] if j.plan.actions[s["index"]].role == "library")
+    assert lib_step["backup_copied"] is True
     new = prefix / "lib/libMIOpen.so.1.0"
+    staged = actions.staged_name(new, out.id)
+    # the staged copy (written as NAME.part, renamed to the staged name) and the backup copy were fsynced
+    assert str(staged) + ".part" in fsynced
+    (bk,) = [b for b in (sdir / "backups" / out.id).iterdir() if "libMIOpen" in b.name]
+    assert str(bk) + ".part" in fsynced
+    assert str(prefix / "lib") in fsynced and str(sdir / "backups" / out.id) in fsynced
     assert new.stat().st_ino != art.file("lib/libMIOpen.so.1.0").stat().st_ino
     assert new.read_bytes() == art.file("lib/libMIOpen.so.1.0").read_bytes()
     assert transaction.drift(sdir) == []
     transaction.execute(transaction.rollback_plan(sdir), verify=Verifier())
     assert snapshot(prefix) == before
     assert out.state == "committed"
+
+
+def test_restore_from_a_copied_backup_verifies_cleanly(art, prefix, mocker):
+    """Backups copied (EXDEV, as for --allow-outside-prefix with the state in $ROCMBUILD_HOME): a
+    restore is a new inode, so the restored state is confirmed by size + mode (+ sha256 against
+    the backup): a failed verification's rollback reports the old state verified (no WARNING) and
+    removes its backups. (make_rollback's done-check: tests/unit/test_plan.py.)"""
+    before = snapshot(prefix)
+    lib = prefix / "lib/libMIOpen.so.1.0"
+    orig = os.stat(lib)
+    _no_link(mocker)
+    p = plan.make(art, facts(prefix))
+    v = Verifier(fail=True)
+    # keep the original inode alive (as a process that has the library loaded does), so that the
+    # restored copy cannot get its inode number back by reuse
+    held = open(lib, "rb")
+    try:
+        with pytest.raises(VerifyError) as ei:
+            transaction.execute(p, verify=v, verify_restored=v)
+    finally:
+        held.close()
+    assert ei.value.details["restored"]["ok"] is True, ei.value.details["restored"]
+    assert "WARNING" not in ei.value.message and "old state verifies again" in ei.value.message
+    assert [e.restored for e in v.calls] == [False, True]  # the restored state was probed, not skipped
+    assert snapshot(prefix) == before
+    now = os.stat(lib)
+    assert now.st_ino != orig.st_ino and (now.st_size, now.st_mtime_ns, now.st_mode) == (
+        orig.st_size, orig.st_mtime_ns, orig.st_mode)
+    sdir = prefix / ".rocmbuild"
+    (j,) = transaction.journals(sdir)
+    assert j.state == "rolled_back" and not (sdir / "backups" / j.id).exists()
+    assert snapshot(prefix) == before
+
+
+# --------------------------------------------------------------------------------------------
+# pruning, rollback --to, a failing journal, fsync, unconfirmed restores, the history line
+
+
+@pytest.fixture
+def art_b(fixture_libs, tmp_path) -> Artifact:
+    """A second artifact: the 3.5.1 library with other bytes (a "fix" build)."""
+    import shutil
+
+    src = tmp_path / "b-src"
+    shutil.copytree(fixture_libs("3.5.1").parent, src, symlinks=True)
+    lib = src / "lib" / "libMIOpen.so.1.0"
+    data = lib.read_bytes() + b"\0fixed build\0"
+    lib.unlink()
+    lib.write_bytes(data)
+    return make_artifact(tmp_path / "artifact-b", src / "lib", "3.5.1")
+
+
+def test_prune_rejects_keep_below_one(prefix):
+    for keep in (0, -1):
+        with pytest.raises(ValueError, match="at least 1"):
+            transaction.prune(prefix / ".rocmbuild", keep)
+
+
+def test_boot_loop_with_keep_5_still_rolls_back_to_the_original(art, art_b, prefix):
+    """7 applies alternating two artifacts with keep=5: the first apply's backups (the stock
+    library) and the newest one's survive pruning, so `rollback --to <first>` restores the
+    original bytes and inodes."""
+    before, ids = snapshot(prefix), inodes(prefix)
+    sdir = prefix / ".rocmbuild"
+    outs = []
+    for n in range(7):
+        a = art if n % 2 == 0 else art_b
+        outs.append(transaction.execute(plan.make(a, facts(prefix)), verify=Verifier(), keep=5))
+    first, last = outs[0].id, outs[-1].id
+    kept = sorted(d.name for d in (sdir / "backups").iterdir())
+    assert len(kept) == 5 and first in kept and last in kept
+    assert [p["id"] for o in outs for p in o.pruned] == [outs[1].id, outs[2].id]  # the oldest unprotected
+    transaction.execute(transaction.rollback_plan(sdir, to=first[:4]), verify=Verifier(), keep=5)
+    assert snapshot(prefix) == before and inodes(prefix) == ids
+
+
+def test_prune_removes_undone_backups_before_active_ones(art, art_b, prefix):
+    sdir = prefix / ".rocmbuild"
+    t1 = transaction.execute(plan.make(art, facts(prefix)), verify=Verifier(), keep=None)
+    t2 = transaction.execute(plan.make(art_b, facts(prefix)), verify=Verifier(), keep=None)
+    t3 = transaction.execute(plan.make(art, facts(prefix)), verify=Verifier(), keep=None)
+    r4 = transaction.execute(transaction.rollback_plan(sdir), verify=Verifier(), keep=None)  # undoes t3
+    assert [j.id for j in transaction.active(sdir)] == [t1.id, t2.id, r4.id]
+    assert transaction.protected_backups(sdir) == {t1.id, r4.id}
+    assert [p["id"] for p in transaction.prune(sdir, 3)] == [t3.id]  # undone first, though t2 is older
+    assert [p["id"] for p in transaction.prune(sdir, 1)] == [t2.id]  # then active; t1 and r4 never
+    assert sorted(d.name for d in (sdir / "backups").iterdir()) == [t1.id, r4.id]
+
+
+def test_active_after_rollback_to_does_not_resurrect_older_undone_transactions(art, art_b, prefix):
+    """apply a, apply b, rollback (undoes b), apply b2, rollback --to a: nothing is in effect but
+    that last rollback (b, undone by an undone rollback, does not come back); rollback --to of a
+    rollback redoes what it undid."""
+    sdir = prefix / ".rocmbuild"
+    a = transaction.execute(plan.make(art, facts(prefix)), verify=Verifier())
+    transaction.execute(plan.make(art_b, facts(prefix)), verify=Verifier())
+    r3 = transaction.execute(transaction.rollback_plan(sdir), verify=Verifier())
+    transaction.execute(plan.make(art_b, facts(prefix)), verify=Verifier())
+    r5 = transaction.execute(transaction.rollback_plan(sdir, to=a.id), verify=Verifier())
+    assert [j.id for j in transaction.active(sdir)] == [r5.id]
+    r6 = transaction.execute(transaction.rollback_plan(sdir, to=r5.id), verify=Verifier())  # redo
+    assert [j.id for j in transaction.active(sdir)][-1] == r6.id and a.id in [j.id for j in transaction.active(sdir)]
+    assert r3.id in [j.id for j in transaction.active(sdir)]
+
+
+def test_rollback_to_resolves_ids_among_all_journals(art, prefix):
+    sdir = prefix / ".rocmbuild"
+    t1 = transaction.execute(plan.make(art, facts(prefix)), verify=Verifier())
+    r2 = transaction.execute(transaction.rollback_plan(sdir), verify=Verifier())
+    assert [j.id for j in transaction.active(sdir)] == [r2.id]
+    for empty in ("", "  "):
+        with pytest.raises(InputError, match="needs a transaction id") as ei:
+            transaction.rollback_plan(sdir, to=empty)
+        assert ei.value.exit_code == 2
+    # "000" is the start of both ids: ambiguous (it used to pick the one in effect, silently)
+    with pytest.raises(InputError, match="ambiguous") as ei:
+        transaction.rollback_plan(sdir, to="000")
+    assert ei.value.details["candidates"] == [t1.id, r2.id] and t1.id in ei.value.message
+    with pytest.raises(InputError, match="no transaction") as ei:
+        transaction.rollback_plan(sdir, to="0009")
+    assert ei.value.details["known"] == [t1.id, r2.id] and r2.id in ei.value.message
+    # a unique prefix of a transaction not in effect names it (and is refused as such)
+    with pytest.raises(TargetError, match=f"cannot roll back to {t1.id}: it is not in effect"):
+        transaction.rollback_plan(sdir, to="0001")
+    assert transaction.rollback_plan(sdir, to="0002").undoes == (r2.id,)
+    assert transaction.rollback_plan(sdir, to=r2.id).undoes == (r2.id,)
+
+
+def test_a_failing_journal_write_after_the_first_rename_still_reverts_everything(art, prefix, mocker):
+    """ENOSPC from the journal write that records the first rename: the swap stops, every path
+    is reverted by rename from its backup although no further journal write succeeds either, and
+    the original error is raised (as the cause); the backups stay until the journal is finished,
+    which the next recovery does."""
+    import errno
+
+    before, ids = snapshot(prefix), inodes(prefix)
+    real_save = transaction.Journal.save
+    disk = {"full": False}
+
+    def save(self):
+        if disk["full"] or (self.data["state"] == "swapping" and any(s["swapped"] for s in self.data["steps"])):
+            disk["full"] = True
+            raise OSError(errno.ENOSPC, "No space left on device", str(self.path))
+        return real_save(self)
+
+    mocker.patch.object(transaction.Journal, "save", autospec=True, side_effect=save)
+    p = plan.make(art, facts(prefix))
+    with pytest.raises(VerifyError) as ei:
+        transaction.execute(p, verify=Verifier())
+    cause = ei.value.__cause__
+    assert isinstance(cause, OSError) and cause.errno == errno.ENOSPC
+    assert "No space left on device" in ei.value.message and "journal could not be updated" in ei.value.message
+    assert snapshot(prefix) == before and inodes(prefix) == ids
+    assert not list(prefix.rglob(".*rocmbuild-*"))
+    sdir = Path(p.state_dir)
+    (j,) = transaction.pending(sdir)  # on disk the journal still says "swapping"
+    assert j.state == "swapping" and (sdir / "backups" / j.id).is_dir()
+    mocker.stopall()  # space again
+    (rec,) = transaction.recover(sdir)
+    assert rec["restored"]["ok"] is True
+    assert snapshot(prefix) == before and inodes(prefix) == ids
+    assert transaction.pending(sdir) == [] and not (sdir / "backups" / j.id).exists()
+
+
+def test_stage_and_new_directories_are_fsynced(art, prefix, mocker):
+    """DESIGN step 4: a staged hardlink is a directory entry: its directory is fsynced by stage();
+    every directory created (data parents, journal/, backups/, backups/<txn>/) is followed by an
+    fsync of its parent."""
+    fsynced = _record_fsyncs(mocker)
+    p = plan.make(art, facts(prefix))
+    lib_action = next(a for a in p.actions if a.role == "library")
+    fa = actions.make(lib_action, "0000-test", prefix / ".rocmbuild/backups/0000-test", 0)
+    fa.stage()
+    assert fsynced == [str(prefix / "lib")]  # the directory holding the new hardlink
+    fa.discard()
+    fsynced.clear()
+    data_action = next(a for a in p.actions if a.role == "data")
+    assert data_action.create_dirs == tuple(str(prefix / d) for d in ("share", "share/miopen", "share/miopen/db"))
+    actions.make(data_action, "0000-test", prefix / ".rocmbuild/backups/0000-test", 3).stage()
+    assert fsynced[:3] == [str(prefix), str(prefix / "share"), str(prefix / "share/miopen")]
+    assert fsynced[3] == str(prefix / "share/miopen/db")  # the staged file's directory entry
+    actions.make(data_action, "0000-test", prefix / ".rocmbuild/backups/0000-test", 3).discard()
+    fsynced.clear()
+    out = transaction.execute(plan.make(art, facts(prefix)), verify=Verifier())
+    sdir = prefix / ".rocmbuild"
+    assert str(prefix) in fsynced  # .rocmbuild/ created
+    assert str(sdir) in fsynced  # journal/ and backups/ created
+    assert str(sdir / "backups") in fsynced  # backups/<txn>/ created
+    assert str(sdir / "backups" / out.id) in fsynced
+
+
+def test_unconfirmed_restore_keeps_the_backups_and_says_so(art, prefix, mocker):
+    lib = prefix / "lib/libMIOpen.so.1.0"
+    real_revert = actions.ReplaceFile.revert
+
+    def revert(self, after):
+        return "" if self.dest == lib else real_revert(self, after)  # the library is not put back
+
+    mocker.patch.object(actions.ReplaceFile, "revert", autospec=True, side_effect=revert)
+    p = plan.make(art, facts(prefix))
+    v = Verifier(fail=True)
+    with pytest.raises(VerifyError) as ei:
+        transaction.execute(p, verify=v, verify_restored=v)
+    restored = ei.value.details["restored"]
+    sdir = Path(p.state_dir)
+    (j,) = transaction.journals(sdir)
+    assert restored["ok"] is False and restored["paths"] and str(lib) in restored["paths"][0]
+    assert restored["backups_kept"] == str(sdir / "backups" / j.id)
+    assert "WARNING" in ei.value.message and "backups are kept" in ei.value.message
+    assert j.state == "rolled_back" and any("are kept" in m for m in j.data["revert_messages"])
+    (bk,) = [b for b in (sdir / "backups" / j.id).iterdir() if "libMIOpen" in b.name]
+    assert (bk.stat().st_dev, bk.stat().st_ino) == (p.actions[0].before.dev, p.actions[0].before.inode)
+    assert transaction.needs_recovery(sdir) is False
+
+
+def test_killed_after_commit_recovery_writes_the_history_line_once(art, prefix, tmp_path):
+    p = plan.make(art, facts(prefix))
+    pj = tmp_path / "plan.json"
+    pj.write_text(json.dumps(p.to_json()))
+    r = _py(RUNNER, pj, "ok", env={"ROCMBUILD_FAILPOINTS": "after-commit"})
+    assert r.returncode == 137, r.stderr
+    sdir = Path(p.state_dir)
+    (j,) = transaction.journals(sdir)
+    assert j.state == "committed" and j.data["history_written"] is False
+    assert state.read_history(sdir) == [] and transaction.pending(sdir) == []
+    assert transaction.needs_recovery(sdir) is True
+    r = _py(RECOVER, sdir)
+    assert r.returncode == 0 and r.stdout.strip() == "0", r.stderr  # nothing rolled back ...
+    assert "wrote the missing history line" in r.stderr
+    (line,) = state.read_history(sdir)  # ... but the history line is there
+    assert line["id"] == j.id and line["outcome"] == "committed"
+    assert transaction.Journal.load(j.path).data["history_written"] is True
+    assert transaction.needs_recovery(sdir) is False
+    transaction.recover(sdir)
+    assert len(state.read_history(sdir)) == 1  # idempotent
+    assert [x.id for x in transaction.active(sdir)] == [j.id]

@@ -185,13 +185,18 @@ def test_expect_overrides_the_manifest():
     assert p.version_after == "3.5.9"
 
 
-def _rollback(states, force=False, desired=F(10), backup="/s/backups/t1/000-libMIOpen.so.1.0"):
-    u = plan.Undo("/env/lib/libMIOpen.so.1.0", expected=F(99), desired=desired, backup=backup, txn="t1")
-    return plan.make_rollback(
+def _rollback(states, force=False, desired=F(10), backup="/s/backups/t1/000-libMIOpen.so.1.0", expected=F(99),
+              copied=False, hashes=None):
+    u = plan.Undo("/env/lib/libMIOpen.so.1.0", expected=expected, desired=desired, backup=backup, txn="t1",
+                  copied=copied)
+    obs = Obs(states, hashes)
+    p = plan.make_rollback(
         [u], prefix="/env", python="py", libdir="/env/lib", layout="conda", outside=False, state_dir="/s",
         library="/env/lib/libMIOpen.so.1.0", library_before="/env/lib/libMIOpen.so.1.0", version_before="3.5.1",
         version_after="3.5.0", encoding="miopen", library_name="libMIOpen", recipe="r", commit=None,
-        undoes=("t1",), force=force, observer=Obs(states))
+        undoes=("t1",), force=force, observer=obs)
+    _rollback.hashed = obs.hashed
+    return p
 
 
 def test_rollback_plan_restores_from_backup_and_refuses_drift():
@@ -214,3 +219,25 @@ def test_rollback_of_an_added_path_removes_it():
     states = {"/env/lib/libMIOpen.so.1.0": F(99)}
     p, _ = _rollback(states, desired=PathState("absent"), backup=None)
     assert p.actions[0].kind == "remove"
+
+
+def test_rollback_done_check_for_a_copied_backup_compares_content_not_inode():
+    """A backup copied across filesystems is restored as a new inode: the path is "done" when it
+    has the desired size and mode and (hashed only then) the backup's bytes; a hardlinked backup
+    still needs the inode."""
+    lib, bk = "/env/lib/libMIOpen.so.1.0", "/s/backups/t1/000-libMIOpen.so.1.0"
+    restored = F(55)  # a restored copy: same size and mode as F(10), another inode
+    states = {lib: restored, bk: F(56)}
+    p, _ = _rollback(states, expected=restored, copied=True, hashes={lib: "x" * 64, bk: "x" * 64})
+    assert p.actions[0].done is True and p.already_applied
+    assert sorted(_rollback.hashed) == sorted([lib, bk])
+    # not a copy: the inode decides, nothing is hashed
+    p, _ = _rollback(states, expected=restored, copied=False, hashes={})
+    assert p.actions[0].done is False and _rollback.hashed == []
+    # a copy, but other bytes (same size, e.g. a same-size build): not done
+    p, _ = _rollback(states, expected=restored, copied=True, hashes={lib: "y" * 64, bk: "x" * 64})
+    assert p.actions[0].done is False
+    # a copy of another size: rejected without hashing
+    states[lib] = F(57, size=10)
+    p, _ = _rollback(states, expected=F(57, size=10), copied=True, hashes={})
+    assert p.actions[0].done is False and _rollback.hashed == []
