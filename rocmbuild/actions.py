@@ -28,6 +28,7 @@ process that has the old file mapped keeps its inode, whose bytes are never writ
 
 from __future__ import annotations
 
+import abc
 import errno
 import os
 import shutil
@@ -91,7 +92,7 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-class FileAction:
+class FileAction(abc.ABC):
     """Base: one destination path of one transaction."""
 
     def __init__(self, action: Action, txn: str, backup_dir: Path, index: int, *,
@@ -114,9 +115,9 @@ class FileAction:
                 continue
             _fsync_parent(Path(d))  # the new directory's entry in its parent
 
+    @abc.abstractmethod
     def stage(self) -> PathState:
         """Place the new content under the temp name; returns its identity (the "after")."""
-        raise NotImplementedError
 
     # -- backup ----------------------------------------------------------------------------
     def needs_backup(self) -> bool:
