@@ -406,7 +406,7 @@ def test_library_outside_the_prefix_exit_2_unless_allowed(txn_home, env350, fixt
     shutil.rmtree(sdir)  # the session home is shared
 
 
-def test_missing_artifact_file_exit_2_nothing_changed(txn_home, env350, tmp_path, mocker):
+def test_missing_artifact_file_exit_2_nothing_changed(txn_home, env350, tmp_path, mocker, capsys):
     from rocmbuild import cli, workflow
     from rocmbuild.artifact import Artifact, Manifest
 
@@ -417,10 +417,13 @@ def test_missing_artifact_file_exit_2_nothing_changed(txn_home, env350, tmp_path
     shutil.copytree(src.path, broken, symlinks=True)
     (broken / "tree/share/miopen/db/gfx1151.db.txt").unlink()
     art = Artifact(broken, Manifest.from_json(state.read_json(broken / "manifest.json")))
-    mocker.patch.object(workflow, "build", return_value=art)
-    assert cli.main(["apply", "mini", "--env", str(env.prefix)]) == 2
+    mocker.patch.object(workflow, "build_recipe", return_value=art)
+    assert cli.main(["apply", txn_home.recipe("mini"), "--env", str(env.prefix), "--json"]) == 2
+    err = json.loads(capsys.readouterr().out)["error"]
+    assert "missing a file" in err["message"] and "gfx1151.db.txt" in err["message"]
     (broken / "tree/lib/libMIOpen.so.1.0").unlink()
-    assert cli.main(["apply", "mini", "--env", str(env.prefix), "--json"]) == 2
+    assert cli.main(["apply", txn_home.recipe("mini"), "--env", str(env.prefix), "--json"]) == 2
+    assert "libMIOpen.so.1.0" in json.loads(capsys.readouterr().out)["error"]["message"]
     assert snapshot(env.prefix) == before and full_listing(env.prefix) == listing
 
 
