@@ -224,10 +224,10 @@ def _cmd_status(args) -> Result:
 
     t = target.discover(args.env, args.python, timeout=args.probe_timeout, want_hash=args.hash)
     data = render.status_data(t)
-    from rocmbuild import workflow  # what rocmbuild changed here: transactions in effect, unfinished, drift
+    from rocmbuild import txnflow  # what rocmbuild changed here: transactions in effect, unfinished, drift
 
-    data["changes"] = workflow.status_changes(t.prefix)
-    return Result(data, render.status(data) + "\n" + workflow.render_status_changes(data["changes"]))
+    data["changes"] = txnflow.status_changes(t.prefix)
+    return Result(data, render.status(data) + "\n" + txnflow.render_status_changes(data["changes"]))
 
 
 def _add_verify(sub) -> None:
@@ -389,9 +389,9 @@ def _add_rollback(sub) -> None:
 
 
 def _cmd_rollback(args) -> Result:
-    from rocmbuild import workflow
+    from rocmbuild import txnflow
 
-    data = workflow.rollback(env=args.env, python=args.python, to=args.to, force=args.force, wait=args.wait,
+    data = txnflow.rollback(env=args.env, python=args.python, to=args.to, force=args.force, wait=args.wait,
                              keep=args.keep, probe_timeout=args.probe_timeout)
     return Result(data, render.rollback(data))
 
@@ -403,10 +403,10 @@ def _add_history(sub) -> None:
 
 
 def _cmd_history(args) -> Result:
-    from rocmbuild import workflow
+    from rocmbuild import txnflow
 
-    data = workflow.history(env=args.env, python=args.python)
-    return Result(data, workflow.render_history(data))
+    data = txnflow.history(env=args.env, python=args.python)
+    return Result(data, txnflow.render_history(data))
 
 
 def _add_recover(sub) -> None:
@@ -417,9 +417,9 @@ def _add_recover(sub) -> None:
 
 
 def _cmd_recover(args) -> Result:
-    from rocmbuild import workflow
+    from rocmbuild import txnflow
 
-    data = workflow.recover(env=args.env, python=args.python, wait=args.wait, probe_timeout=args.probe_timeout)
+    data = txnflow.recover(env=args.env, python=args.python, wait=args.wait, probe_timeout=args.probe_timeout)
     return Result(data, render.recover(data))
 
 

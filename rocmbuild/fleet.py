@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from rocmbuild import build as _build
-from rocmbuild import bundle, lockfile, state, ui, workflow
+from rocmbuild import bundle, lockfile, state, txnflow, ui, workflow
 from rocmbuild.artifact import Artifact
 from rocmbuild.errors import InputError, RocmbuildError
 from rocmbuild.recipe import Overrides
@@ -73,7 +73,7 @@ def from_lock(path: str, recipes_dirs: Sequence[str] = ()) -> tuple[str, Overrid
 
 def apply_bundle(src: str, *, sha256: str | None = None, **apply_kw: Any) -> dict[str, Any]:
     art = bundle.import_bundle(src, home=state.home(), sha256=sha256)
-    return workflow.apply_artifact(art, **apply_kw)
+    return txnflow.apply_artifact(art, **apply_kw)
 
 
 def dry_run(*, recipe: str | None, artifact: str | None, sha256: str | None, recipes_dirs: Sequence[str],
@@ -96,7 +96,7 @@ def dry_run(*, recipe: str | None, artifact: str | None, sha256: str | None, rec
                 art = _build.lookup(bp["cache"]["key"], state.home())
         if art is not None:
             try:
-                out["target_plan"] = workflow.plan_artifact(art, env=env, python=python,
+                out["target_plan"] = txnflow.plan_artifact(art, env=env, python=python,
                                                             allow_outside_prefix=allow_outside_prefix,
                                                             probe_timeout=probe_timeout)
             except RocmbuildError as exc:

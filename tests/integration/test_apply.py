@@ -342,7 +342,7 @@ def test_read_only_lib_dir_exit_2_nothing_changed(txn_home, env350, mocker):
         from rocmbuild import cli
 
         real_access = os.access
-        mocker.patch("rocmbuild.workflow.os.access",
+        mocker.patch("rocmbuild.txnflow.os.access",
                      side_effect=lambda p, m, *a, **k: False if Path(p) == libdir else real_access(p, m, *a, **k))
         assert cli.main(["apply", txn_home.recipe("mini"), "--env", str(env.prefix)]) == 2
     assert snapshot(env.prefix) == before and full_listing(env.prefix) == listing
@@ -369,10 +369,10 @@ def test_not_enough_space_exit_2(txn_home, env350, mocker, capsys):
         def st_dev(self):
             return self._st.st_dev + 1
 
-    mocker.patch("rocmbuild.workflow.os.stat",
+    mocker.patch("rocmbuild.txnflow.os.stat",
                  side_effect=lambda p, *a, **k: FakeStat(real_stat(p, *a, **k)) if str(p).startswith(art_tree)
                  else real_stat(p, *a, **k))
-    mocker.patch("rocmbuild.workflow._shutil.disk_usage", return_value=shutil._ntuple_diskusage(100, 100, 1000))
+    mocker.patch("rocmbuild.txnflow._shutil.disk_usage", return_value=shutil._ntuple_diskusage(100, 100, 1000))
     code = cli.main(["apply", txn_home.recipe("mini"), "--env", str(env.prefix)])
     err = capsys.readouterr().err
     assert code == 2, err
