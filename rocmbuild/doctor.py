@@ -269,15 +269,19 @@ def check_requirements(recipe) -> list[DoctorCheck]:
     out = []
     for spec in recipe.requires.programs:
         prog, floor = split_requirement(spec, recipe.path)
-        out.append(check_program(prog, floor=floor, label=f"requires {spec}"))
+        hint = recipe.requires.hint(spec)
+        if hint is None and "/" in prog:
+            hint = f"install the package that provides {prog} (e.g. find it with `apt-file search {Path(prog).name}`)"
+        out.append(check_program(prog, floor=floor, label=f"requires {spec}", fix=hint))
     for raw in recipe.requires.paths:
         p = _expand(raw)
         if p.exists():
             out.append(DoctorCheck(f"requires path {raw}", OK, str(p)))
         else:
             out.append(DoctorCheck(f"requires path {raw}", FAIL, f"{p} does not exist",
-                                   f"install what provides {p}" + (" (set ROCM_PATH if ROCm lives elsewhere)"
-                                                                   if "ROCM_PATH" in raw else "")))
+                                   recipe.requires.hint(raw)
+                                   or f"install what provides {p}" + (" (set ROCM_PATH if ROCm lives elsewhere)"
+                                                                      if "ROCM_PATH" in raw else "")))
     return out
 
 

@@ -81,6 +81,10 @@ class Build:
 class Requires:
     programs: tuple[str, ...] = ()
     paths: tuple[str, ...] = ()
+    hints: tuple[tuple[str, str], ...] = ()  # requirement (as written) -> how to get it
+
+    def hint(self, requirement: str) -> str | None:
+        return dict(self.hints).get(requirement)
 
 
 @dataclass(frozen=True)
@@ -153,7 +157,7 @@ SCHEMA: dict[str, Any] = {
         "install_prefix": _STR,
         "launcher": _STR,
     },
-    "requires": {"programs": _STRLIST, "paths": _STRLIST},
+    "requires": {"programs": _STRLIST, "paths": _STRLIST, "hints": _TABLE},
     "install": {"libraries": _STRLIST, "data": _STRLIST},
     "verify": {"library": _STR, "version": _STR, "encoding": _STR, "smoke": _STR},
 }
@@ -326,7 +330,14 @@ def parse(text: str, path: Path) -> Recipe:
         raise _fail(path, "build.install_prefix", "install_prefix must be absolute", "e.g. /usr/local or /opt/rocm")
 
     r = data.get("requires", {})
-    requires = Requires(tuple(r.get("programs", ())), tuple(r.get("paths", ())))
+    hints = r.get("hints", {})
+    for k, v in hints.items():
+        if not isinstance(v, str):
+            raise _fail(path, f"requires.hints.{k}", f"hint for '{k}' must be a string", 'e.g. "apt install rocm-llvm"')
+        if k not in r.get("programs", []) and k not in r.get("paths", []):
+            raise _fail(path, f"requires.hints.{k}", f"hint for '{k}', which is not in requires.programs or paths",
+                        _suggest(k, [*r.get("programs", []), *r.get("paths", [])]))
+    requires = Requires(tuple(r.get("programs", ())), tuple(r.get("paths", ())), tuple(sorted(hints.items())))
     for prog in requires.programs:
         _split_requirement(prog, path)
 

@@ -98,3 +98,16 @@ def test_build_without_rocm_is_refused_before_fetching(fake_gpu, capsys):
     code = cli.main(["build", "miopen-develop", "--json"])
     out = json.loads(capsys.readouterr().out)
     assert code == 2 and "needs what this machine does not have" in out["error"]["message"]
+
+
+@pytest.mark.parametrize("name", BUNDLED)
+def test_every_missing_requirement_says_what_to_install(name, fake_gpu):
+    """Each requirement of the bundled recipes carries a package hint, shown as the fix."""
+    from rocmbuild import doctor
+
+    r = recipe.load(name)
+    for spec in (*r.requires.paths, *[p for p in r.requires.programs if "/" in p or p == "bzip2"]):
+        assert r.requires.hint(spec), f"{name}: no hint for {spec}"
+    checks = {c.name: c for c in doctor.check_requirements(r)}
+    if not Path("/opt/rocm").exists():
+        assert checks["requires /opt/rocm/llvm/bin/clang++"].fix == "apt install rocm-llvm"

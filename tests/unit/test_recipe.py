@@ -187,3 +187,13 @@ def test_canonical_ignores_description(tmp_path):
     b = recipe.load(str(write(tmp_path, GOOD.replace("a miniature MIOpen", "other words"), "mini2.toml")))
     assert a.canonical_json() == b.canonical_json().replace('"mini2"', '"mini"') or a.name != b.name
     assert "description" not in a.canonical()
+
+
+def test_requirement_hints(tmp_path):
+    text = GOOD.replace('[install]', '[requires.hints]\n"cmake>=3.25" = "pip install cmake"\n\n[install]')
+    r = recipe.load(str(write(tmp_path, text)))
+    assert r.requires.hint("cmake>=3.25") == "pip install cmake" and r.requires.hint("git") is None
+    bad = GOOD.replace('[install]', '[requires.hints]\n"cmake" = "pip install cmake"\n\n[install]')
+    with pytest.raises(RecipeError) as ei:
+        recipe.load(str(write(tmp_path, bad, "bad.toml")))
+    assert ei.value.details["key"] == "requires.hints.cmake" and "cmake>=3.25" in ei.value.hint
