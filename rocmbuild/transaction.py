@@ -306,6 +306,9 @@ def execute(plan: Plan, *, verify: Verify | None, verify_restored: Verify | None
             raise _VerifyFailed(verdict, failures)
         j.set(state="verified", verdict=_verdict_json(verdict))
         failpoint("after-verify")
+        # commit: inside the try, so a journal that cannot be written (ENOSPC, EIO) reverts the
+        # change now instead of leaving it for the next command's recovery
+        j.set(state="committed", committed=_now(), history_outcome="committed", history_written=False)
     except BaseException as exc:  # noqa: BLE001 - also Ctrl-C: the target must not stay half-changed
         if not swapped_any and not isinstance(exc, _VerifyFailed):
             _finish_rollback(j, reason=f"{type(exc).__name__}: {exc}", verify_restored=None, quiet=True)
@@ -317,8 +320,6 @@ def execute(plan: Plan, *, verify: Verify | None, verify_restored: Verify | None
             raise
         restored = _finish_rollback(j, reason=_reason(exc), verify_restored=verify_restored)
         raise _verify_error(j, plan, exc, restored) from (None if isinstance(exc, _VerifyFailed) else exc)
-    # commit
-    j.set(state="committed", committed=_now(), history_outcome="committed", history_written=False)
     failpoint("after-commit")
     try:
         _write_history(j)
@@ -555,31 +556,88 @@ def backup_bytes(state_dir: Path) -> int:
     return _dir_unique_bytes(Path(state_dir) / "backups")
 
 
-def protected_backups(state_dir: Path) -> set[str]:
-    """The transactions whose backups :func:`prune` never removes:
+def _needed_identities(state_dir: Path) -> set[tuple[int, int]]:
+    """(device, inode) of every file a rollback may still have to bring back:
 
-    * for every path touched by the active transactions from the oldest active ``apply`` on, the
-      earliest of them that touched it *and replaced a file there* (its backup holds that path's
-      pre-rocmbuild file -- the stock library a user wants back): ``rollback --to <oldest apply>``
-      needs exactly these;
-    * the newest active transaction (what was just done; a plain ``rollback`` undoes it)."""
-    act = active(state_dir)
-    if not act:
-        return set()
-    out = {act[-1].id}
-    first_apply = next((i for i, j in enumerate(act) if j.data["verb"] == "apply"), None)
-    if first_apply is not None:
-        seen: set[str] = set()
-        for j in act[first_apply:]:
-            plan = j.plan
-            for step in j.data["steps"]:
-                a = plan.actions[step["index"]]
-                if a.path in seen:
-                    continue
+    * for every path rocmbuild ever touched here, the file it held before rocmbuild's first
+      transaction on it (the stock library a user wants back: ``rollback --to`` the oldest apply);
+    * the files the latest apply in effect replaced (what a plain ``rollback`` restores).
+
+    Identity, not transaction ids: after a rollback is itself undone ("redo"), the original inode
+    lives on in the redo's backup, not in the backup of the apply that first replaced it."""
+    needed: set[tuple[int, int]] = set()
+    seen: set[str] = set()
+    for j in journals(state_dir):
+        if j.state not in FINISHED:
+            continue
+        plan = j.plan
+        for step in j.data["steps"]:
+            a = plan.actions[step["index"]]
+            if a.path not in seen:
                 seen.add(a.path)
                 if a.before.kind == "file":
-                    out.add(j.id)
+                    needed.add((a.before.dev, a.before.inode))
+    applies = [j for j in active(state_dir) if j.data["verb"] == "apply"]
+    if applies:
+        j = applies[-1]
+        for step in j.data["steps"]:
+            a = j.plan.actions[step["index"]]
+            if a.before.kind == "file":
+                needed.add((a.before.dev, a.before.inode))
+    return needed
+
+
+def _backup_identities(d: Path) -> set[tuple[int, int]]:
+    out = set()
+    if d.is_dir():
+        for f in d.iterdir():
+            try:
+                st = f.lstat()
+            except FileNotFoundError:
+                continue
+            out.add((st.st_dev, st.st_ino))
     return out
+
+
+def protected_backups(state_dir: Path) -> set[str]:
+    """The transactions whose backups :func:`prune` never removes: the newest active transaction
+    (what was just done), every transaction whose backup was *copied* (another filesystem: its
+    identity cannot be matched by inode, so it is kept), and, for each file of
+    :func:`_needed_identities` (the original pre-rocmbuild files, and what a plain ``rollback``
+    restores), the newest transaction whose backups hold it (hardlinks of one inode: one is
+    enough, and :func:`rollback_plan` finds it through :func:`find_backup`)."""
+    act = active(state_dir)
+    out = {act[-1].id} if act else set()
+    needed = _needed_identities(state_dir)
+    holder: dict[tuple[int, int], str] = {}  # identity -> the newest transaction whose backups hold it
+    for j in journals(state_dir):  # oldest first
+        d = backup_dir(state_dir, j.id)
+        if not d.is_dir():
+            continue
+        if any(step.get("backup_copied") for step in j.data["steps"]):
+            out.add(j.id)
+        for ident in _backup_identities(d) & needed:
+            holder[ident] = j.id
+    return out | set(holder.values())
+
+
+def find_backup(state_dir: Path, before: PathState) -> Path | None:
+    """Any backup file holding ``before`` (same device and inode), in any transaction's backups:
+    the nominal one may have been pruned while an identical hardlink lives on elsewhere."""
+    if before.kind != "file":
+        return None
+    root = Path(state_dir) / "backups"
+    if not root.is_dir():
+        return None
+    for d in sorted(root.iterdir()):
+        for f in (d.iterdir() if d.is_dir() else ()):
+            try:
+                st = f.lstat()
+            except FileNotFoundError:
+                continue
+            if (st.st_dev, st.st_ino) == (before.dev, before.inode):
+                return f
+    return None
 
 
 def prune(state_dir: Path, keep: int) -> list[dict[str, Any]]:
@@ -721,7 +779,10 @@ def rollback_plan(state_dir: Path, *, to: str | None = None, force: bool = False
         a = j.plan.actions[step["index"]]
         backup = None
         if a.before.kind == "file":
-            backup = str(_actions.make(a, j.id, backup_dir(state_dir, j.id), step["index"]).backup_path)
+            nominal = _actions.make(a, j.id, backup_dir(state_dir, j.id), step["index"]).backup_path
+            if not nominal.exists() and not step.get("backup_copied"):
+                nominal = find_backup(state_dir, a.before) or nominal  # pruned, but held elsewhere
+            backup = str(nominal)
         undos.append(Undo(path, latest[path][1], a.before, backup, j.id, copied=bool(step.get("backup_copied"))))
         remove_dirs.extend(a.create_dirs)
     first, last = undo[0].plan, undo[-1].plan

@@ -497,3 +497,64 @@ def test_recover_with_nothing_to_recover_exit_0(txn_home, env350):
     r = rb("recover", "--env", env.prefix)
     assert r.returncode == 0 and "nothing to recover" in r.stdout
     assert not (Path(env.prefix) / ".rocmbuild").exists()
+
+
+def _ok(*args) -> dict:
+    r = rb(*args, "--json")
+    assert r.returncode == 0, (args, r.stderr[-2000:])
+    return _json(r)
+
+
+def test_redo_with_keep_1_still_restores_the_original(txn_home, env350):
+    env = env350("conda")
+    p = env.prefix
+    s0 = snapshot(p)
+    a = _ok("apply", txn_home.recipe("mini"), "--env", p, "--keep", "1")["txn"]
+    s_a = snapshot(p)
+    r1 = _ok("rollback", "--env", p, "--keep", "1")["txn"]
+    assert snapshot(p) == s0
+    _ok("rollback", "--env", p, "--to", r1, "--keep", "1")  # redo a
+    assert snapshot(p) == s_a
+    _ok("apply", txn_home.recipe("mini-fix"), "--env", p, "--keep", "1")
+    _ok("rollback", "--env", p, "--to", a)
+    assert snapshot(p) == s0
+
+
+def test_plain_rollbacks_walk_back_after_pruning(txn_home, env350):
+    env = env350("conda")
+    p = env.prefix
+    s0 = snapshot(p)
+    _ok("apply", txn_home.recipe("mini"), "--env", p, "--keep", "2")
+    s_a = snapshot(p)
+    _ok("apply", txn_home.recipe("mini-fix"), "--env", p, "--keep", "2")
+    s_b = snapshot(p)
+    _ok("apply", txn_home.recipe("mini"), "--env", p, "--keep", "2")
+    _ok("rollback", "--env", p, "--keep", "2")
+    assert snapshot(p) == s_b
+    _ok("rollback", "--env", p, "--keep", "2")  # the backup of the apply it undoes was protected
+    assert snapshot(p) == s_a
+    _ok("rollback", "--env", p, "--keep", "2")
+    assert snapshot(p) == s0
+
+
+def test_pruned_intermediate_state_is_refused_cleanly_and_the_original_still_restores(txn_home, env350):
+    """With --keep 1 a redo can need a backup that was pruned while its transaction was undone:
+    the rollback is refused (exit 2, nothing changed) and `--to <first apply>` still works."""
+    env = env350("conda")
+    p = env.prefix
+    s0 = snapshot(p)
+    a = _ok("apply", txn_home.recipe("mini"), "--env", p, "--keep", "1")["txn"]
+    _ok("apply", txn_home.recipe("mini-fix"), "--env", p, "--keep", "1")
+    _ok("rollback", "--env", p, "--keep", "1")
+    _ok("apply", txn_home.recipe("mini-fix"), "--env", p, "--keep", "1")
+    s_c = snapshot(p)
+    r = _ok("rollback", "--env", p, "--to", a, "--keep", "1")["txn"]
+    assert snapshot(p) == s0
+    _ok("rollback", "--env", p, "--to", r, "--keep", "1")  # redo
+    assert snapshot(p) == s_c
+    refused = rb("rollback", "--env", p, "--json")
+    if refused.returncode != 0:  # what it needs was pruned while undone: a clear refusal
+        assert refused.returncode == 2 and "pruned" in _json(refused)["error"]["hint"]
+        assert snapshot(p) == s_c
+    _ok("rollback", "--env", p, "--to", a)
+    assert snapshot(p) == s0

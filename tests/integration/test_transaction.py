@@ -548,3 +548,43 @@ def test_killed_after_commit_recovery_writes_the_history_line_once(art, prefix, 
     transaction.recover(sdir)
     assert len(state.read_history(sdir)) == 1  # idempotent
     assert [x.id for x in transaction.active(sdir)] == [j.id]
+
+
+def test_redo_then_boot_loop_keeps_the_original(art, art_b, prefix):
+    """A rollback that is itself undone ("redo") moves the original inode into the redo's
+    backups; pruning protects files by identity, so a boot loop afterwards (default keep 5)
+    still lets `rollback --to <first apply>` bring the stock library back, byte for byte."""
+    before, ids = snapshot(prefix), inodes(prefix)
+    sdir = prefix / ".rocmbuild"
+    first = transaction.execute(plan.make(art, facts(prefix)), verify=Verifier())
+    undo = transaction.execute(transaction.rollback_plan(sdir), verify=Verifier())
+    for _ in range(2):
+        transaction.execute(plan.make(art_b, facts(prefix)), verify=Verifier())
+        transaction.execute(transaction.rollback_plan(sdir), verify=Verifier())
+    transaction.execute(transaction.rollback_plan(sdir, to=undo.id), verify=Verifier())  # redo `first`
+    for n in range(6):
+        transaction.execute(plan.make(art if n % 2 else art_b, facts(prefix)), verify=Verifier())
+    transaction.execute(transaction.rollback_plan(sdir, to=first.id), verify=Verifier())
+    assert snapshot(prefix) == before and inodes(prefix) == ids
+
+
+def test_a_failing_commit_write_reverts_at_once(art, prefix, mocker):
+    """ENOSPC when the journal is marked committed: the change is reverted now (exit 4 path),
+    not left for the next command's recovery."""
+    import errno
+
+    before = snapshot(prefix)
+    real = transaction.Journal.save
+
+    def save(self):
+        if self.data["state"] == "committed":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self)
+
+    mocker.patch.object(transaction.Journal, "save", autospec=True, side_effect=save)
+    p = plan.make(art, facts(prefix))
+    with pytest.raises(VerifyError) as ei:
+        transaction.execute(p, verify=Verifier())
+    assert "No space left" in str(ei.value.message) + str(ei.value.__cause__)
+    assert snapshot(prefix) == before
+    assert [j.state for j in transaction.journals(Path(p.state_dir))] == ["rolled_back"]
