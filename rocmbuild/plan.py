@@ -415,6 +415,21 @@ class Undo:
     backup: str | None  # the file holding ``desired`` content (a hardlink in backups/<txn>/)
     txn: str  # the transaction whose "before" is restored
     copied: bool = False  # the backup is a copy (another filesystem): a restore makes a new inode
+    expected_source: str | None = None  # the file whose bytes ``expected`` holds (artifact or backup)
+
+
+def same_or_same_bytes(now: PathState, expected: PathState, path: str | Path, source: str | None,
+                       obs: "Observer") -> bool:
+    """``now`` is what rocmbuild left there: the same file (identity), or -- after a restore from a
+    copied backup (another filesystem), which makes a new inode -- the same bytes as ``source``.
+    Hashing happens only in that second case, when kind, size and mode already match."""
+    if now.same(expected):
+        return True
+    if not (now.kind == expected.kind == "file" and (now.size, now.mode) == (expected.size, expected.mode)):
+        return False
+    if not source or obs.state(Path(source)).kind != "file":
+        return False
+    return obs.sha256(Path(path)) == obs.sha256(Path(source))
 
 
 
@@ -433,7 +448,7 @@ def make_rollback(undos: Iterable[Undo], *, prefix: str, python: str, libdir: st
     drift = []
     for u in undos:
         now = obs.state(Path(u.path))
-        if not now.same(u.expected):
+        if not same_or_same_bytes(now, u.expected, u.path, u.expected_source, obs):
             drift.append({"path": u.path, "expected": u.expected.describe(), "found": now.describe(), "txn": u.txn})
         if u.desired.kind == "file":
             if not u.backup or obs.state(Path(u.backup)).kind != "file":

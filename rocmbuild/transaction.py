@@ -715,12 +715,27 @@ def _latest_after(act: list[Journal]) -> dict[str, tuple[Journal, PathState]]:
     return out
 
 
+def _latest_source(act: list[Journal]) -> dict[str, str | None]:
+    """For every path touched by an active transaction: the file whose bytes it placed there."""
+    out: dict[str, str | None] = {}
+    for j in act:
+        for step in j.data["steps"]:
+            a = j.plan.actions[step["index"]]
+            out[a.path] = a.source
+    return out
+
+
 def drift(state_dir: Path) -> list[dict[str, Any]]:
-    """Paths rocmbuild placed (active transactions) that no longer are what it left there."""
+    """Paths rocmbuild placed (active transactions) that no longer are what it left there (a file
+    restored from a copied backup counts as unchanged when its bytes are the same)."""
+    from rocmbuild.plan import FsObserver, same_or_same_bytes
+
     out = []
-    for path, (j, after) in sorted(_latest_after(active(state_dir)).items()):
+    act = active(state_dir)
+    sources = _latest_source(act)
+    for path, (j, after) in sorted(_latest_after(act).items()):
         now = observe(path)
-        if not now.same(after):
+        if not same_or_same_bytes(now, after, path, sources.get(path), FsObserver()):
             out.append({"path": path, "txn": j.id, "expected": after.describe(), "found": now.describe()})
     return out
 
@@ -769,6 +784,7 @@ def rollback_plan(state_dir: Path, *, to: str | None = None, force: bool = False
                               details={"txn": full, "state": known.state, "in_effect": ids})
         undo = act[ids.index(full):]
     latest = _latest_after(act)
+    sources = _latest_source(act)
     earliest: dict[str, tuple[Journal, dict[str, Any]]] = {}
     for j in reversed(undo):
         for step in j.data["steps"]:
@@ -783,7 +799,8 @@ def rollback_plan(state_dir: Path, *, to: str | None = None, force: bool = False
             if not nominal.exists() and not step.get("backup_copied"):
                 nominal = find_backup(state_dir, a.before) or nominal  # pruned, but held elsewhere
             backup = str(nominal)
-        undos.append(Undo(path, latest[path][1], a.before, backup, j.id, copied=bool(step.get("backup_copied"))))
+        undos.append(Undo(path, latest[path][1], a.before, backup, j.id, copied=bool(step.get("backup_copied")),
+                          expected_source=sources.get(path)))
         remove_dirs.extend(a.create_dirs)
     first, last = undo[0].plan, undo[-1].plan
     remove_dirs = sorted(set(remove_dirs), key=lambda d: -len(d))

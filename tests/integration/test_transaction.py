@@ -588,3 +588,34 @@ def test_a_failing_commit_write_reverts_at_once(art, prefix, mocker):
     assert "No space left" in str(ei.value.message) + str(ei.value.__cause__)
     assert snapshot(prefix) == before
     assert [j.state for j in transaction.journals(Path(p.state_dir))] == ["rolled_back"]
+
+
+def test_failed_apply_over_copied_backups_is_not_drift(art, art_b, prefix, mocker):
+    """Backups on another filesystem are copies: reverting a failed apply restores the previous
+    file as a new inode with the same bytes. That is not drift: status reports none and a plain
+    rollback needs no --force. A really changed file (other bytes) still is drift."""
+    import errno
+
+    mocker.patch.object(actions.os, "link", side_effect=OSError(errno.EXDEV, "Invalid cross-device link"))
+    sdir = prefix / ".rocmbuild"
+    transaction.execute(plan.make(art, facts(prefix)), verify=Verifier())
+    s_a = snapshot(prefix)
+    transaction.execute(plan.make(art_b, facts(prefix)), verify=Verifier())
+    s_b = snapshot(prefix)
+    with pytest.raises(VerifyError):
+        transaction.execute(plan.make(art, facts(prefix)), verify=Verifier(fail=True), verify_restored=Verifier())
+    assert snapshot(prefix) == s_b
+    assert transaction.drift(sdir) == []
+    transaction.execute(transaction.rollback_plan(sdir), verify=Verifier())
+    assert snapshot(prefix) == s_a
+    # other bytes, same size and mode: drift all the same
+    lib = prefix / "lib" / "libMIOpen.so.1.0"
+    data = bytearray(lib.read_bytes())
+    data[-1] ^= 0xFF
+    tmp = lib.with_name("clobber.tmp")
+    tmp.write_bytes(bytes(data))
+    os.chmod(tmp, lib.stat().st_mode)
+    os.replace(tmp, lib)
+    assert [d["path"] for d in transaction.drift(sdir)] == [str(lib)]
+    with pytest.raises(TargetError, match="drift"):
+        transaction.rollback_plan(sdir)
