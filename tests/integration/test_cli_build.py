@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -191,3 +192,20 @@ def test_fixed_expected_version_checked_before_compiling(tmp_path, monorepo, cap
     code, out = run_json(capsys, "build", str(recipe), "--ref", "develop")  # develop is 3.6.0
     assert code == 3 and "3.6.0" in out["error"]["message"] and "3.5.1" in out["error"]["message"]
     assert not (state.home() / "build").exists()  # nothing was configured
+
+
+@pytest.mark.skipif(shutil.which("ccache") is None, reason="ccache is not installed (.ci/run installs it)")
+def test_ccache_launcher_really_caches_compiles(tmp_path, monorepo, capsys, monkeypatch):
+    """--launcher ccache: two builds with different rocmbuild keys (a define the sources do not
+    use) compile the same sources, and the second one's compiles are ccache hits."""
+    monkeypatch.setenv("CCACHE_DIR", str(tmp_path / "ccache"))
+    recipe = write_recipe(tmp_path, monorepo.url)
+    code, first = run_json(capsys, "build", str(recipe), "--ref", "rocm-7.1.0", "--launcher", "ccache")
+    assert code == 0 and first["cached"] is False
+    code, second = run_json(capsys, "build", str(recipe), "--ref", "rocm-7.1.0", "--launcher", "ccache",
+                            "-D", "UNUSED_BY_THE_SOURCES=1")
+    assert code == 0 and second["cached"] is False and second["key"] != first["key"]
+    stats = subprocess.run(["ccache", "--print-stats"], capture_output=True, text=True, check=True).stdout
+    counters = dict(line.split("\t", 1) for line in stats.splitlines() if "\t" in line)
+    hits = int(counters.get("direct_cache_hit", 0)) + int(counters.get("preprocessed_cache_hit", 0))
+    assert hits >= 1, stats
