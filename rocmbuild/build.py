@@ -1,6 +1,6 @@
 """checkout -> configure -> build -> install (DESTDIR staging) -> Artifact; and the build cache.
 
-The cache key is the sha256 of every build input (:func:`inputs`): the canonical recipe (less the source URL and the ref as spelled), the
+The cache key is the sha256 of every build input (:func:`inputs`): the canonical recipe (less the source URL, the ref as spelled, ``jobs`` and the launcher), the
 resolved commit (or the tarball's sha256), the content of every patch, the cherry-picked
 commits, defines, environment, build type, install prefix, and the versions of cmake and of the
 C and C++ compilers (the ones the build will use: ``CMAKE_C(XX)_COMPILER`` defines, else
@@ -99,6 +99,9 @@ def inputs(recipe: Recipe, *, commit: str | None, home: Path) -> dict[str, Any]:
     # names all share one artifact.
     for k in ("git", "tarball", "ref"):
         canonical["source"].pop(k, None)
+    # Nor do the parallelism and a compiler cache: -j8 and ccache build the same library.
+    for k in ("jobs", "launcher"):
+        canonical["build"].pop(k, None)
     inp = {
         "recipe": canonical,
         "commit": commit,

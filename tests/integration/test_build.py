@@ -209,3 +209,11 @@ def test_ctrl_c_stops_the_build_cleanly(tmp_path):
     home = state.home()
     assert not list((home / "artifacts").glob(".tmp-*"))
     assert [p for p in (home / "artifacts").iterdir() if not p.name.startswith(".")] == []
+
+
+def test_jobs_and_launcher_do_not_change_the_key(tmp_path):
+    home = state.home()
+    r = make_recipe(tmp_path)
+    k = build.cache_key(build.inputs(r, commit="a" * 40, home=home))
+    other = recipe.apply_overrides(r, recipe.Overrides(jobs=7, launcher="ccache"))
+    assert build.cache_key(build.inputs(other, commit="a" * 40, home=home)) == k
