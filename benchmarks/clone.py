@@ -5,7 +5,7 @@ and the other projects hold large incompressible blobs (and have history that re
 measures bytes on disk (like ``du``: allocated blocks of the clone dir including ``.git``) and wall
 time of
 
-  (a) ``rocmbuild.source.fetch`` of ``develop`` with ``subdir = "projects/miopen"``, and
+  (a) ``rocmbuild.build.source.fetch`` of ``develop`` with ``subdir = "projects/miopen"``, and
   (b) ``git.Repo.clone_from`` of the same ``file://`` URL (what a user does by hand).
 
 Target: (a) takes at most 10% of (b)'s bytes. Run from the repository root:
@@ -68,7 +68,9 @@ def build_upstream(work: Path, big_mb: int, history: int):
 def run(big_mb: int, history: int) -> dict:
     import git
 
-    from rocmbuild import recipe, source, ui
+    from rocmbuild import ui
+    from rocmbuild.build import source
+    from rocmbuild.recipe import model as recipe
 
     ui.set_quiet(True)
     with tempfile.TemporaryDirectory(prefix="rocmbuild-bench-") as tmp:

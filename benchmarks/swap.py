@@ -5,7 +5,7 @@
 
 What is measured (median of ``--runs``), on one filesystem (``--dir``, default a temp dir):
 
-* **rocmbuild**: the install phase of a real :func:`rocmbuild.transaction.execute` -- plan
+* **rocmbuild**: the install phase of a real :func:`rocmbuild.swap.transaction.execute` -- plan
   (``lstat`` only), journal, stage (hardlink from the artifact), backup (hardlink of the
   original), swap (``rename``), commit and history -- with a no-op verification (the probe's
   cost does not depend on the library size and is not part of the swap).
@@ -45,8 +45,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from rocmbuild import artifact, plan, runner, state, transaction, ui  # noqa: E402
-from rocmbuild.artifact import Artifact, Manifest  # noqa: E402
+from rocmbuild import disk, runner, ui  # noqa: E402
+from rocmbuild.build import artifact
+from rocmbuild.build.artifact import Artifact, Manifest  # noqa: E402
+from rocmbuild.swap import plan, transaction
 
 MiB = 1 << 20
 REAL = "libMIOpen.so.1.0"
@@ -95,7 +97,7 @@ def make_artifact(root: Path, new_file: Path) -> Artifact:
     m = Manifest(recipe="bench", key="bench", version="3.5.1", expect_version="3.5.1", encoding="miopen",
                  smoke=None, commit=None, ref=None, url="", install_prefix="/usr/local", files=files,
                  libraries=libs)
-    state.atomic_write_json(root / "manifest.json", m.to_json())
+    disk.atomic_write_json(root / "manifest.json", m.to_json())
     return Artifact(root, m)
 
 

@@ -2,6 +2,6 @@
 
 import sys
 
-from rocmbuild.cli import main
+from rocmbuild.cli.app import main
 
 sys.exit(main())

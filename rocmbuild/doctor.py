@@ -12,7 +12,7 @@ Decisions:
   and the smoke test need one).
 * cmake below 3.16 (the fixture/MIOpen minimum rocmbuild was tested with): fail; a recipe may set
   its own floor in ``[requires]``.
-* Disk: the build cache (``rocmbuild.state.home()``) fails under 5 GiB free and warns under
+* Disk: the build cache (``rocmbuild.home.cache_home()``) fails under 5 GiB free and warns under
   30 GiB (a MIOpen build tree for one architecture is ~10-20 GiB); the target fails under
   256 MiB and warns under 2 GiB (a swap stages one new library, ~1 GiB, beside the old one).
 * No target given and none active (``$CONDA_PREFIX``/``$VIRTUAL_ENV``): **warn**, not fail. A
@@ -34,8 +34,10 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from rocmbuild import gpu, runner, state
+from rocmbuild import runner
 from rocmbuild.errors import RocmbuildError
+from rocmbuild.home import cache_home
+from rocmbuild.target import gpu
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 CMAKE_MIN = "3.16"
@@ -220,7 +222,7 @@ def check_disk(name: str, path: Path, fail_below: int, warn_below: int, what: st
 
 def check_target(env: str | None, python: str | None, timeout: float = 300) -> list[DoctorCheck]:
     """The target's torch: ROCm or CUDA build, compile-time MIOpen/cuDNN version, library loaded."""
-    from rocmbuild import target as target_mod
+    from rocmbuild.target import target as target_mod
 
     if not env and not python and not os.environ.get("CONDA_PREFIX") and not os.environ.get("VIRTUAL_ENV"):
         return [DoctorCheck("target", WARN, "no target: no --env/--python given and no active conda env or venv",
@@ -264,7 +266,7 @@ def check_requirements(recipe) -> list[DoctorCheck]:
 
     The build step calls this before fetching and raises RequirementError for failures.
     """
-    from rocmbuild.recipe import split_requirement
+    from rocmbuild.recipe.model import split_requirement
 
     out = []
     for spec in recipe.requires.programs:
@@ -288,7 +290,7 @@ def check_requirements(recipe) -> list[DoctorCheck]:
 def run(recipe=None, env: str | None = None, python: str | None = None, *, timeout: float = 300) -> list[DoctorCheck]:
     """Every check, in a stable order."""
     checks = [check_git(), check_cmake(), check_build_tool(), *check_compilers(), *check_rocm(), check_gpu(),
-              check_disk("cache disk", state.home(), CACHE_FAIL, CACHE_WARN, "source clones and build trees")]
+              check_disk("cache disk", cache_home(), CACHE_FAIL, CACHE_WARN, "source clones and build trees")]
     checks += check_target(env, python, timeout)
     if recipe is not None:
         checks += check_requirements(recipe)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from rocmbuild import state
+from rocmbuild import disk
 from tests.envs import stage_library
 from tests.txn_helpers import full_listing, inodes, rb, snapshot, txn_home, txn_world  # noqa: F401
 
@@ -274,7 +274,9 @@ def test_a_process_using_the_old_library_survives_apply_and_rollback(txn_home, e
 
 HOLDER = textwrap.dedent("""
     import sys, time
-    from rocmbuild import state
+    from rocmbuild import disk
+    from rocmbuild.home import cache_home
+    from rocmbuild.swap import state
     lock = state.TargetLock(sys.argv[1]).acquire()
     print("locked", flush=True)
     time.sleep(float(sys.argv[2]))
@@ -339,10 +341,10 @@ def test_read_only_lib_dir_exit_2_nothing_changed(txn_home, env350, mocker):
         assert r.returncode == 2, r.stderr
         assert "not writable" in r.stderr and "nothing was changed" in r.stderr
     else:  # pragma: no cover - unprivileged CI
-        from rocmbuild import cli
+        from rocmbuild.cli import app as cli
 
         real_access = os.access
-        mocker.patch("rocmbuild.txnflow.os.access",
+        mocker.patch("rocmbuild.flows.txnflow.os.access",
                      side_effect=lambda p, m, *a, **k: False if Path(p) == libdir else real_access(p, m, *a, **k))
         assert cli.main(["apply", txn_home.recipe("mini"), "--env", str(env.prefix)]) == 2
     assert snapshot(env.prefix) == before and full_listing(env.prefix) == listing
@@ -351,7 +353,7 @@ def test_read_only_lib_dir_exit_2_nothing_changed(txn_home, env350, mocker):
 def test_not_enough_space_exit_2(txn_home, env350, mocker, capsys):
     """Only bytes that must be copied count: put the artifact on "another filesystem" by making
     the hardlink impossible to rely on (device numbers differ) and the disk report tiny."""
-    from rocmbuild import cli
+    from rocmbuild.cli import app as cli
 
     env = env350("conda")
     before = snapshot(env.prefix)
@@ -369,10 +371,10 @@ def test_not_enough_space_exit_2(txn_home, env350, mocker, capsys):
         def st_dev(self):
             return self._st.st_dev + 1
 
-    mocker.patch("rocmbuild.txnflow.os.stat",
+    mocker.patch("rocmbuild.flows.txnflow.os.stat",
                  side_effect=lambda p, *a, **k: FakeStat(real_stat(p, *a, **k)) if str(p).startswith(art_tree)
                  else real_stat(p, *a, **k))
-    mocker.patch("rocmbuild.txnflow._shutil.disk_usage", return_value=shutil._ntuple_diskusage(100, 100, 1000))
+    mocker.patch("rocmbuild.flows.txnflow._shutil.disk_usage", return_value=shutil._ntuple_diskusage(100, 100, 1000))
     code = cli.main(["apply", txn_home.recipe("mini"), "--env", str(env.prefix)])
     err = capsys.readouterr().err
     assert code == 2, err
@@ -397,7 +399,7 @@ def test_library_outside_the_prefix_exit_2_unless_allowed(txn_home, env350, fixt
     assert r.returncode == 0, r.stderr
     sdir = Path(_json(r)["target"]["state_dir"])
     assert sdir.parent == Path(os.environ["ROCMBUILD_HOME"]) / "targets"
-    assert state.read_json(sdir / "target.json")["prefix"] == str(env.prefix)
+    assert disk.read_json(sdir / "target.json")["prefix"] == str(env.prefix)
     assert _version_of(env) == "3.5.1"
     h = _json(rb("history", "--env", env.prefix, "--json"))
     assert len(h["transactions"]) == 1
@@ -407,8 +409,9 @@ def test_library_outside_the_prefix_exit_2_unless_allowed(txn_home, env350, fixt
 
 
 def test_missing_artifact_file_exit_2_nothing_changed(txn_home, env350, tmp_path, mocker, capsys):
-    from rocmbuild import cli, workflow
-    from rocmbuild.artifact import Artifact, Manifest
+    from rocmbuild.build.artifact import Artifact, Manifest
+    from rocmbuild.cli import app as cli
+    from rocmbuild.flows import workflow
 
     env = env350("conda")
     before, listing = snapshot(env.prefix), full_listing(env.prefix)
@@ -416,7 +419,7 @@ def test_missing_artifact_file_exit_2_nothing_changed(txn_home, env350, tmp_path
     broken = tmp_path / "broken-artifact"
     shutil.copytree(src.path, broken, symlinks=True)
     (broken / "tree/share/miopen/db/gfx1151.db.txt").unlink()
-    art = Artifact(broken, Manifest.from_json(state.read_json(broken / "manifest.json")))
+    art = Artifact(broken, Manifest.from_json(disk.read_json(broken / "manifest.json")))
     mocker.patch.object(workflow, "build_recipe", return_value=art)
     assert cli.main(["apply", txn_home.recipe("mini"), "--env", str(env.prefix), "--json"]) == 2
     err = json.loads(capsys.readouterr().out)["error"]

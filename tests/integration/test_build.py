@@ -9,9 +9,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from rocmbuild import build, recipe, state
-from rocmbuild.artifact import Manifest, read_soname
+from rocmbuild import disk
+from rocmbuild.build import builder as build
+from rocmbuild.build.artifact import Manifest, read_soname
 from rocmbuild.errors import EXIT_BUILD, EXIT_INPUT, BuildError, RequirementError
+from rocmbuild.home import cache_home
+from rocmbuild.recipe import model as recipe
 from tests.helpers import MIOPEN_SRC, set_version
 
 RECIPE = """
@@ -48,7 +51,7 @@ def make_checkout(tmp_path: Path, version: str = "3.5.1") -> SimpleNamespace:
 
 
 def do_build(r, co):
-    home = state.home()
+    home = cache_home()
     inp = build.inputs(r, commit=co.commit, home=home)
     key = build.cache_key(inp)
     return build.build(r, co, home=home, key=key, inp=inp), home, key
@@ -73,7 +76,7 @@ def test_build_end_to_end_with_both_generators(tmp_path, generator):
     assert by_path["share/miopen/db/gfx1151.db.txt"].sha256 == build.hashlib.sha256(b"fixture perf db\n").hexdigest()
     assert by_path[lib.file].size == real.stat().st_size and len(by_path[lib.file].sha256) == 64
     # the manifest on disk is the same manifest
-    assert Manifest.from_json(state.read_json(art.path / "manifest.json")) == m
+    assert Manifest.from_json(disk.read_json(art.path / "manifest.json")) == m
     # the build tree is gone after success; the log is kept; no temp dirs remain
     assert not (home / "build" / key).exists()
     assert build.log_path(home, key).is_file()
@@ -95,7 +98,7 @@ def test_cache_lookup_and_changed_artifact_is_not_reused(tmp_path):
 
 
 def test_key_depends_on_inputs(tmp_path):
-    home = state.home()
+    home = cache_home()
     r1 = make_recipe(tmp_path)
     r2 = make_recipe(tmp_path, defines="MIOPEN_FIXTURE_PAD_MB = 1")
     k1 = build.cache_key(build.inputs(r1, commit="a" * 40, home=home))
@@ -107,7 +110,7 @@ def test_key_depends_on_inputs(tmp_path):
 
 
 def test_tool_versions_are_remembered(tmp_path, mocker):
-    home = state.home()
+    home = cache_home()
     r = make_recipe(tmp_path)
     first = build.inputs(r, commit=None, home=home)
     assert "cmake version" in first["tools"]["cmake"]
@@ -127,7 +130,7 @@ def test_compile_error_exit_3_with_tail_and_log_no_artifact(tmp_path):
     assert "cmake --build" in err.message  # the command
     log = Path(err.details["log"])
     assert log.is_file() and "MIOPEN_FIXTURE_FAIL is set" in log.read_text()
-    home = state.home()
+    home = cache_home()
     assert [p.name for p in (home / "artifacts").iterdir() if not p.name.endswith(".lock")] == []
 
 
@@ -160,12 +163,16 @@ CTRL_C_SCRIPT = """
 import sys
 from pathlib import Path
 from types import SimpleNamespace
-from rocmbuild import build, recipe, state
+from rocmbuild.build import builder as build
+from rocmbuild.recipe import model as recipe
+from rocmbuild import disk
+from rocmbuild.home import cache_home
+from rocmbuild.swap import state
 r = recipe.load(sys.argv[1])
 src = Path(sys.argv[2])
 co = SimpleNamespace(root=src, source_dir=src, url="file:///unused", ref="develop", commit="c" * 40,
                      version="3.5.1", patches=(), cherry_picks=(), tarball_sha256=None)
-home = state.home()
+home = cache_home()
 inp = build.inputs(r, commit=co.commit, home=home)
 try:
     build.build(r, co, home=home, key=build.cache_key(inp), inp=inp)
@@ -206,13 +213,13 @@ def test_ctrl_c_stops_the_build_cleanly(tmp_path):
     assert proc.wait(timeout=30) == 130
     time.sleep(0.2)
     assert _processes_with("271") == []  # no orphaned build step
-    home = state.home()
+    home = cache_home()
     assert not list((home / "artifacts").glob(".tmp-*"))
     assert [p for p in (home / "artifacts").iterdir() if not p.name.startswith(".")] == []
 
 
 def test_jobs_and_launcher_do_not_change_the_key(tmp_path):
-    home = state.home()
+    home = cache_home()
     r = make_recipe(tmp_path)
     k = build.cache_key(build.inputs(r, commit="a" * 40, home=home))
     other = recipe.apply_overrides(r, recipe.Overrides(jobs=7, launcher="ccache"))

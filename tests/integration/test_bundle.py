@@ -13,8 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from rocmbuild import build, bundle, lockfile, recipe
+from rocmbuild.build import builder as build
+from rocmbuild.build import bundle
 from rocmbuild.errors import EXIT_BUILD, EXIT_INPUT, FetchError, InputError
+from rocmbuild.recipe import lockfile
+from rocmbuild.recipe import model as recipe
 from tests.integration.test_build import do_build, make_checkout, make_recipe
 
 

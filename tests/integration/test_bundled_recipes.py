@@ -9,8 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from rocmbuild import cli, cmake, recipe, workflow
+from rocmbuild.build import cmake
+from rocmbuild.cli import app as cli
 from rocmbuild.errors import EXIT_INPUT, InputError
+from rocmbuild.flows import workflow
+from rocmbuild.recipe import model as recipe
 
 BUNDLED = ("miopen-develop", "miopen-3.5.1")
 

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from rocmbuild import cli, runner, state
+from rocmbuild import runner
+from rocmbuild.cli import app as cli
+from rocmbuild.home import cache_home
 
 RECIPE = """
 name = "mini"
@@ -71,7 +73,7 @@ def test_build_then_cache_hit_without_compiling(tmp_path, monorepo, capsys, mock
     assert first["commit"] == monorepo.c_develop and first["version"] == "3.6.0"
     assert first["libraries"][0]["chain"] == ["libMIOpen.so", "libMIOpen.so.1", "libMIOpen.so.1.0"]
     # sparse + partial: the other projects are not in the work tree
-    src = state.home() / "src"
+    src = cache_home() / "src"
     (tree,) = [p for p in src.iterdir() if p.is_dir() and not p.name.endswith(".git")]
     assert (tree / "projects" / "miopen" / "CMakeLists.txt").is_file()
     assert not (tree / "projects" / "rocblas").exists()
@@ -126,15 +128,15 @@ def test_unknown_ref_exit_3(tmp_path, monorepo, capsys):
     code, out = run_json(capsys, "build", str(recipe), "--ref", "no-such-branch")
     assert code == 3 and out["ok"] is False and out["exit_code"] == 3
     assert "no-such-branch" in out["error"]["message"]
-    assert not (state.home() / "artifacts").exists() or not [
-        p for p in (state.home() / "artifacts").iterdir() if not p.name.startswith(".")]
+    assert not (cache_home() / "artifacts").exists() or not [
+        p for p in (cache_home() / "artifacts").iterdir() if not p.name.startswith(".")]
 
 
 def test_missing_requirement_exit_2_before_fetching(tmp_path, monorepo, capsys):
     recipe = write_recipe(tmp_path, monorepo.url, cmake_req="cmake>=99.0")
     code, out = run_json(capsys, "build", str(recipe))
     assert code == 2 and "cmake" in out["error"]["message"]
-    assert not (state.home() / "src").exists()  # nothing fetched
+    assert not (cache_home() / "src").exists()  # nothing fetched
 
 
 def test_bad_recipe_exit_2_nothing_fetched(tmp_path, capsys):
@@ -142,7 +144,7 @@ def test_bad_recipe_exit_2_nothing_fetched(tmp_path, capsys):
     p.write_text('[source]\ngit = "x"\n[biuld]\njobs = 1\n')
     code, out = run_json(capsys, "build", str(p))
     assert code == 2 and "did you mean 'build'" in out["error"]["hint"]
-    assert not state.home().exists() or not (state.home() / "src").exists()
+    assert not cache_home().exists() or not (cache_home() / "src").exists()
 
 
 def test_plan_changes_nothing_and_lists_commands(tmp_path, monorepo, capsys):
@@ -154,7 +156,7 @@ def test_plan_changes_nothing_and_lists_commands(tmp_path, monorepo, capsys):
     assert configure[0] == "cmake" and "-DGPU_TARGETS:STRING=gfx1151" in configure and "-DX:STRING=1" in configure
     assert plan["commands"]["build"][:2] == ["cmake", "--build"]
     assert plan["cache"]["key"] and plan["cache"]["cached"] is False
-    assert not (state.home() / "src").exists() and not (state.home() / "artifacts").exists()
+    assert not (cache_home() / "src").exists() and not (cache_home() / "artifacts").exists()
 
 
 def test_plan_offline_and_unreachable(tmp_path, capsys):
@@ -191,7 +193,7 @@ def test_fixed_expected_version_checked_before_compiling(tmp_path, monorepo, cap
     recipe.write_text(recipe.read_text().replace('version = "source"', 'version = "3.5.1"'))
     code, out = run_json(capsys, "build", str(recipe), "--ref", "develop")  # develop is 3.6.0
     assert code == 3 and "3.6.0" in out["error"]["message"] and "3.5.1" in out["error"]["message"]
-    assert not (state.home() / "build").exists()  # nothing was configured
+    assert not (cache_home() / "build").exists()  # nothing was configured
 
 
 @pytest.mark.skipif(shutil.which("ccache") is None, reason="ccache is not installed (.ci/run installs it)")

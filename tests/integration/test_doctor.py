@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from rocmbuild import cli, doctor, recipe
+from rocmbuild import doctor
+from rocmbuild.cli import app as cli
 from rocmbuild.errors import EXIT_INPUT, EXIT_OK
+from rocmbuild.recipe import model as recipe
 
 pytestmark = pytest.mark.slow
 

@@ -30,7 +30,6 @@ def out(proc: subprocess.CompletedProcess) -> dict:
 
 
 def lib_version(env) -> str:
-    import ctypes
 
     code = ("import ctypes,sys; l=ctypes.CDLL(sys.argv[1]); a=[ctypes.c_size_t() for _ in range(3)]; "
             "l.miopenGetVersion(*[ctypes.byref(x) for x in a]); print('.'.join(str(x.value) for x in a))")

@@ -65,7 +65,7 @@ def test_the_doc_documents_every_verb_and_the_error_object():
     assert {"message", "hint", "type"} <= set(TABLES["error"]) and TABLES["error"]["details"] is True
     for v in VERBS + ["apply-dry-run"]:
         assert v in TABLES, f"docs/json.md has no key table for {v}"
-    from rocmbuild import cli
+    from rocmbuild.cli import app as cli
 
     _parser, handlers = cli.build_parser()
     assert set(handlers) == set(VERBS), "a verb was added or removed: document its JSON in docs/json.md"
@@ -151,7 +151,9 @@ def fake_rocm(tmp_path) -> dict[str, str]:
 
 HOLDER = textwrap.dedent("""
     import sys, time
-    from rocmbuild import state
+    from rocmbuild import disk
+    from rocmbuild.home import cache_home
+    from rocmbuild.swap import state
     lock = state.TargetLock(sys.argv[1]).acquire()
     print("locked", flush=True)
     time.sleep(float(sys.argv[2]))

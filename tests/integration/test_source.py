@@ -15,9 +15,9 @@ from pathlib import Path
 import git
 import pytest
 
-from rocmbuild import recipe as recipe_mod
-from rocmbuild import source
+from rocmbuild.build import source
 from rocmbuild.errors import FetchError, RecipeError
+from rocmbuild.recipe import model as recipe_mod
 from tests.helpers import MIOPEN_SRC, set_marker, set_version
 
 VERSION = "version = { file = \"CMakeLists.txt\", regex = 'rocm_setup_version\\(VERSION ([0-9.]+)' }"

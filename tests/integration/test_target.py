@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from rocmbuild import cli
+from rocmbuild.cli import app as cli
 from rocmbuild.errors import EXIT_INPUT, EXIT_OK, EXIT_VERIFY, TargetError
-from rocmbuild.probe import compatible, decode_version, judge, run_probe
-from rocmbuild.target import discover, resolve
+from rocmbuild.target.probe import compatible, decode_version, judge, run_probe
+from rocmbuild.target.target import discover, resolve
 
 pytestmark = pytest.mark.slow
 

@@ -19,9 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from rocmbuild import actions, artifact, plan, state, transaction
-from rocmbuild.artifact import Artifact, Manifest
+from rocmbuild import disk
+from rocmbuild.build import artifact
+from rocmbuild.build.artifact import Artifact, Manifest
 from rocmbuild.errors import InputError, LockedError, TargetError, VerifyError
+from rocmbuild.swap import actions, plan, state, transaction
 from tests.envs import stage_library
 from tests.txn_helpers import REPO, inodes, snapshot
 
@@ -39,7 +41,7 @@ def make_artifact(root: Path, lib_dir: Path, version: str) -> Artifact:
     m = Manifest(recipe="mini", key=f"key-{version}-{root.name}", version=version, expect_version=version,
                  encoding="miopen", smoke=None, commit="c" * 40, ref="develop", url="file:///x",
                  install_prefix="/usr/local", files=files, libraries=libs, data=("share/miopen/db",))
-    state.atomic_write_json(root / "manifest.json", m.to_json())
+    disk.atomic_write_json(root / "manifest.json", m.to_json())
     return Artifact(root, m)
 
 
@@ -157,7 +159,8 @@ def test_failure_before_the_first_rename_changes_nothing(art, prefix, mocker):
 RUNNER = textwrap.dedent("""
     import json, sys
     from pathlib import Path
-    from rocmbuild import plan, transaction
+    from rocmbuild.swap import plan
+    from rocmbuild.swap import transaction
     p = plan.Plan.from_json(json.loads(Path(sys.argv[1]).read_text()))
     class V:
         ok = False
@@ -169,7 +172,7 @@ RUNNER = textwrap.dedent("""
 
 RECOVER = textwrap.dedent("""
     import sys
-    from rocmbuild import transaction
+    from rocmbuild.swap import transaction
     print(len(transaction.recover(sys.argv[1])))
 """)
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rocmbuild import cmake
-from rocmbuild.build import parse_progress
-from rocmbuild.recipe import Build
+from rocmbuild.build import cmake
+from rocmbuild.build.builder import parse_progress
+from rocmbuild.recipe.model import Build
 
 
 def test_typed_defines():

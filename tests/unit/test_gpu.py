@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from rocmbuild import gpu
+from rocmbuild.target import gpu
 
 
 @pytest.mark.parametrize(

@@ -7,10 +7,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from rocmbuild import plan
-from rocmbuild.artifact import FileEntry, LibraryEntry, Manifest
+from rocmbuild.build.artifact import FileEntry, LibraryEntry, Manifest
 from rocmbuild.errors import InputError, TargetError
-from rocmbuild.plan import LoadedFact, PathState, TargetFacts
+from rocmbuild.swap import plan
+from rocmbuild.swap.plan import LoadedFact, PathState, TargetFacts
 
 ART = Path("/cache/artifacts/k")
 TREE = ART / "tree"

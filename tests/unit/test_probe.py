@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from rocmbuild import _probe
-from rocmbuild.probe import (
+from rocmbuild.target import _probe
+from rocmbuild.target.probe import (
     PROBE_SCRIPT,
     ProbeReport,
     _parse_json,

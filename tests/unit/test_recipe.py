@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from rocmbuild import recipe
 from rocmbuild.errors import EXIT_INPUT, InputError, RecipeError
+from rocmbuild.recipe import model as recipe
 
 GOOD = """
 name = "mini"

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from rocmbuild import recipe as recipe_mod
-from rocmbuild import source
+from rocmbuild.build import source
 from rocmbuild.errors import RecipeError
+from rocmbuild.recipe import model as recipe_mod
 
 SHA_A = "a" * 40
 SHA_B = "b" * 40

@@ -20,8 +20,9 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from rocmbuild import __version__, render, ui
-from rocmbuild.errors import EXIT_INTERNAL, EXIT_INPUT, EXIT_OK, RocmbuildError
+from rocmbuild import __version__, ui
+from rocmbuild.cli import render
+from rocmbuild.errors import EXIT_INPUT, EXIT_INTERNAL, EXIT_OK, RocmbuildError
 
 
 @dataclass
@@ -113,7 +114,7 @@ def _target(p: argparse.ArgumentParser) -> None:
 
 
 def overrides_from(args: argparse.Namespace):
-    from rocmbuild.recipe import Overrides
+    from rocmbuild.recipe.model import Overrides
 
     return Overrides(
         ref=getattr(args, "ref", None),
@@ -136,7 +137,7 @@ def _add_recipes(sub) -> None:
 
 
 def _cmd_recipes(args) -> Result:
-    from rocmbuild import recipe
+    from rocmbuild.recipe import model as recipe
 
     found = recipe.available(args.recipes_dir)
     rows = []
@@ -162,7 +163,7 @@ def _add_show(sub) -> None:
 
 
 def _cmd_show(args) -> Result:
-    from rocmbuild import recipe
+    from rocmbuild.recipe import model as recipe
 
     r = recipe.apply_overrides(recipe.load(args.recipe, args.recipes_dir), overrides_from(args))
     data = {"name": r.name, "path": str(r.path), "description": r.description, "recipe": r.canonical(),
@@ -185,7 +186,7 @@ def _add_plan(sub) -> None:
 
 
 def _cmd_plan(args) -> Result:
-    from rocmbuild import workflow
+    from rocmbuild.flows import workflow
 
     plan = workflow.build_plan(args.recipe, args.recipes_dir, overrides_from(args), offline=args.offline)
     return Result(plan, workflow.render_build_plan(plan))
@@ -201,7 +202,7 @@ def _add_build(sub) -> None:
 
 
 def _cmd_build(args) -> Result:
-    from rocmbuild import workflow
+    from rocmbuild.flows import workflow
 
     recipe, overrides = _source_of(args)
     data = render.build_data(workflow.build(recipe, args.recipes_dir, overrides))
@@ -220,11 +221,13 @@ def _add_status(sub) -> None:
 
 
 def _cmd_status(args) -> Result:
-    from rocmbuild import target
+    from rocmbuild.target import target
 
     t = target.discover(args.env, args.python, timeout=args.probe_timeout, want_hash=args.hash)
     data = render.status_data(t)
-    from rocmbuild import txnflow  # what rocmbuild changed here: transactions in effect, unfinished, drift
+    from rocmbuild.flows import (
+        txnflow,  # what rocmbuild changed here: transactions in effect, unfinished, drift
+    )
 
     data["changes"] = txnflow.status_changes(t.prefix)
     return Result(data, render.status(data) + "\n" + txnflow.render_status_changes(data["changes"]))
@@ -247,8 +250,8 @@ def _add_verify(sub) -> None:
 def _cmd_verify(args) -> Result:
     from pathlib import Path
 
-    from rocmbuild import probe, target
     from rocmbuild.errors import VerifyError
+    from rocmbuild.target import probe, target
 
     t = target.discover(args.env, args.python, timeout=args.probe_timeout, want_hash=args.hash, smoke=args.smoke)
     verdict = probe.judge(t.report, library=args.library, encoding=args.encoding, expect=args.expect,
@@ -275,7 +278,8 @@ def _add_doctor(sub) -> None:
 
 
 def _cmd_doctor(args) -> Result:
-    from rocmbuild import doctor, recipe
+    from rocmbuild import doctor
+    from rocmbuild.recipe import model as recipe
 
     r = recipe.load(args.recipe, args.recipes_dir) if args.recipe else None
     checks = doctor.run(r, args.env, args.python, timeout=args.probe_timeout)
@@ -344,8 +348,8 @@ def _apply_kwargs(args) -> dict:
 def _source_of(args) -> tuple[str | None, Any]:
     """(recipe, overrides) from a positional RECIPE or --from-lock (``--artifact`` for apply:
     recipe None); exactly one of them must be given."""
-    from rocmbuild import fleet
     from rocmbuild.errors import InputError
+    from rocmbuild.flows import fleet
 
     artifact = getattr(args, "artifact", None)
     given = [x for x in (args.recipe, artifact, args.from_lock) if x]
@@ -361,7 +365,7 @@ def _source_of(args) -> tuple[str | None, Any]:
 
 
 def _cmd_apply(args) -> Result:
-    from rocmbuild import fleet, workflow
+    from rocmbuild.flows import fleet, workflow
 
     recipe, overrides = _source_of(args)
     if args.dry_run:
@@ -389,7 +393,7 @@ def _add_rollback(sub) -> None:
 
 
 def _cmd_rollback(args) -> Result:
-    from rocmbuild import txnflow
+    from rocmbuild.flows import txnflow
 
     data = txnflow.rollback(env=args.env, python=args.python, to=args.to, force=args.force, wait=args.wait,
                              keep=args.keep, probe_timeout=args.probe_timeout)
@@ -403,7 +407,7 @@ def _add_history(sub) -> None:
 
 
 def _cmd_history(args) -> Result:
-    from rocmbuild import txnflow
+    from rocmbuild.flows import txnflow
 
     data = txnflow.history(env=args.env, python=args.python)
     return Result(data, txnflow.render_history(data))
@@ -417,7 +421,7 @@ def _add_recover(sub) -> None:
 
 
 def _cmd_recover(args) -> Result:
-    from rocmbuild import txnflow
+    from rocmbuild.flows import txnflow
 
     data = txnflow.recover(env=args.env, python=args.python, wait=args.wait, probe_timeout=args.probe_timeout)
     return Result(data, render.recover(data))
@@ -433,7 +437,7 @@ def _add_export(sub) -> None:
 
 
 def _cmd_export(args) -> Result:
-    from rocmbuild import fleet
+    from rocmbuild.flows import fleet
 
     info = fleet.export(args.what, args.output, args.recipes_dir, overrides_from(args))
     return Result(info, f"{info['file']}\n{info['sha256']}  (also in {info['sha256_file']})\n"
@@ -450,7 +454,7 @@ def _add_lock(sub) -> None:
 
 
 def _cmd_lock(args) -> Result:
-    from rocmbuild import fleet
+    from rocmbuild.flows import fleet
 
     data = fleet.lock(args.recipe, args.output, args.recipes_dir, overrides_from(args))
     lk = data["lock"]

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from rocmbuild.archive import inside, sha256_file  # noqa: F401 (sha256_file re-exported)
+from rocmbuild.build.archive import inside, sha256_file  # noqa: F401 (sha256_file re-exported)
 from rocmbuild.errors import InputError
 
 SCHEMA = 1

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from rocmbuild.recipe import Build, DefineValue
+from rocmbuild.recipe.model import Build, DefineValue
 
 LAUNCHER_VARIABLES = (
     "CMAKE_C_COMPILER_LAUNCHER",

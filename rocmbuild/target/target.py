@@ -29,7 +29,7 @@ from pathlib import Path
 
 from rocmbuild import runner
 from rocmbuild.errors import RequirementError, TargetError
-from rocmbuild.probe import LoadedLibrary, ProbeReport, run_probe
+from rocmbuild.target.probe import LoadedLibrary, ProbeReport, run_probe
 
 STATE_DIRNAME = ".rocmbuild"
 RESOLVE_TIMEOUT = 60.0

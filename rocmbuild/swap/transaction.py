@@ -67,10 +67,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from rocmbuild import actions as _actions
-from rocmbuild import state, ui
+from rocmbuild import disk, ui
 from rocmbuild.errors import InputError, RocmbuildError, TargetError, VerifyError
-from rocmbuild.plan import Plan, PathState, Undo, observe
+from rocmbuild.swap import actions as _actions
+from rocmbuild.swap import state
+from rocmbuild.swap.plan import PathState, Plan, Undo, observe
 
 FAILPOINTS = ("after-journal", "after-stage", "after-backup", "mid-swap", "after-swap", "after-verify",
               "mid-rollback", "after-commit")
@@ -145,7 +146,7 @@ class Journal:
 
     @classmethod
     def load(cls, path: Path) -> "Journal":
-        return cls(path, state.read_json(path))
+        return cls(path, disk.read_json(path))
 
     @property
     def id(self) -> str:
@@ -165,7 +166,7 @@ class Journal:
 
     def save(self) -> None:
         self.data["updated"] = _now()
-        state.atomic_write_json(self.path, self.data)
+        disk.atomic_write_json(self.path, self.data)
 
 
 # --------------------------------------------------------------------------------------------
@@ -267,7 +268,7 @@ def execute(plan: Plan, *, verify: Verify | None, verify_restored: Verify | None
             step["after"] = fa.stage().to_json()
         for d in {fa.dest.parent for fa, _ in fas}:
             if d.exists():
-                state.fsync_dir(d)
+                disk.fsync_dir(d)
         j.set(state="staged")
         failpoint("after-stage")
         # backup
@@ -277,7 +278,7 @@ def execute(plan: Plan, *, verify: Verify | None, verify_restored: Verify | None
             if fa.backup_copied:
                 step["backup_copied"] = True  # restores from it make a new inode (see FileAction.is_before)
         if fas and backup_dir(sdir, txn).is_dir():
-            state.fsync_dir(backup_dir(sdir, txn))
+            disk.fsync_dir(backup_dir(sdir, txn))
         j.set(state="backed_up", backup_copies=copied)
         failpoint("after-backup")
         # swap
@@ -296,7 +297,7 @@ def execute(plan: Plan, *, verify: Verify | None, verify_restored: Verify | None
                 pass
         for d in {fa.dest.parent for fa, _ in fas}:
             if d.exists():
-                state.fsync_dir(d)
+                disk.fsync_dir(d)
         j.set(state="swapped")
         failpoint("after-swap")
         # verify
@@ -419,7 +420,7 @@ def _finish_rollback(j: Journal, *, reason: str, verify_restored: Verify | None,
     for d in {fa.dest.parent for fa, _ in fas}:
         if d.exists():
             try:
-                state.fsync_dir(d)
+                disk.fsync_dir(d)
             except OSError as exc:
                 journal_errors.append(f"fsync {d}: {exc}")
     if revert_errors:
@@ -728,7 +729,7 @@ def _latest_source(act: list[Journal]) -> dict[str, str | None]:
 def drift(state_dir: Path) -> list[dict[str, Any]]:
     """Paths rocmbuild placed (active transactions) that no longer are what it left there (a file
     restored from a copied backup counts as unchanged when its bytes are the same)."""
-    from rocmbuild.plan import FsObserver, same_or_same_bytes
+    from rocmbuild.swap.plan import FsObserver, same_or_same_bytes
 
     out = []
     act = active(state_dir)
@@ -763,7 +764,7 @@ def resolve_txn(ids: list[str], to: str) -> str:
 
 
 def rollback_plan(state_dir: Path, *, to: str | None = None, force: bool = False) -> Plan:
-    from rocmbuild import plan as _plan
+    from rocmbuild.swap import plan as _plan
 
     act = active(state_dir)
     if to is None:

@@ -117,7 +117,7 @@ class FsObserver:
         return observe(path)
 
     def sha256(self, path: Path) -> str:
-        from rocmbuild.artifact import sha256_file
+        from rocmbuild.build.artifact import sha256_file
 
         return sha256_file(path)
 
@@ -236,7 +236,7 @@ class TargetFacts:
 
 
 def facts_from(target: Any, stems: Iterable[str], version: str | None = None) -> TargetFacts:
-    """Target facts from a :class:`rocmbuild.target.Target` (duck-typed: ``prefix``, ``python``,
+    """Target facts from a :class:`rocmbuild.target.target.Target` (duck-typed: ``prefix``, ``python``,
     ``report.libraries``, ``inside_prefix``, ``layout``)."""
     loaded = []
     libs = list(getattr(target.report, "libraries", ()) or ())
@@ -317,7 +317,7 @@ def _link_action(dest: Path, text: str, role: str, obs: Observer) -> Action:
 
 def make(artifact: Any, facts: TargetFacts, *, allow_outside_prefix: bool = False,
          expect: str | None = None, observer: Observer | None = None, state_dir: str | None = None) -> Plan:
-    """The plan to place ``artifact`` (an :class:`rocmbuild.artifact.Artifact`) into the target."""
+    """The plan to place ``artifact`` (an :class:`rocmbuild.build.artifact.Artifact`) into the target."""
     obs = observer or FsObserver()
     m = artifact.manifest
     tree = Path(artifact.tree)
@@ -392,7 +392,7 @@ def make(artifact: Any, facts: TargetFacts, *, allow_outside_prefix: bool = Fals
             else:
                 actions.append(_file_action(dest, tree / f.path, f.size, f.sha256, "data", obs))
     if state_dir is None:
-        from rocmbuild import state
+        from rocmbuild.swap import state
 
         state_dir = str(state.target_state_dir(Path(facts.prefix), libdir, outside=outside))
     return Plan(

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from rocmbuild import build as _build
-from rocmbuild import cmake, gpu, runner, source, state, ui
-from rocmbuild import recipe as _recipe
-from rocmbuild.artifact import Artifact
+from rocmbuild import runner, ui
+from rocmbuild.build import builder as _build
+from rocmbuild.build import cmake, source
+from rocmbuild.build.artifact import Artifact
 from rocmbuild.errors import InputError, RequirementError, RocmbuildError
-from rocmbuild.recipe import Overrides, Recipe
+from rocmbuild.home import cache_home
+from rocmbuild.recipe import model as _recipe
+from rocmbuild.recipe.model import Overrides, Recipe
+from rocmbuild.target import gpu
 
 
 def load_recipe(name: str, recipes_dirs: Sequence[str] = (), overrides: Overrides = Overrides(),
@@ -68,7 +71,7 @@ def build_recipe(r: Recipe, before_build: Callable[[str | None], None] | None = 
     ``before_build(version)`` is called with the version read from the fetched source (or from
     the cached artifact) before anything is compiled; it may raise to stop."""
     require(r)
-    home = state.home()
+    home = cache_home()
     commit = resolve_commit(r)
     inp = _build.inputs(r, commit=commit, home=home)
     key = _build.cache_key(inp)
@@ -113,7 +116,7 @@ def build_plan(name: str, recipes_dirs: Sequence[str] = (), overrides: Overrides
         except InputError as exc:
             notes.append(f"GPU_TARGETS: {exc.message}; {exc.hint}")
             gpu_targets = "auto (unresolved)"
-    home = state.home()
+    home = cache_home()
     commit, ref_error = None, None
     if r.source.git:
         if offline:
@@ -201,8 +204,8 @@ def apply(name: str, recipes_dirs: Sequence[str] = (), overrides: Overrides = Ov
     checked against the torch's compile-time MIOpen before anything is compiled: a torch built
     against MIOpen 3.5 learns in seconds, not after an hour-long build, that it cannot load
     develop's 3.6 (exit 2, nothing built or changed)."""
-    from rocmbuild import probe, target
-    from rocmbuild.txnflow import _compat_refusal, _recover_prefix, apply_artifact
+    from rocmbuild.flows.txnflow import _compat_refusal, _recover_prefix, apply_artifact
+    from rocmbuild.target import probe, target
 
     r = load_recipe(name, recipes_dirs, overrides)
     prefix, _py = target.resolve(kw.get("env"), kw.get("python"))

@@ -27,10 +27,10 @@ import urllib.parse
 from pathlib import Path
 
 from rocmbuild import ui
-from rocmbuild.archive import download, safe_extract
-from rocmbuild.artifact import MANIFEST, TREE, Artifact, Manifest, fsync_tree, sha256_file
+from rocmbuild.build.archive import download, safe_extract
+from rocmbuild.build.artifact import MANIFEST, TREE, Artifact, Manifest, fsync_tree, sha256_file
 from rocmbuild.errors import FetchError, InputError
-from rocmbuild.state import atomic_write_bytes, fsync_dir, read_json
+from rocmbuild.disk import atomic_write_bytes, fsync_dir, read_json
 
 TOP = "rocmbuild-artifact"
 

@@ -79,10 +79,10 @@ from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
 from rocmbuild import ui
-from rocmbuild.archive import download, safe_extract, unsafe_member  # noqa: F401 (re-exported)
-from rocmbuild.archive import sha256_file as file_sha256
+from rocmbuild.build.archive import download, safe_extract, unsafe_member  # noqa: F401 (re-exported)
+from rocmbuild.build.archive import sha256_file as file_sha256
 from rocmbuild.errors import FetchError, RecipeError, RequirementError
-from rocmbuild.recipe import Recipe
+from rocmbuild.recipe.model import Recipe
 
 FULL_SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 SHORT_SHA_RE = re.compile(r"^[0-9a-f]{4,39}$")

@@ -38,11 +38,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from rocmbuild import cmake, runner, ui
-from rocmbuild.artifact import MANIFEST, TREE, Artifact, Manifest, find_libraries, fsync_tree, scan_tree
+from rocmbuild import runner, ui
+from rocmbuild.build import cmake
+from rocmbuild.build.artifact import MANIFEST, TREE, Artifact, Manifest, find_libraries, fsync_tree, scan_tree
 from rocmbuild.errors import BuildError, InputError, RequirementError
-from rocmbuild.recipe import Recipe
-from rocmbuild.state import atomic_write_json, fsync_dir, read_json
+from rocmbuild.recipe.model import Recipe
+from rocmbuild.disk import atomic_write_json, fsync_dir, read_json
 
 _VERSION_RE = re.compile(r"(\d+\.\d+(?:\.\d+)?)")
 _MAKE_PROGRESS = re.compile(r"^\[\s*(\d+)%\]")
@@ -226,7 +227,7 @@ def check_launcher(recipe: Recipe) -> str | None:
 def build(recipe: Recipe, checkout, *, home: Path, key: str, inp: dict[str, Any]) -> Artifact:
     """Configure, build and install ``checkout`` into a new artifact ``artifacts/<key>``.
 
-    ``checkout`` is a :class:`rocmbuild.source.Checkout`. The caller has checked the cache.
+    ``checkout`` is a :class:`rocmbuild.build.source.Checkout`. The caller has checked the cache.
     """
     with _key_lock(home, key):
         hit = lookup(key, home)

@@ -34,8 +34,8 @@ import os
 import shutil
 from pathlib import Path
 
-from rocmbuild.plan import Action, PathState, observe
-from rocmbuild.state import fsync_dir, makedirs_durable
+from rocmbuild.disk import fsync_dir, makedirs_durable
+from rocmbuild.swap.plan import Action, PathState, observe
 
 
 def staged_name(dest: Path, txn: str) -> Path:

@@ -21,11 +21,15 @@ import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
-from rocmbuild import build as _build
-from rocmbuild import bundle, lockfile, state, txnflow, ui, workflow
-from rocmbuild.artifact import Artifact
+from rocmbuild import ui
+from rocmbuild.build import builder as _build
+from rocmbuild.build import bundle
+from rocmbuild.build.artifact import Artifact
 from rocmbuild.errors import InputError, RocmbuildError
-from rocmbuild.recipe import Overrides
+from rocmbuild.flows import txnflow, workflow
+from rocmbuild.home import cache_home
+from rocmbuild.recipe import lockfile
+from rocmbuild.recipe.model import Overrides
 
 _HEX = re.compile(r"^[0-9a-f]{8,64}$")
 
@@ -34,7 +38,7 @@ def find_cached(key_prefix: str) -> Artifact | None:
     """The cached artifact whose key starts with ``key_prefix`` (None if not a key)."""
     if not _HEX.match(key_prefix):
         return None
-    home = state.home()
+    home = cache_home()
     adir = home / "artifacts"
     matches = sorted(p.name for p in adir.glob(f"{key_prefix}*") if p.is_dir()) if adir.is_dir() else []
     if len(matches) > 1:
@@ -72,7 +76,7 @@ def from_lock(path: str, recipes_dirs: Sequence[str] = ()) -> tuple[str, Overrid
 
 
 def apply_bundle(src: str, *, sha256: str | None = None, **apply_kw: Any) -> dict[str, Any]:
-    art = bundle.import_bundle(src, home=state.home(), sha256=sha256)
+    art = bundle.import_bundle(src, home=cache_home(), sha256=sha256)
     return txnflow.apply_artifact(art, **apply_kw)
 
 
@@ -93,7 +97,7 @@ def dry_run(*, recipe: str | None, artifact: str | None, sha256: str | None, rec
             bp = workflow.build_plan(recipe, recipes_dirs, overrides)
             out["build"] = bp
             if bp["cache"]["cached"]:
-                art = _build.lookup(bp["cache"]["key"], state.home())
+                art = _build.lookup(bp["cache"]["key"], cache_home())
         if art is not None:
             try:
                 out["target_plan"] = txnflow.plan_artifact(art, env=env, python=python,

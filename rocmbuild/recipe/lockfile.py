@@ -23,10 +23,10 @@ import hashlib
 from pathlib import Path
 from typing import Any, Sequence
 
-from rocmbuild import recipe as _recipe
+from rocmbuild.disk import atomic_write_json, read_json
 from rocmbuild.errors import InputError, RecipeError
-from rocmbuild.recipe import Overrides, Recipe
-from rocmbuild.state import atomic_write_json, read_json
+from rocmbuild.recipe import model as _recipe
+from rocmbuild.recipe.model import Overrides, Recipe
 
 SCHEMA = 1
 

@@ -22,12 +22,13 @@ import tempfile as _tempfile
 from pathlib import Path
 from typing import Any
 
-from rocmbuild import plan as _plan
-from rocmbuild import recipe as _recipe
-from rocmbuild import state, ui
-from rocmbuild import transaction as _txn
-from rocmbuild.artifact import Artifact
+from rocmbuild import ui
+from rocmbuild.build.artifact import Artifact
 from rocmbuild.errors import InputError, TargetError, VerifyError
+from rocmbuild.recipe import model as _recipe
+from rocmbuild.swap import plan as _plan
+from rocmbuild.swap import state
+from rocmbuild.swap import transaction as _txn
 
 
 def _verifier(python: Path, *, timeout: float, smoke: bool):
@@ -37,7 +38,7 @@ def _verifier(python: Path, *, timeout: float, smoke: bool):
     after a failed apply) needs no GPU test, and requires identity and version only: a failed
     compatibility check is reported as a warning (ui.warn, and ``verdict.warnings`` in the result
     JSON: the JSON contract in docs/json.md fixes the top-level keys)."""
-    from rocmbuild import probe
+    from rocmbuild.target import probe
 
     def verify(exp: "_txn.Expectation"):
         want_smoke = smoke and not exp.restored
@@ -189,7 +190,7 @@ def _discover_and_plan(artifact: Artifact, *, env: str | None, python: str | Non
                        allow_outside_prefix: bool, expect: str | None, target_hint=None):
     """Probe the target (or take ``target_hint``, a Target probed moments ago in this run), refuse
     an artifact that cannot load under its torch, plan the swap (pure)."""
-    from rocmbuild import probe, target
+    from rocmbuild.target import probe, target
 
     m = artifact.manifest
     stems = [lib.name for lib in m.libraries]
@@ -225,7 +226,7 @@ def apply_artifact(artifact: Artifact, *, env: str | None = None, python: str | 
     probe of the target, no file written. The probe that found the library in place is the
     verification (its maps identity is compared with the destination's inode at judging time,
     under the shared lock); only ``--smoke`` costs a second probe."""
-    from rocmbuild import probe, target
+    from rocmbuild.target import probe, target
 
     m = artifact.manifest
     prefix, py = target.resolve(env, python)
@@ -312,7 +313,7 @@ def rollback(*, env: str | None = None, python: str | None = None, to: str | Non
     journaled, verified transaction. Drift refuses (exit 2) unless ``force``."""
     from dataclasses import replace
 
-    from rocmbuild import target
+    from rocmbuild.target import target
 
     prefix, py = target.resolve(env, python)
     recovered = _recover_prefix(prefix, wait=wait)
@@ -337,7 +338,7 @@ def rollback(*, env: str | None = None, python: str | None = None, to: str | Non
 
 def history(*, env: str | None = None, python: str | None = None) -> dict[str, Any]:
     """``rocmbuild history``: every transaction (read-only; unfinished ones are listed, not recovered)."""
-    from rocmbuild import target
+    from rocmbuild.target import target
 
     prefix, _py = target.resolve(env, python)
     rows: list[dict[str, Any]] = []
@@ -379,7 +380,7 @@ def render_history(h: dict[str, Any]) -> str:
 def recover(*, env: str | None = None, python: str | None = None, wait: bool = False,
             probe_timeout: float = 300.0) -> dict[str, Any]:
     """``rocmbuild recover``: only recovery (roll back unfinished transactions); nothing: says so."""
-    from rocmbuild import target
+    from rocmbuild.target import target
 
     prefix, py = target.resolve(env, python)
     verify = _verifier(py, timeout=probe_timeout, smoke=False)

@@ -1,107 +1,27 @@
-"""On-disk state: where things live, and writes that survive a crash or a power cut.
+"""Target state: ``<prefix>/.rocmbuild/`` (or ``$ROCMBUILD_HOME/targets/<hash>/``), lock, history.
 
-* ``home()``: ``$ROCMBUILD_HOME``, else ``$XDG_CACHE_HOME/rocmbuild``, else ``~/.cache/rocmbuild``.
-  Holds the source clones (``src/``), build trees (``build/``), artifacts (``artifacts/``),
-  logs (``logs/``) and, for targets outside a prefix, their state (``targets/<hash>/``).
-* A target's own state lives with it, on the same filesystem: ``<prefix>/.rocmbuild/``.
-
-Every write that matters goes through :func:`atomic_write_bytes`: a temp file in the same
-directory, fsync, ``os.replace``, fsync of the directory. Directories that must survive a power cut
-(``journal/``, ``backups/<txn>/``, the state dir itself) are made by :func:`makedirs_durable`: each
-new directory is followed by an fsync of its parent, the only place its name is recorded.
+Decisions:
+* A target whose library lives outside its prefix (``--allow-outside-prefix``) keeps its state in
+  ``home()/targets/<sha256(libdir)[:16]>/`` with a ``target.json`` naming the prefix and lib dir,
+  so that verbs that only know the prefix (history, recover) find it again.
+* ``history.jsonl`` is rewritten atomically (read, append one line, atomic_write_bytes) rather than
+  appended in place: it is small, and a torn last line can never happen.
+* The lock is ``fcntl.flock`` on the ``lock`` file. The holder writes its pid into the file after
+  locking; a refused locker reads it to name the holder. A *shared* lock taken on an existing lock
+  file opened read-only (:func:`shared_lock`) excludes writers without writing anything: the
+  "already applied" path uses it so that it writes no file in the target.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
-from pathlib import Path
-from typing import Any
-
-
-def home() -> Path:
-    env = os.environ.get("ROCMBUILD_HOME")
-    if env:
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "rocmbuild"
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def makedirs_durable(path: Path) -> None:
-    """``mkdir -p path``, fsyncing the parent of every directory it creates (a new directory's
-    name lives in its parent; without that fsync a power cut can lose it, and what is inside)."""
-    path = Path(path)
-    missing = []
-    d = path
-    while not d.is_dir():
-        missing.append(d)
-        if d.parent == d:
-            break
-        d = d.parent
-    for d in reversed(missing):
-        try:
-            os.mkdir(d)
-        except FileExistsError:
-            if not d.is_dir():
-                raise
-            continue
-        fsync_dir(d.parent)
-
-
-def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
-    path = Path(path)
-    makedirs_durable(path.parent)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    fsync_dir(path.parent)
-
-
-def atomic_write_json(path: Path, obj: Any) -> None:
-    atomic_write_bytes(Path(path), (json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n").encode())
-
-
-def read_json(path: Path) -> Any:
-    return json.loads(Path(path).read_text(encoding="utf-8"))
-
-
-# --------------------------------------------------------------------------------------------
-# target state: <prefix>/.rocmbuild/ (or $ROCMBUILD_HOME/targets/<hash>/), lock, history
-#
-# Decisions:
-# * A target whose library lives outside its prefix (``--allow-outside-prefix``) keeps its state in
-#   ``home()/targets/<sha256(libdir)[:16]>/`` with a ``target.json`` naming the prefix and lib dir,
-#   so that verbs that only know the prefix (history, recover) find it again.
-# * ``history.jsonl`` is rewritten atomically (read, append one line, atomic_write_bytes) rather than
-#   appended in place: it is small, and a torn last line can never happen.
-# * The lock is ``fcntl.flock`` on the ``lock`` file. The holder writes its pid into the file after
-#   locking; a refused locker reads it to name the holder. A *shared* lock taken on an existing lock
-#   file opened read-only (:func:`shared_lock`) excludes writers without writing anything: the
-#   "already applied" path uses it so that it writes no file in the target.
-
 import fcntl
 import hashlib
+import json
+import os
+from pathlib import Path
+
+from rocmbuild.disk import atomic_write_bytes, atomic_write_json, makedirs_durable, read_json
+from rocmbuild.home import cache_home as home
 
 STATE_DIRNAME = ".rocmbuild"
 

@@ -428,7 +428,7 @@ def bundled_dir() -> Path:
     ``patches/`` beside). Either way the patch lookup "patches/<name>/ in the parent of the
     recipe's directory" finds the bundled patches.
     """
-    package = Path(__file__).resolve().parent
+    package = Path(__file__).resolve().parents[1]
     inside = package / "recipes"
     return inside if inside.is_dir() else package.parent / "recipes"
 

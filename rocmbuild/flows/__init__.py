@@ -1,0 +1,1 @@
+"""The stories the verbs tell, composed from the packages below: build, apply, manage, export."""
