@@ -35,6 +35,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from rocmbuild import runner
+from rocmbuild.disk import nearest_existing
 from rocmbuild.errors import RocmbuildError
 from rocmbuild.home import cache_home
 from rocmbuild.target import gpu
@@ -102,9 +103,7 @@ def _expand(path: str) -> Path:
 
 
 def _free(path: Path) -> tuple[Path, int] | None:
-    p = Path(path)
-    while not p.exists() and p != p.parent:
-        p = p.parent
+    p = nearest_existing(Path(path))
     try:
         return p, shutil.disk_usage(p).free
     except OSError:

@@ -20,18 +20,8 @@ import urllib.parse
 from pathlib import Path, PurePosixPath
 
 from rocmbuild import ui
+from rocmbuild.disk import CHUNK
 from rocmbuild.errors import FetchError
-
-CHUNK = 1024 * 1024
-
-
-def sha256_file(path: Path, bufsize: int = CHUNK) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(bufsize):
-            h.update(chunk)
-    return h.hexdigest()
-
 
 def unsafe_member(member: tarfile.TarInfo) -> str | None:
     """Why a tar member may not be extracted, or None if it is safe."""

@@ -22,7 +22,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from rocmbuild.build.archive import inside, sha256_file  # noqa: F401 (sha256_file re-exported)
+from rocmbuild.build.archive import inside
+from rocmbuild.disk import sha256_file
 from rocmbuild.errors import InputError
 
 SCHEMA = 1

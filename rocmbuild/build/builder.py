@@ -28,7 +28,6 @@ Decisions:
 from __future__ import annotations
 
 import datetime as _dt
-import fcntl
 import hashlib
 import json
 import os
@@ -43,7 +42,8 @@ from rocmbuild.build import cmake
 from rocmbuild.build.artifact import MANIFEST, TREE, Artifact, Manifest, find_libraries, fsync_tree, scan_tree
 from rocmbuild.errors import BuildError, InputError, RequirementError
 from rocmbuild.recipe.model import Recipe
-from rocmbuild.disk import atomic_write_json, fsync_dir, read_json
+from rocmbuild import home as home_layout
+from rocmbuild.disk import FileLock, atomic_write_json, fsync_dir, read_json
 
 _VERSION_RE = re.compile(r"(\d+\.\d+(?:\.\d+)?)")
 _MAKE_PROGRESS = re.compile(r"^\[\s*(\d+)%\]")
@@ -130,11 +130,11 @@ def cache_key(inp: dict[str, Any]) -> str:
 
 
 def artifacts_dir(home: Path) -> Path:
-    return home / "artifacts"
+    return home_layout.artifacts_dir(home)
 
 
 def log_path(home: Path, key: str) -> Path:
-    return home / "logs" / f"{key}.log"
+    return home_layout.logs_dir(home) / f"{key}.log"
 
 
 # --------------------------------------------------------------------------------------------
@@ -176,12 +176,8 @@ def _key_lock(home: Path, key: str) -> Iterator[None]:
     """Serialize builds of the same key (a second one waits, then finds the cache hit)."""
     d = artifacts_dir(home)
     d.mkdir(parents=True, exist_ok=True)
-    fd = os.open(d / f".{key}.lock", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with FileLock(d / f".{key}.lock"):
         yield
-    finally:
-        os.close(fd)
 
 
 # --------------------------------------------------------------------------------------------
@@ -238,7 +234,7 @@ def build(recipe: Recipe, checkout, *, home: Path, key: str, inp: dict[str, Any]
             shutil.rmtree(stale, ignore_errors=True)
         tmp = adir / f".tmp-{key}-{os.getpid()}"
         tmp.mkdir(parents=True)
-        build_dir = home / "build" / key
+        build_dir = home_layout.build_dir(home) / key
         log = log_path(home, key)
         log.parent.mkdir(parents=True, exist_ok=True)
         log.write_text(f"# rocmbuild build of {recipe.name} at {checkout.commit or checkout.url}\n")

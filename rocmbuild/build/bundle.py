@@ -28,7 +28,9 @@ from pathlib import Path
 
 from rocmbuild import ui
 from rocmbuild.build.archive import download, safe_extract
-from rocmbuild.build.artifact import MANIFEST, TREE, Artifact, Manifest, fsync_tree, sha256_file
+from rocmbuild.build.artifact import MANIFEST, TREE, Artifact, Manifest, fsync_tree
+from rocmbuild.disk import sha256_file
+from rocmbuild.home import artifacts_dir, downloads_dir
 from rocmbuild.errors import FetchError, InputError
 from rocmbuild.disk import atomic_write_bytes, fsync_dir, read_json
 
@@ -85,7 +87,7 @@ def _fetch(src: str, home: Path, sha256: str | None) -> tuple[Path, str | None]:
                 f"no sha256 for {src}: neither --sha256 nor {src}.sha256",
                 "publish the .sha256 file that `rocmbuild export` writes beside the bundle, or pass --sha256",
             )
-        dest = home / "downloads" / f"bundle-{expected}.tar.gz"
+        dest = downloads_dir(home) / f"bundle-{expected}.tar.gz"
         if not (dest.is_file() and sha256_file(dest) == expected):
             download(src, dest, expected)
         return dest, expected
@@ -125,7 +127,7 @@ def _check_tree(manifest: Manifest, tree: Path) -> None:
 def import_bundle(src: str, *, home: Path, sha256: str | None = None) -> Artifact:
     """Check and place a bundle in the local cache; returns the cached Artifact."""
     path, _checked = _fetch(src, home, sha256)
-    adir = home / "artifacts"
+    adir = artifacts_dir(home)
     adir.mkdir(parents=True, exist_ok=True)
     tmp = adir / f".tmp-import-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)

@@ -68,7 +68,6 @@ match (``re.MULTILINE``, so ``^`` anchors at line starts). A missing file or no 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import os
 import re
@@ -80,7 +79,8 @@ from typing import Iterator, Mapping, Sequence
 
 from rocmbuild import ui
 from rocmbuild.build.archive import download, safe_extract, unsafe_member  # noqa: F401 (re-exported)
-from rocmbuild.build.archive import sha256_file as file_sha256
+from rocmbuild.disk import FileLock, sha256_file
+from rocmbuild.home import downloads_dir, src_dir
 from rocmbuild.errors import FetchError, RecipeError, RequirementError
 from rocmbuild.recipe.model import Recipe
 
@@ -290,30 +290,19 @@ def resolve_ref(recipe: Recipe, *, timeout: float = 30) -> str:
     return sha
 
 
-@contextlib.contextmanager
-def _flock(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as f:
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
-
-
 def _lock_path(recipe: Recipe, home: Path) -> Path:
     src = recipe.source
     if src.git:
-        return home / "src" / f"{cache_key(normalize_url(src.git))}.lock"
-    return home / "src" / f"tarball-{(src.sha256 or '')[:16]}.lock"
+        return src_dir(home) / f"{cache_key(normalize_url(src.git))}.lock"
+    return src_dir(home) / f"tarball-{(src.sha256 or '')[:16]}.lock"
 
 
 def checkout_path(recipe: Recipe, home: Path) -> Path:
     """Where :func:`fetch` puts this recipe's work tree (for ``plan``; nothing is created)."""
     src = recipe.source
     if src.git:
-        return home / "src" / cache_key(normalize_url(src.git))
-    return home / "src" / f"tarball-{(src.sha256 or '')[:16]}"
+        return src_dir(home) / cache_key(normalize_url(src.git))
+    return src_dir(home) / f"tarball-{(src.sha256 or '')[:16]}"
 
 
 @contextlib.contextmanager
@@ -324,7 +313,7 @@ def source_lock(recipe: Recipe, *, home: Path) -> Iterator[None]:
     work tree from being re-checked-out by another process meanwhile (flock is per open file, so
     calling :func:`fetch` inside would deadlock: use ``fetch(..., locked=True)`` there).
     """
-    with _flock(_lock_path(recipe, home)):
+    with FileLock(_lock_path(recipe, home)):
         yield
 
 
@@ -386,7 +375,7 @@ def _fetch_commit(g: _Git, url: str, sha: str, depth: int) -> None:
 
 def _expand_short_sha(home: Path, url: str, short: str, log: Path | None) -> str | None:
     """Expand a short sha that is not a ref tip, via a commits-only mirror (no trees, no blobs)."""
-    scan = home / "src" / f"{cache_key(url)}-commits.git"
+    scan = src_dir(home) / f"{cache_key(url)}-commits.git"
     scan.mkdir(parents=True, exist_ok=True)
     g = _Git(scan, log)
     if not (scan / "HEAD").is_file():
@@ -434,7 +423,7 @@ def _fetch_git(recipe: Recipe, home: Path, log: Path | None) -> Checkout:
     src = recipe.source
     assert src.git
     url = normalize_url(src.git)
-    root = home / "src" / cache_key(url)
+    root = src_dir(home) / cache_key(url)
     ui.info(f"fetching {url} ({src.ref or 'HEAD'}) into {root}")
     g = _init_cache(root, url, log)
     commit = _resolve_for_fetch(home, g, url, src.ref, log)
@@ -592,10 +581,10 @@ def _fetch_tarball(recipe: Recipe, home: Path, log: Path | None) -> Checkout:
     src = recipe.source
     assert src.tarball and src.sha256
     sha = src.sha256.lower()
-    downloads = home / "downloads"
+    downloads = downloads_dir(home)
     archive = downloads / sha
     if archive.is_file():
-        if file_sha256(archive) == sha:
+        if sha256_file(archive) == sha:
             ui.info(f"using cached download {archive}")
         else:
             ui.warn(f"cached download {archive} changed on disk; downloading again")
@@ -604,7 +593,7 @@ def _fetch_tarball(recipe: Recipe, home: Path, log: Path | None) -> Checkout:
         ui.info(f"downloading {src.tarball}")
         download(src.tarball, archive, sha)
 
-    final = home / "src" / f"tarball-{sha[:16]}"
+    final = src_dir(home) / f"tarball-{sha[:16]}"
     tmp = final.with_name(f"{final.name}.tmp-{os.getpid()}")
     if tmp.exists():
         shutil.rmtree(tmp)

@@ -27,7 +27,7 @@ from rocmbuild.build import bundle
 from rocmbuild.build.artifact import Artifact
 from rocmbuild.errors import InputError, RocmbuildError
 from rocmbuild.flows import txnflow, workflow
-from rocmbuild.home import cache_home
+from rocmbuild.home import artifacts_dir, cache_home
 from rocmbuild.recipe import lockfile
 from rocmbuild.recipe.model import Overrides
 
@@ -39,7 +39,7 @@ def find_cached(key_prefix: str) -> Artifact | None:
     if not _HEX.match(key_prefix):
         return None
     home = cache_home()
-    adir = home / "artifacts"
+    adir = artifacts_dir(home)
     matches = sorted(p.name for p in adir.glob(f"{key_prefix}*") if p.is_dir()) if adir.is_dir() else []
     if len(matches) > 1:
         raise InputError(f"artifact key prefix {key_prefix} is ambiguous: {', '.join(m[:16] for m in matches)}",

@@ -24,6 +24,7 @@ from typing import Any
 
 from rocmbuild import ui
 from rocmbuild.build.artifact import Artifact
+from rocmbuild.disk import nearest_existing
 from rocmbuild.errors import InputError, TargetError, VerifyError
 from rocmbuild.recipe import model as _recipe
 from rocmbuild.swap import plan as _plan
@@ -99,8 +100,7 @@ def _recover_prefix(prefix: Path, *, wait: bool, verify_restored=None) -> list[d
 
 def _writable(d: Path) -> str | None:
     """None when ``d`` (or its nearest existing ancestor) accepts new files; else why not."""
-    while not d.exists():
-        d = d.parent
+    d = nearest_existing(d)
     if not os.access(d, os.W_OK | os.X_OK):
         return f"{d} is not writable by this user"
     try:
@@ -110,12 +110,6 @@ def _writable(d: Path) -> str | None:
     except OSError as exc:
         return f"{d} is not writable: {exc.strerror or exc}"
     return None
-
-
-def _existing(d: Path) -> Path:
-    while not d.exists():
-        d = d.parent
-    return d
 
 
 def preflight(the_plan: "_plan.Plan", artifact: Artifact) -> dict[str, Any]:
@@ -140,16 +134,16 @@ def preflight(the_plan: "_plan.Plan", artifact: Artifact) -> dict[str, Any]:
                               details={"dir": str(d)})
     need: dict[int, int] = {}
     where: dict[int, Path] = {}
-    sdev = os.stat(_existing(Path(the_plan.state_dir))).st_dev
+    sdev = os.stat(nearest_existing(Path(the_plan.state_dir))).st_dev
     for a in the_plan.pending:
-        ddir = _existing(Path(a.path).parent)
+        ddir = nearest_existing(Path(a.path).parent)
         ddev = os.stat(ddir).st_dev
         if a.source and os.stat(a.source).st_dev != ddev:
             need[ddev] = need.get(ddev, 0) + a.size
             where[ddev] = ddir
         if a.before.kind == "file" and a.before.dev != sdev:
             need[sdev] = need.get(sdev, 0) + a.before.size
-            where[sdev] = _existing(Path(the_plan.state_dir))
+            where[sdev] = nearest_existing(Path(the_plan.state_dir))
     for dev, n in need.items():
         free = _shutil.disk_usage(where[dev]).free
         if n + (1 << 20) > free:

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
+from rocmbuild import home as home_layout
 from rocmbuild import runner, ui
 from rocmbuild.build import builder as _build
 from rocmbuild.build import cmake, source
 from rocmbuild.build.artifact import Artifact
 from rocmbuild.errors import InputError, RequirementError, RocmbuildError
-from rocmbuild.home import cache_home
+from rocmbuild.home import artifacts_dir, cache_home
 from rocmbuild.recipe import model as _recipe
 from rocmbuild.recipe.model import Overrides, Recipe
 from rocmbuild.target import gpu
@@ -128,10 +129,10 @@ def build_plan(name: str, recipes_dirs: Sequence[str] = (), overrides: Overrides
                 ref_error = exc.message
     inp = _build.inputs(r, commit=commit, home=home)
     key = _build.cache_key(inp) if (commit or r.source.tarball) else None
-    cached = bool(key and (home / "artifacts" / key / "manifest.json").is_file())
+    cached = bool(key and (artifacts_dir(home) / key / "manifest.json").is_file())
     src_dir = source.checkout_path(r, home) / (r.source.subdir or "")
-    build_dir = home / "build" / (key or "<key>")
-    destdir = home / "artifacts" / f".tmp-{key or '<key>'}-<pid>" / "destdir"
+    build_dir = home_layout.build_dir(home) / (key or "<key>")
+    destdir = artifacts_dir(home) / f".tmp-{key or '<key>'}-<pid>" / "destdir"
     checks = requirement_checks(r)
     missing = [c for c in checks if c["status"] == "fail"]
     if ref_error:

@@ -31,10 +31,9 @@ from __future__ import annotations
 import abc
 import errno
 import os
-import shutil
 from pathlib import Path
 
-from rocmbuild.disk import fsync_dir, makedirs_durable
+from rocmbuild.disk import fsync_dir, link_or_copy, makedirs_durable, sha256_file
 from rocmbuild.swap.plan import Action, PathState, observe
 
 
@@ -54,42 +53,11 @@ def _unlink(path: Path) -> bool:
         return False
 
 
-def link_or_copy(src: Path, dst: Path) -> bool:
-    """Hardlink ``src`` to ``dst`` (replacing a leftover ``dst``); copy across filesystems.
-    Returns True when bytes were copied."""
-    _unlink(dst)
-    try:
-        os.link(src, dst)
-        return False
-    except OSError as exc:
-        if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EACCES):
-            raise
-    tmp = dst.parent / (dst.name + ".part")
-    _unlink(tmp)
-    with open(src, "rb") as fi, open(tmp, "wb") as fo:
-        shutil.copyfileobj(fi, fo, 1 << 20)
-        fo.flush()
-        shutil.copystat(src, tmp)  # mode and mtime, so the copy's identity can be compared
-        os.fsync(fo.fileno())  # data and the inode (mode, mtime) together
-    os.replace(tmp, dst)
-    return True
-
-
 def _fsync_parent(path: Path) -> None:
     try:
         fsync_dir(Path(path).parent)
     except FileNotFoundError:
         pass
-
-
-def _sha256(path: Path) -> str:
-    import hashlib
-
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 class FileAction(abc.ABC):
@@ -158,7 +126,7 @@ class FileAction(abc.ABC):
         if not self.backup_copied or (now.size, now.mode) != (b.size, b.mode):
             return False
         try:
-            return _sha256(self.dest) == _sha256(self.backup_path)
+            return sha256_file(self.dest) == sha256_file(self.backup_path)
         except OSError:
             return False
 

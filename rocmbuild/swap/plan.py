@@ -41,7 +41,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterable, Protocol
 
+from rocmbuild.disk import sha256_file
 from rocmbuild.errors import InputError, TargetError
+from rocmbuild.home import target_state_dir
 
 ACTION_KINDS = ("replace_file", "add_file", "replace_link", "remove")
 
@@ -117,8 +119,6 @@ class FsObserver:
         return observe(path)
 
     def sha256(self, path: Path) -> str:
-        from rocmbuild.build.artifact import sha256_file
-
         return sha256_file(path)
 
 
@@ -392,9 +392,7 @@ def make(artifact: Any, facts: TargetFacts, *, allow_outside_prefix: bool = Fals
             else:
                 actions.append(_file_action(dest, tree / f.path, f.size, f.sha256, "data", obs))
     if state_dir is None:
-        from rocmbuild.swap import state
-
-        state_dir = str(state.target_state_dir(Path(facts.prefix), libdir, outside=outside))
+        state_dir = str(target_state_dir(Path(facts.prefix), libdir, outside=outside))
     return Plan(
         verb="apply", prefix=facts.prefix, python=facts.python, libdir=str(libdir), layout=layout or "conda",
         outside=outside, state_dir=state_dir, actions=tuple(actions), library=str(primary_dest),

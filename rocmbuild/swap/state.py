@@ -14,25 +14,15 @@ Decisions:
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import json
-import os
 from pathlib import Path
 
-from rocmbuild.disk import atomic_write_bytes, atomic_write_json, makedirs_durable, read_json
-from rocmbuild.home import cache_home as home
+from rocmbuild.disk import FileLock, atomic_write_bytes, atomic_write_json, read_json
+from rocmbuild.errors import LockedError
+from rocmbuild.home import STATE_DIRNAME, cache_home, target_state_dir, targets_dir
 
-STATE_DIRNAME = ".rocmbuild"
-
-
-def target_state_dir(prefix: Path, libdir: Path | None = None, *, outside: bool = False) -> Path:
-    """Where a target's lock, journals, backups and history live."""
-    if not outside:
-        return Path(prefix) / STATE_DIRNAME
-    digest = hashlib.sha256(str(Path(libdir)).encode()).hexdigest()[:16]
-    return home() / "targets" / digest
-
+__all__ = ["STATE_DIRNAME", "target_state_dir", "TargetLock", "register_outside_target", "state_dirs_for",
+           "append_history", "read_history"]
 
 def register_outside_target(state_dir: Path, prefix: Path, libdir: Path) -> None:
     p = Path(state_dir) / "target.json"
@@ -46,7 +36,7 @@ def state_dirs_for(prefix: Path) -> list[Path]:
     own = Path(prefix) / STATE_DIRNAME
     if own.is_dir():
         out.append(own)
-    targets = home() / "targets"
+    targets = targets_dir(cache_home())
     if targets.is_dir():
         for d in sorted(targets.iterdir()):
             try:
@@ -57,68 +47,18 @@ def state_dirs_for(prefix: Path) -> list[Path]:
     return out
 
 
-class TargetLock:
-    """An exclusive (or shared) ``flock`` on ``<state_dir>/lock``; a context manager.
+def TargetLock(state_dir: Path, *, wait: bool = False, shared: bool = False) -> FileLock:
+    """The lock on ``<state_dir>/lock``: fails at once (``LockedError``, exit 5) unless ``wait``."""
+    path = Path(state_dir) / "lock"
 
-    ``wait=False`` fails at once with :class:`LockedError` naming the holder's pid.
-    """
+    def busy(holder: str) -> LockedError:
+        return LockedError(
+            f"the target is locked by another rocmbuild run (pid {holder}); lock file: {path}",
+            "wait for that run to finish, or pass --wait to queue behind it",
+            details={"pid": holder, "lock": str(path)},
+        )
 
-    def __init__(self, state_dir: Path, *, wait: bool = False, shared: bool = False) -> None:
-        self.path = Path(state_dir) / "lock"
-        self.wait = wait
-        self.shared = shared
-        self.fd: int | None = None
-
-    def holder(self) -> str:
-        try:
-            text = self.path.read_text().strip()
-        except OSError:
-            text = ""
-        return text or "unknown"
-
-    def acquire(self) -> "TargetLock":
-        from rocmbuild.errors import LockedError
-
-        if self.shared:
-            try:
-                self.fd = os.open(self.path, os.O_RDONLY)
-            except FileNotFoundError:
-                self.fd = None  # no state yet: nothing to exclude, nothing written
-                return self
-        else:
-            makedirs_durable(self.path.parent)
-            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        op = fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX
-        try:
-            fcntl.flock(self.fd, op if self.wait else op | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = self.holder()
-            os.close(self.fd)
-            self.fd = None
-            raise LockedError(
-                f"the target is locked by another rocmbuild run (pid {holder}); lock file: {self.path}",
-                "wait for that run to finish, or pass --wait to queue behind it",
-                details={"pid": holder, "lock": str(self.path)},
-            ) from None
-        if not self.shared:
-            os.ftruncate(self.fd, 0)
-            os.pwrite(self.fd, f"{os.getpid()}\n".encode(), 0)
-            os.fsync(self.fd)
-        return self
-
-    def release(self) -> None:
-        if self.fd is not None:
-            try:
-                fcntl.flock(self.fd, fcntl.LOCK_UN)
-            finally:
-                os.close(self.fd)
-                self.fd = None
-
-    def __enter__(self) -> "TargetLock":
-        return self.acquire()
-
-    def __exit__(self, *exc) -> None:
-        self.release()
+    return FileLock(path, wait=wait, shared=shared, on_busy=busy)
 
 
 def append_history(state_dir: Path, record: dict) -> None:

@@ -29,9 +29,9 @@ from pathlib import Path
 
 from rocmbuild import runner
 from rocmbuild.errors import RequirementError, TargetError
+from rocmbuild.home import target_state_dir
 from rocmbuild.target.probe import LoadedLibrary, ProbeReport, run_probe
 
-STATE_DIRNAME = ".rocmbuild"
 RESOLVE_TIMEOUT = 60.0
 
 
@@ -193,4 +193,4 @@ def discover(
             "nothing was changed",
             details={"torch_error": report.torch_error, "prefix": str(prefix)},
         )
-    return Target(prefix=prefix, python=exe, report=report, state_dir=prefix / STATE_DIRNAME)
+    return Target(prefix=prefix, python=exe, report=report, state_dir=target_state_dir(prefix))

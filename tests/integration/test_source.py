@@ -15,6 +15,7 @@ from pathlib import Path
 import git
 import pytest
 
+from rocmbuild.disk import sha256_file
 from rocmbuild.build import source
 from rocmbuild.errors import FetchError, RecipeError
 from rocmbuild.recipe import model as recipe_mod
@@ -506,7 +507,7 @@ def test_tarball_cached_download_that_changed_is_not_reused(tmp_path, home):
     (home / "downloads" / sha).write_bytes(b"corrupted")
     co = source.fetch(r, home=home)
     assert co.version == "3.5.1"
-    assert source.file_sha256(home / "downloads" / sha) == sha
+    assert sha256_file(home / "downloads" / sha) == sha
 
 
 def test_tarball_without_top_dir_and_subdir(tmp_path, home):

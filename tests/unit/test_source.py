@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from rocmbuild.build import source
+from rocmbuild.disk import sha256_file
 from rocmbuild.errors import RecipeError
 from rocmbuild.recipe import model as recipe_mod
 
@@ -142,7 +143,7 @@ def test_failing_file_from_git_apply_output():
 def test_file_sha256(tmp_path):
     f = tmp_path / "x"
     f.write_bytes(b"abc")
-    assert source.file_sha256(f) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+    assert sha256_file(f) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
 
 
 def _recipe(tmp_path, version_line: str | None):
