@@ -45,6 +45,7 @@ from packaging.version import InvalidVersion, Version
 
 from rocmbuild import runner
 from rocmbuild.errors import RequirementError, TargetError
+from rocmbuild.target.verify import Check, Verdict
 
 PROBE_SCRIPT = Path(__file__).with_name("_probe.py")
 ENCODINGS = ("miopen", "cudnn")
@@ -325,45 +326,6 @@ def _fmt(v) -> str:
 
 # --------------------------------------------------------------------------------------------
 # judging
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    ok: bool
-    expected: str
-    found: str
-    message: str = ""
-    skipped: bool = False  # a check asked for but not possible here (smoke test without a GPU)
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-    def render(self) -> str:
-        mark = "skip" if self.skipped else ("ok" if self.ok else "FAIL")
-        line = f"[{mark:>4}] {self.name}: expected {self.expected}; found {self.found}"
-        return line + (f"\n       {self.message}" if self.message else "")
-
-
-@dataclass(frozen=True)
-class Verdict:
-    ok: bool
-    checks: tuple[Check, ...]
-    report: ProbeReport
-
-    def failures(self) -> tuple[Check, ...]:
-        return tuple(c for c in self.checks if not c.ok)
-
-    def to_json(self) -> dict:
-        return {
-            "ok": self.ok,
-            "checks": [c.to_json() for c in self.checks],
-            "failures": [c.name for c in self.failures()],
-            "report": self.report.summary(),
-        }
-
-    def render(self) -> str:
-        return "\n".join(c.render() for c in self.checks)
 
 
 def _as_tuple(v) -> str:
