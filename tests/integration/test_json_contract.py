@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.txn_helpers import REPO, rb, txn_home, txn_world  # noqa: F401
+from tests.support.cli import REPO, rb
+from tests.support.machine import make_rocm_tree
 
 pytestmark = pytest.mark.usefixtures("txn_home")
 
@@ -141,12 +142,7 @@ def env350(target_env):
 @pytest.fixture
 def fake_rocm(tmp_path) -> dict[str, str]:
     """ROCM_PATH with the files doctor looks for (presence only)."""
-    root = tmp_path / "rocm"
-    for rel in ("bin/hipcc", "llvm/bin/clang++", "lib/cmake/hip/hip-config.cmake"):
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text("")
-    return {"ROCM_PATH": str(root)}
+    return {"ROCM_PATH": str(make_rocm_tree(tmp_path / "rocm"))}
 
 
 HOLDER = textwrap.dedent("""
