@@ -22,9 +22,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._common import fixture_recipe, make_monorepo  # noqa: E402
 
 TARGET_RATIO = 0.10
 
@@ -50,8 +50,6 @@ def mib(n: int) -> str:
 
 def build_upstream(work: Path, big_mb: int, history: int):
     import git
-
-    from tests.helpers import make_monorepo
 
     mono = make_monorepo(work / "upstream" / "rocm-libraries", big_mb=big_mb)
     repo = git.Repo(mono.path)
@@ -79,11 +77,7 @@ def run(big_mb: int, history: int) -> dict:
         mono, miopen_bytes, tree_bytes = build_upstream(work, big_mb, history)
         setup = time.monotonic() - t0
 
-        text = (
-            'name = "bench"\n[source]\n'
-            f'git = "{mono.url}"\nref = "develop"\nsubdir = "projects/miopen"\n'
-            "version = { file = \"CMakeLists.txt\", regex = 'rocm_setup_version\\(VERSION ([0-9.]+)' }\n"
-        )
+        text = fixture_recipe(name="bench", url=mono.url, libraries=None, verify=None)
         rpath = work / "bench.toml"
         rpath.write_text(text)
         r = recipe.parse(text, rpath)

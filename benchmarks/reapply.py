@@ -6,7 +6,7 @@ no cmake, and writes no file in the target -- so a provisioning script can run i
 Set-up: a synthetic monorepo whose projects/miopen is the fixture library (made to compile
 ``--sources`` generated C files, so the first apply's build does real compiler work), a recipe
 for it, and a target venv laid out like a conda env whose small ``torch`` package really
-``dlopen``s its libMIOpen 3.5.0 (tests/envs.py). PATH shims count every cmake, compiler, make and
+``dlopen``s its libMIOpen 3.5.0 (tests/support/envs.py). PATH shims count every cmake, compiler, make and
 ninja process. Each run is the real CLI in a fresh process (``python -m rocmbuild apply``).
 
 Figures: the first apply (cold: fetch + build + swap + verify); the same with the artifact
@@ -31,24 +31,16 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.rebuild import COMPILERS, RECIPE, make_shims, run_counted  # noqa: E402
-from tests.envs import make_env  # noqa: E402
-from tests.helpers import build_library, make_monorepo  # noqa: E402
+from benchmarks._common import (  # noqa: E402
+    COMPILERS, bench_recipe, build_library, listing, make_env, make_monorepo, make_shims, run_counted,
+)
 
 
-def listing(prefix: Path) -> dict[str, tuple]:
-    """Every path under the prefix (the venv's own python links aside) with its identity."""
-    out = {}
-    for dirpath, dirnames, filenames in os.walk(prefix):
-        dirnames[:] = [d for d in dirnames if d != "__pycache__"]
-        for name in dirnames + filenames:
-            p = Path(dirpath) / name
-            st = p.lstat()
-            out[str(p.relative_to(prefix))] = (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ino)
-    return out
+def identity(st: os.stat_result) -> tuple:
+    """What "changed" means for a path of the target: type and mode, size, mtime, inode."""
+    return (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ino)
 
 
 def apply(recipe: Path, prefix: Path, env: dict[str, str], log: Path) -> tuple[float, dict, dict[str, int]]:
@@ -65,8 +57,7 @@ def main() -> int:
         tmp = Path(tmp_)
         repo = make_monorepo(tmp / "rocm-libraries", big_mb=1)
         recipe = tmp / "bench.toml"
-        recipe.write_text(RECIPE.format(url=repo.url, sources=args.sources).replace('ref = "develop"',
-                                                                                   'ref = "rocm-7.1.0"'))
+        recipe.write_text(bench_recipe(repo.url, args.sources, ref="rocm-7.1.0"))
         stock = build_library("3.5.0", tmp / "stock")
         log = tmp / "invocations.log"
         make_shims(tmp / "shims", log)
@@ -80,12 +71,12 @@ def main() -> int:
         first_cached, res_w, _ = apply(recipe, warm_target.prefix, env, log)
         assert res_w["already_applied"] is False
 
-        before = listing(target.prefix)
+        before = listing(target.prefix, identity)
         times, counts, res = [], {}, {}
         for _ in range(args.repeat):
             t, res, counts = apply(recipe, target.prefix, env, log)
             times.append(t)
-        after = listing(target.prefix)
+        after = listing(target.prefix, identity)
         changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
         repeat = statistics.median(times)
 

@@ -15,66 +15,15 @@ Run from the repository root: ``python benchmarks/rebuild.py``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.helpers import make_monorepo  # noqa: E402
-
-TOOLS = ("cmake", "cc", "c++", "gcc", "g++", "make", "ninja")
-COMPILERS = ("cc", "c++", "gcc", "g++")
-
-RECIPE = """
-name = "bench"
-[source]
-git = "{url}"
-ref = "develop"
-subdir = "projects/miopen"
-version = {{ file = "CMakeLists.txt", regex = 'rocm_setup_version\\(VERSION ([0-9.]+)' }}
-[build]
-generator = "Ninja"
-[build.defines]
-MIOPEN_FIXTURE_EXTRA_SOURCES = {sources}
-[install]
-libraries = ["libMIOpen"]
-[verify]
-version = "source"
-"""
-
-
-def make_shims(shim_dir: Path, log: Path) -> None:
-    shim_dir.mkdir(parents=True)
-    for tool in TOOLS:
-        real = shutil.which(tool)
-        if real is None:
-            continue
-        shim = shim_dir / tool
-        shim.write_text(f'#!/bin/sh\necho {tool} >> "{log}"\nexec "{real}" "$@"\n')
-        shim.chmod(0o755)
-
-
-def run_counted(args: list[str], env: dict[str, str], log: Path) -> tuple[float, dict, dict[str, int]]:
-    """``python -m rocmbuild ARGS --json`` in a fresh process: (seconds, its JSON, tool counts)."""
-    log.write_text("")
-    start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "rocmbuild", *args, "--json"],
-                          env=env, cwd=ROOT, capture_output=True, text=True)
-    seconds = time.perf_counter() - start
-    if done.returncode != 0:
-        sys.exit(f"rocmbuild {args[0]} failed ({done.returncode}):\n{done.stderr}\n{done.stdout}")
-    counts = {t: 0 for t in TOOLS}
-    for line in log.read_text().split():
-        counts[line] += 1
-    return seconds, json.loads(done.stdout), counts
+from benchmarks._common import COMPILERS, bench_recipe, make_monorepo, make_shims, run_counted  # noqa: E402
 
 
 def run_build(recipe: Path, env: dict[str, str], log: Path) -> tuple[float, dict, dict[str, int]]:
@@ -91,7 +40,7 @@ def main() -> int:
         tmp = Path(tmp_)
         repo = make_monorepo(tmp / "rocm-libraries", big_mb=1)
         recipe = tmp / "bench.toml"
-        recipe.write_text(RECIPE.format(url=repo.url, sources=args.sources))
+        recipe.write_text(bench_recipe(repo.url, args.sources))
         log = tmp / "invocations.log"
         make_shims(tmp / "shims", log)
         env = dict(os.environ, ROCMBUILD_HOME=str(tmp / "home"), PATH=f"{tmp / 'shims'}:{os.environ['PATH']}")

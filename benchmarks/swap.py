@@ -42,13 +42,13 @@ import textwrap
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks._common import build_library  # noqa: E402
 from rocmbuild import disk, runner, ui  # noqa: E402
-from rocmbuild.build import artifact
+from rocmbuild.build import artifact  # noqa: E402
 from rocmbuild.build.artifact import Artifact, Manifest  # noqa: E402
-from rocmbuild.swap import plan, transaction
+from rocmbuild.swap import plan, transaction  # noqa: E402
 
 MiB = 1 << 20
 REAL = "libMIOpen.so.1.0"
@@ -56,9 +56,6 @@ REAL = "libMIOpen.so.1.0"
 
 def fixture_lib(work: Path, version: str) -> Path:
     """Build the fixture libMIOpen (real cmake) once; returns the staged lib dir."""
-    sys.path.insert(0, str(REPO))
-    from tests.helpers import build_library
-
     return build_library(version, work / f"fixture-{version}")
 
 
@@ -206,6 +203,68 @@ def sigbus_demo(art: Artifact, old_file: Path, work: Path) -> dict[str, str]:
     return out
 
 
+def pick_size(base: Path, size_mib: int) -> tuple[int, int]:
+    """The library size to use (smaller when the filesystem lacks room) and the free bytes."""
+    size = size_mib * MiB
+    free = free_bytes(base)
+    if free < 5 * size + 512 * MiB:
+        new = max(16 * MiB, (free - 512 * MiB) // 5 // MiB * MiB)
+        print(f"note: only {free // MiB} MiB free in {base}: using {new // MiB} MiB instead of "
+              f"{size // MiB} MiB (the ratios still hold: rocmbuild's cost does not depend on the size)")
+        size = new
+    return size, free
+
+
+def prepare(base: Path, size: int) -> tuple[Artifact, Path]:
+    """The old library (a file) and the new one (in an artifact), both ``size``-ish bytes."""
+    print("building the fixture libMIOpen 3.5.0 and 3.5.1 (real cmake) ...", flush=True)
+    old_elf = fixture_lib(base, "3.5.0") / REAL
+    new_elf = fixture_lib(base, "3.5.1") / REAL
+    block = os.urandom(MiB)
+    old_file = base / "old.so"
+    new_file = base / "new.so"
+    write_library(old_file, old_elf, size, block)
+    write_library(new_file, new_elf, size + 64 * 1024, block[::-1])
+    art = make_artifact(base / "artifact", new_file)
+    os.unlink(new_file)  # the artifact holds it
+    return art, old_file
+
+
+def run_once(i: int, art: Artifact, old_file: Path, base: Path) -> tuple[float, int, int, float, int]:
+    """One rocmbuild install and one manual install: (rb time, rb bytes, backup bytes, manual time, manual bytes)."""
+    prefix = base / f"rb-{i}"
+    make_target(prefix, old_file)
+    rb_t, rb_b = measure(lambda: rocmbuild_install(art, prefix), base)
+    bk = backup_copied_bytes(prefix)
+    shutil.rmtree(prefix)
+
+    mprefix = base / f"manual-{i}"
+    lib = make_target(mprefix, old_file)
+    man_t, man_b = measure(lambda: manual_install(art, lib), base)
+    shutil.rmtree(mprefix)
+    print(f"run {i + 1}: rocmbuild {rb_t * 1000:8.1f} ms, {rb_b:>12} extra bytes "
+          f"(backups added {bk}: hardlinks of the originals); "
+          f"manual {man_t * 1000:8.1f} ms, {man_b:>12} extra bytes", flush=True)
+    return rb_t, rb_b, bk, man_t, man_b
+
+
+def summary(size: int, runs: list[tuple[float, int, int, float, int]], demo: dict[str, str]) -> None:
+    rb_t, rb_b, bks, man_t, man_b = zip(*runs)
+    bk_total = bks[-1]
+    rt, mt = statistics.median(rb_t), statistics.median(man_t)
+    rbb, mbb = statistics.median(rb_b), statistics.median(man_b)
+    print()
+    print(f"summary ({size // MiB} MiB library, median of {len(runs)} runs, same filesystem)")
+    print(f"  install phase time:   rocmbuild {rt * 1000:.1f} ms   manual {mt * 1000:.1f} ms   "
+          f"ratio {rt / mt * 100:.2f}% of manual (target < 5%)  -> {'PASS' if rt < 0.05 * mt else 'FAIL'}")
+    print(f"  extra bytes on disk:  rocmbuild {int(rbb)}   manual {int(mbb)}   "
+          f"(rocmbuild's delta is its journal/history/lock blocks)")
+    print(f"  extra bytes for backups: rocmbuild {bk_total} (hardlinks of the original inode)   "
+          f"manual {size} (a full copy)  -> {'PASS' if bk_total == 0 else 'FAIL'}")
+    print(f"  process using the old library during manual cp:     {demo['manual']}")
+    print(f"  process using the old library during rocmbuild swap: {demo['rocmbuild']}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size-mib", type=int, default=1024)
@@ -217,61 +276,13 @@ def main() -> int:
     base = Path(tempfile.mkdtemp(prefix="rocmbuild-swap-bench-", dir=args.dir))
     os.environ["ROCMBUILD_HOME"] = str(base / "home")
     try:
-        size = args.size_mib * MiB
-        free = free_bytes(base)
-        if free < 5 * size + 512 * MiB:
-            new = max(16 * MiB, (free - 512 * MiB) // 5 // MiB * MiB)
-            print(f"note: only {free // MiB} MiB free in {base}: using {new // MiB} MiB instead of "
-                  f"{size // MiB} MiB (the ratios still hold: rocmbuild's cost does not depend on the size)")
-            size = new
+        size, free = pick_size(base, args.size_mib)
         print(f"working in {base} ({free // MiB} MiB free); library size {size // MiB} MiB; {args.runs} runs")
-        print("building the fixture libMIOpen 3.5.0 and 3.5.1 (real cmake) ...", flush=True)
-        old_elf = fixture_lib(base, "3.5.0") / REAL
-        new_elf = fixture_lib(base, "3.5.1") / REAL
-        block = os.urandom(MiB)
-        old_file = base / "old.so"
-        new_file = base / "new.so"
-        write_library(old_file, old_elf, size, block)
-        write_library(new_file, new_elf, size + 64 * 1024, block[::-1])
-        art = make_artifact(base / "artifact", new_file)
-        os.unlink(new_file)  # the artifact holds it
-
-        rb_t, rb_b, man_t, man_b = [], [], [], []
-        for i in range(args.runs):
-            prefix = base / f"rb-{i}"
-            make_target(prefix, old_file)
-            dt, db = measure(lambda: rocmbuild_install(art, prefix), base)
-            rb_t.append(dt)
-            rb_b.append(db)
-            bk = backup_copied_bytes(prefix)
-            shutil.rmtree(prefix)
-
-            mprefix = base / f"manual-{i}"
-            lib = make_target(mprefix, old_file)
-            dt, db = measure(lambda: manual_install(art, lib), base)
-            man_t.append(dt)
-            man_b.append(db)
-            shutil.rmtree(mprefix)
-            print(f"run {i + 1}: rocmbuild {rb_t[-1] * 1000:8.1f} ms, {rb_b[-1]:>12} extra bytes "
-                  f"(backups added {bk}: hardlinks of the originals); "
-                  f"manual {man_t[-1] * 1000:8.1f} ms, {man_b[-1]:>12} extra bytes", flush=True)
-
+        art, old_file = prepare(base, size)
+        runs = [run_once(i, art, old_file, base) for i in range(args.runs)]
         print("SIGBUS demonstration (a process with the library dlopen'ed and mmapped, reading every page):",
               flush=True)
-        demo = sigbus_demo(art, old_file, base)
-        bk_total = bk
-        rt, mt = statistics.median(rb_t), statistics.median(man_t)
-        rbb, mbb = statistics.median(rb_b), statistics.median(man_b)
-        print()
-        print(f"summary ({size // MiB} MiB library, median of {args.runs} runs, same filesystem)")
-        print(f"  install phase time:   rocmbuild {rt * 1000:.1f} ms   manual {mt * 1000:.1f} ms   "
-              f"ratio {rt / mt * 100:.2f}% of manual (target < 5%)  -> {'PASS' if rt < 0.05 * mt else 'FAIL'}")
-        print(f"  extra bytes on disk:  rocmbuild {int(rbb)}   manual {int(mbb)}   "
-              f"(rocmbuild's delta is its journal/history/lock blocks)")
-        print(f"  extra bytes for backups: rocmbuild {bk_total} (hardlinks of the original inode)   "
-              f"manual {size} (a full copy)  -> {'PASS' if bk_total == 0 else 'FAIL'}")
-        print(f"  process using the old library during manual cp:     {demo['manual']}")
-        print(f"  process using the old library during rocmbuild swap: {demo['rocmbuild']}")
+        summary(size, runs, sigbus_demo(art, old_file, base))
         return 0
     finally:
         shutil.rmtree(base, ignore_errors=True)

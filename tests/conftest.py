@@ -1,4 +1,9 @@
-"""Shared fixtures: real git repos, real libraries, an isolated ROCMBUILD_HOME."""
+"""Every shared fixture of the suite, registered here (test modules never import fixtures).
+
+Each is a thin wrapper over a world builder of ``tests/support`` that adds what pytest owns:
+scope, ``tmp_path`` and ``monkeypatch``. The expensive worlds (the monorepo, the library builds,
+the artifact cache) are made once per session and copied or pointed at per test.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import Monorepo, build_library, make_monorepo
+from tests.support.envs import make_env
+from tests.support.machine import write_kfd_topology
+from tests.support.monorepo import Monorepo, make_monorepo
+from tests.support.project import build_library
+from tests.support.world import World, build_world
 
 
 @pytest.fixture(autouse=True)
@@ -48,21 +57,35 @@ def fixture_libs(tmp_path_factory):
     return get
 
 
+@pytest.fixture(scope="session")
+def txn_world(_monorepo_template, tmp_path_factory) -> World:
+    """A ROCMBUILD_HOME with the artifacts of ``mini``, ``mini-fix`` and ``mini-develop``, built once
+    per session (tests/support/world.py)."""
+    return build_world(tmp_path_factory.mktemp("txn-home"), tmp_path_factory.mktemp("txn-recipes"),
+                       _monorepo_template.url)
+
+
+@pytest.fixture
+def txn_home(txn_world, monkeypatch) -> World:
+    """Points ``ROCMBUILD_HOME`` at the session's ``txn_world`` (instead of this test's empty home),
+    so builds and applies of its recipes are cache hits."""
+    monkeypatch.setenv("ROCMBUILD_HOME", str(txn_world.home))
+    return txn_world
+
+
 # --------------------------------------------------------------------------------------------
-# target environments and a faked GPU (issue 3; see tests/envs.py)
+# target environments and a faked GPU (tests/support/envs.py, tests/support/machine.py)
 
 
 @pytest.fixture
 def target_env(fixture_libs, tmp_path):
     """Factory for fake-torch target environments (real venvs, real libMIOpen builds).
 
-    ``target_env(version="3.5.1", *, layout="conda", name=None, **make_env_kwargs) -> tests.envs.Env``:
+    ``target_env(version="3.5.1", *, layout="conda", name=None, **make_env_kwargs) -> Env``:
     ``version`` is the libMIOpen the env contains (built by ``fixture_libs``); everything else
     (``compile_version``, ``hip``, knobs such as ``extra_libs`` or ``import_error``) goes to
-    :func:`tests.envs.make_env`. Each call makes a new env under ``tmp_path``.
+    :func:`tests.support.envs.make_env`. Each call makes a new env under ``tmp_path``.
     """
-    from tests.envs import make_env
-
     counter = {"n": 0}
 
     def make(version: str = "3.5.1", *, layout: str = "conda", name: str | None = None, **kwargs):
@@ -80,17 +103,7 @@ def fake_gpu(tmp_path, monkeypatch):
     sees those GPUs (``fake_gpu()``: a machine without a GPU). Returns the sysfs root."""
 
     def make(*versions: int) -> Path:
-        root = tmp_path / "fake-sysfs"
-        nodes = root / "class" / "kfd" / "kfd" / "topology" / "nodes"
-        if nodes.exists():
-            shutil.rmtree(nodes)
-        for i, v in enumerate((0,) + tuple(versions)):
-            node = nodes / str(i)
-            node.mkdir(parents=True)
-            (node / "properties").write_text(
-                f"cpu_cores_count {8 if v == 0 else 0}\nsimd_count {0 if v == 0 else 80}\n"
-                f"gfx_target_version {v}\nvendor_id {0 if v == 0 else 4098}\n"
-            )
+        root = write_kfd_topology(tmp_path / "fake-sysfs", versions)
         monkeypatch.setenv("ROCMBUILD_SYSFS_ROOT", str(root))
         return root
 

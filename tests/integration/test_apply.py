@@ -1,7 +1,7 @@
 """`rocmbuild apply / rollback / history / recover / status` on real fake-torch environments.
 
 Real venvs whose fake torch dlopens a real libMIOpen, real artifacts built once per session by the
-real build (see tests/txn_helpers.py), real `python -m rocmbuild` processes, real exit codes --
+real build (the session's ``txn_world``, tests/support/world.py), real `python -m rocmbuild` processes, real exit codes --
 including the `os._exit(137)` of every failpoint.
 """
 
@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 
 from rocmbuild import disk
-from tests.envs import stage_library
-from tests.txn_helpers import full_listing, inodes, rb, snapshot, txn_home, txn_world  # noqa: F401
+from tests.support.cli import rb
+from tests.support.envs import stage_library
+from tests.support.snapshots import full_listing, inodes, snapshot
 
 pytestmark = pytest.mark.slow
 

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -15,46 +13,7 @@ from rocmbuild.build.artifact import Manifest, read_soname
 from rocmbuild.errors import EXIT_BUILD, EXIT_INPUT, BuildError, RequirementError
 from rocmbuild.home import cache_home
 from rocmbuild.recipe import model as recipe
-from tests.helpers import MIOPEN_SRC, set_version
-
-RECIPE = """
-name = "mini"
-[source]
-git = "file:///unused"
-ref = "develop"
-version = {{ file = "CMakeLists.txt", regex = 'rocm_setup_version\\(VERSION ([0-9.]+)' }}
-[build]
-generator = "{generator}"
-jobs = 2
-[build.defines]
-{defines}
-[install]
-libraries = ["libMIOpen"]
-data = ["share/miopen/db"]
-[verify]
-version = "source"
-"""
-
-
-def make_recipe(tmp_path: Path, generator: str = "Unix Makefiles", defines: str = "") -> recipe.Recipe:
-    p = tmp_path / "mini.toml"
-    p.write_text(RECIPE.format(generator=generator, defines=defines))
-    return recipe.load(str(p))
-
-
-def make_checkout(tmp_path: Path, version: str = "3.5.1") -> SimpleNamespace:
-    src = tmp_path / "checkout"
-    shutil.copytree(MIOPEN_SRC, src)
-    set_version(src, version)
-    return SimpleNamespace(root=src, source_dir=src, url="file:///unused", ref="develop",
-                           commit="a" * 40, version=version, patches=(), cherry_picks=(), tarball_sha256=None)
-
-
-def do_build(r, co):
-    home = cache_home()
-    inp = build.inputs(r, commit=co.commit, home=home)
-    key = build.cache_key(inp)
-    return build.build(r, co, home=home, key=key, inp=inp), home, key
+from tests.support.builds import do_build, make_checkout, make_recipe
 
 
 @pytest.mark.parametrize("generator", ["Unix Makefiles", "Ninja"])
@@ -100,7 +59,7 @@ def test_cache_lookup_and_changed_artifact_is_not_reused(tmp_path):
 def test_key_depends_on_inputs(tmp_path):
     home = cache_home()
     r1 = make_recipe(tmp_path)
-    r2 = make_recipe(tmp_path, defines="MIOPEN_FIXTURE_PAD_MB = 1")
+    r2 = make_recipe(tmp_path, defines={"MIOPEN_FIXTURE_PAD_MB": 1})
     k1 = build.cache_key(build.inputs(r1, commit="a" * 40, home=home))
     assert k1 == build.cache_key(build.inputs(r1, commit="a" * 40, home=home))
     assert k1 != build.cache_key(build.inputs(r1, commit="b" * 40, home=home))
@@ -120,7 +79,7 @@ def test_tool_versions_are_remembered(tmp_path, mocker):
 
 
 def test_compile_error_exit_3_with_tail_and_log_no_artifact(tmp_path):
-    r = make_recipe(tmp_path, defines="MIOPEN_FIXTURE_FAIL = true")
+    r = make_recipe(tmp_path, defines={"MIOPEN_FIXTURE_FAIL": True})
     with pytest.raises(BuildError) as ei:
         do_build(r, make_checkout(tmp_path))
     err = ei.value
@@ -201,7 +160,7 @@ def test_ctrl_c_stops_the_build_cleanly(tmp_path):
     import sys
     import time
 
-    r = make_recipe(tmp_path, defines="MIOPEN_FIXTURE_SLOW = true")
+    r = make_recipe(tmp_path, defines={"MIOPEN_FIXTURE_SLOW": True})
     co = make_checkout(tmp_path)
     proc = subprocess.Popen([sys.executable, "-c", CTRL_C_SCRIPT, str(r.path), str(co.source_dir)],
                             cwd=Path(__file__).parents[2])

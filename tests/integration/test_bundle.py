@@ -18,7 +18,7 @@ from rocmbuild.build import bundle
 from rocmbuild.errors import EXIT_BUILD, EXIT_INPUT, FetchError, InputError
 from rocmbuild.recipe import lockfile
 from rocmbuild.recipe import model as recipe
-from tests.integration.test_build import do_build, make_checkout, make_recipe
+from tests.support.builds import do_build, make_checkout, make_recipe
 
 
 @pytest.fixture

@@ -14,28 +14,7 @@ import pytest
 from rocmbuild import runner
 from rocmbuild.cli import app as cli
 from rocmbuild.home import cache_home
-
-RECIPE = """
-name = "mini"
-description = "miniature MIOpen from the fixture monorepo"
-[source]
-git = "{url}"
-ref = "develop"
-subdir = "projects/miopen"
-version = {{ file = "CMakeLists.txt", regex = 'rocm_setup_version\\(VERSION ([0-9.]+)' }}
-{extra_source}
-[build]
-generator = "Ninja"
-[build.defines]
-MIOPEN_FIXTURE_PAD_MB = 0
-[requires]
-programs = ["{cmake_req}", "git"]
-[install]
-libraries = ["libMIOpen"]
-data = ["share/miopen/db"]
-[verify]
-version = "source"
-"""
+from tests.support.recipes import write_fixture_recipe
 
 PATCH = """--- a/src/miopen.c
 +++ b/src/miopen.c
@@ -46,11 +25,9 @@ PATCH = """--- a/src/miopen.c
 
 
 def write_recipe(tmp_path: Path, url: str, extra_source: str = "", cmake_req: str = "cmake>=3.16") -> Path:
-    d = tmp_path / "recipes"
-    d.mkdir(exist_ok=True)
-    p = d / "mini.toml"
-    p.write_text(RECIPE.format(url=url, extra_source=extra_source, cmake_req=cmake_req))
-    return p
+    return write_fixture_recipe(tmp_path / "recipes", description="miniature MIOpen from the fixture monorepo",
+                                url=url, source_extra=extra_source, generator="Ninja",
+                                defines={"MIOPEN_FIXTURE_PAD_MB": 0}, programs=[cmake_req, "git"])
 
 
 def run_json(capsys, *argv: str) -> tuple[int, dict]:

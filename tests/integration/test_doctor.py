@@ -15,6 +15,7 @@ from rocmbuild import doctor
 from rocmbuild.cli import app as cli
 from rocmbuild.errors import EXIT_INPUT, EXIT_OK
 from rocmbuild.recipe import model as recipe
+from tests.support.machine import make_rocm_tree
 
 pytestmark = pytest.mark.slow
 
@@ -22,11 +23,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture
 def fake_rocm(tmp_path, monkeypatch):
     """A ROCm tree with the files doctor looks for (empty files: doctor checks presence only)."""
-    root = tmp_path / "rocm"
-    for rel in ("bin/hipcc", "llvm/bin/clang++", "lib/cmake/hip/hip-config.cmake"):
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text("")
+    root = make_rocm_tree(tmp_path / "rocm")
     monkeypatch.setenv("ROCM_PATH", str(root))
     return root
 

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.txn_helpers import REPO, rb, snapshot, txn_home, txn_world  # noqa: F401
+from tests.support.cli import REPO, rb
+from tests.support.project import set_marker
+from tests.support.snapshots import snapshot
 
 pytestmark = pytest.mark.usefixtures("txn_home")
 
@@ -98,8 +100,6 @@ def test_apply_artifact_url_with_bad_checksum_changes_nothing(txn_world, target_
 
 
 def test_lock_then_apply_from_lock_builds_the_locked_commit(txn_world, target_env, monorepo, tmp_path):
-    from tests.helpers import set_marker
-
     recipe = tmp_path / "pinned.toml"
     recipe.write_text(Path(txn_world.recipe("mini")).read_text().replace('name = "mini"', 'name = "pinned"')
                       .replace(txn_world.artifacts["mini"].manifest.url, monorepo.url)

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.txn_helpers import REPO, rb, txn_home, txn_world  # noqa: F401
+from tests.support.cli import REPO, rb
+from tests.support.machine import make_rocm_tree
 
 pytestmark = pytest.mark.usefixtures("txn_home")
 
@@ -141,12 +142,7 @@ def env350(target_env):
 @pytest.fixture
 def fake_rocm(tmp_path) -> dict[str, str]:
     """ROCM_PATH with the files doctor looks for (presence only)."""
-    root = tmp_path / "rocm"
-    for rel in ("bin/hipcc", "llvm/bin/clang++", "lib/cmake/hip/hip-config.cmake"):
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text("")
-    return {"ROCM_PATH": str(root)}
+    return {"ROCM_PATH": str(make_rocm_tree(tmp_path / "rocm"))}
 
 
 HOLDER = textwrap.dedent("""
@@ -253,17 +249,7 @@ def test_doctor_with_a_failed_check_keeps_its_checks_and_has_an_error(txn_home, 
 # apply (recipe, --from-lock, --artifact, --dry-run) / rollback / history / recover
 
 
-def test_apply_every_source_and_rollback(txn_home, env350, tmp_path):
-    p = env350.prefix
-    mini = txn_home.recipe("mini")
-    bundle = tmp_path / "mini.tar.gz"
-    lock = tmp_path / "mini.lock.json"
-    assert rb("export", mini, "-o", bundle).returncode == 0
-    assert rb("lock", mini, "-o", lock).returncode == 0
-
-    # nothing to roll back yet
-    fail(rb("rollback", "--env", p, "--json"), "rollback", 2, "TargetError")
-
+def _dry_runs(txn_home, p, mini, bundle) -> None:
     # dry runs: recipe, bundle, an incompatible artifact (exit 2 like the real apply, plan keys kept)
     d = ok(rb("apply", mini, "--env", p, "--dry-run", "--json"), "apply", "apply-dry-run")
     assert d["dry_run"] is True and "build" in d and "artifact" not in d
@@ -279,6 +265,34 @@ def test_apply_every_source_and_rollback(txn_home, env350, tmp_path):
     # a ref that was never built: the file actions are only known after the build (target_note)
     d = ok(rb("apply", mini, "--ref", "release/rocm-rel-7.0", "--env", p, "--dry-run", "--json"), "apply", "apply-dry-run")
     assert d["target_plan"] is None and d["target_note"] and d["build"]["cache"]["cached"] is False
+
+
+def _locked_by_another_run(txn_home, p) -> None:
+    # locked by another run: exit 5 for apply and rollback
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(p / ".rocmbuild"), "600"],
+                              stdout=subprocess.PIPE, text=True, cwd=str(REPO))
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        err = fail(rb("apply", txn_home.recipe("mini-fix"), "--env", p, "--json"), "apply", 5, "LockedError")
+        assert set(err["details"]) == {"lock", "pid"}
+        fail(rb("rollback", "--env", p, "--json"), "rollback", 5, "LockedError")
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_apply_every_source_and_rollback(txn_home, env350, tmp_path):
+    p = env350.prefix
+    mini = txn_home.recipe("mini")
+    bundle = tmp_path / "mini.tar.gz"
+    lock = tmp_path / "mini.lock.json"
+    assert rb("export", mini, "-o", bundle).returncode == 0
+    assert rb("lock", mini, "-o", lock).returncode == 0
+
+    # nothing to roll back yet
+    fail(rb("rollback", "--env", p, "--json"), "rollback", 2, "TargetError")
+
+    _dry_runs(txn_home, p, mini, bundle)
 
     # failures before anything changes
     fail(rb("apply", "--env", p, "--json"), "apply", 2, "InputError")
@@ -301,17 +315,7 @@ def test_apply_every_source_and_rollback(txn_home, env350, tmp_path):
     d = ok(rb("apply", mini, "--env", p, "--dry-run", "--json"), "apply", "apply-dry-run")
     assert d["target_plan"]["already_applied"] is True
 
-    # locked by another run: exit 5 for apply and rollback
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(p / ".rocmbuild"), "600"],
-                              stdout=subprocess.PIPE, text=True, cwd=str(REPO))
-    try:
-        assert holder.stdout.readline().strip() == "locked"
-        err = fail(rb("apply", txn_home.recipe("mini-fix"), "--env", p, "--json"), "apply", 5, "LockedError")
-        assert set(err["details"]) == {"lock", "pid"}
-        fail(rb("rollback", "--env", p, "--json"), "rollback", 5, "LockedError")
-    finally:
-        holder.kill()
-        holder.wait()
+    _locked_by_another_run(txn_home, p)
 
     d = ok(rb("rollback", "--env", p, "--json"), "rollback")
     assert d["undoes"] == [first] and d["txn"] and d["verdict"]["ok"] is True and d["plan"]["verb"] == "rollback"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import zipfile
@@ -38,12 +39,14 @@ def test_installed_wheel_finds_its_recipes(wheel, tmp_path):
     py = venv / "bin" / "python"
     subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", str(wheel)],
                    check=True, capture_output=True)
+    # without this checkout on PYTHONPATH (as the suite is often run), or it would shadow the wheel
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     r = subprocess.run([str(venv / "bin" / "rocmbuild"), "recipes", "--json"], capture_output=True, text=True,
-                       cwd=tmp_path)
+                       cwd=tmp_path, env=env)
     assert r.returncode == 0, r.stderr
     found = {x["name"]: x["path"] for x in json.loads(r.stdout)["recipes"]}
     assert "miopen-develop" in found and "miopen-3.5.1" in found
     assert str(venv) in found["miopen-develop"]  # from the installed package, not from this checkout
     r = subprocess.run([str(venv / "bin" / "rocmbuild"), "show", "miopen-3.5.1", "--json"], capture_output=True,
-                       text=True, cwd=tmp_path)
+                       text=True, cwd=tmp_path, env=env)
     assert r.returncode == 0 and json.loads(r.stdout)["recipe"]["verify"]["version"] == "3.5.1"

@@ -19,9 +19,9 @@ from rocmbuild.disk import sha256_file
 from rocmbuild.build import source
 from rocmbuild.errors import FetchError, RecipeError
 from rocmbuild.recipe import model as recipe_mod
-from tests.helpers import MIOPEN_SRC, set_marker, set_version
+from tests.support.project import MIOPEN_SRC, set_marker, set_version
+from tests.support.recipes import fixture_recipe
 
-VERSION = "version = { file = \"CMakeLists.txt\", regex = 'rocm_setup_version\\(VERSION ([0-9.]+)' }"
 MARKER_LINE = 'const char* miopenFixtureMarker(void) { return "%s"; }'
 
 
@@ -39,15 +39,9 @@ def write_recipe(tmp_path: Path, body: str, *, name: str = "t", patches: dict[st
 
 
 def git_recipe(tmp_path, url, ref=None, *, subdir="projects/miopen", extra="", name="t", patches=None):
-    lines = ["[source]", f'git = "{url}"']
-    if ref is not None:
-        lines.append(f'ref = "{ref}"')
-    if subdir:
-        lines.append(f'subdir = "{subdir}"')
-    lines.append(VERSION)
-    if extra:
-        lines.append(extra)
-    return write_recipe(tmp_path, "\n".join(lines) + "\n", name=name, patches=patches)
+    body = fixture_recipe(name=None, url=url, ref=ref, subdir=subdir or None, source_extra=extra,
+                          libraries=None, verify=None)
+    return write_recipe(tmp_path, body, name=name, patches=patches)
 
 
 def marker(checkout: source.Checkout) -> str:
@@ -157,7 +151,8 @@ def test_sparse_partial_shallow(tmp_path, home, monorepo):
 def test_no_subdir_is_a_full_tree(tmp_path, home, monorepo):
     # first a sparse fetch, then the same remote without subdir: sparse checkout is turned off
     source.fetch(git_recipe(tmp_path, monorepo.url, "develop"), home=home)
-    r = write_recipe(tmp_path, f'[source]\ngit = "{monorepo.url}"\nref = "develop"\n', name="full")
+    r = write_recipe(tmp_path, fixture_recipe(name=None, url=monorepo.url, subdir=None, version=None, libraries=None,
+                                               verify=None), name="full")
     co = source.fetch(r, home=home)
     assert co.source_dir == co.root
     assert (co.root / "projects" / "rocblas" / "blob.bin").stat().st_size == 2 * 1024 * 1024
@@ -349,8 +344,8 @@ def test_previous_patch_and_stray_files_do_not_leak(tmp_path, home, monorepo):
 
 
 def test_version_regex_mismatch_is_a_recipe_error(tmp_path, home, monorepo):
-    body = (f'[source]\ngit = "{monorepo.url}"\nref = "develop"\nsubdir = "projects/miopen"\n'
-            "version = { file = \"CMakeLists.txt\", regex = 'MIOPEN_VERSION_NOPE ([0-9.]+)' }\n")
+    body = fixture_recipe(name=None, url=monorepo.url, libraries=None, verify=None,
+                          version="{ file = \"CMakeLists.txt\", regex = 'MIOPEN_VERSION_NOPE ([0-9.]+)' }")
     r = write_recipe(tmp_path, body)
     with pytest.raises(RecipeError) as ei:
         source.fetch(r, home=home)
@@ -363,8 +358,8 @@ def test_version_regex_mismatch_is_a_recipe_error(tmp_path, home, monorepo):
 
 
 def test_version_file_missing_is_a_recipe_error(tmp_path, home, monorepo):
-    body = (f'[source]\ngit = "{monorepo.url}"\nref = "develop"\nsubdir = "projects/miopen"\n'
-            "version = { file = \"VERSION.txt\", regex = '([0-9.]+)' }\n")
+    body = fixture_recipe(name=None, url=monorepo.url, libraries=None, verify=None,
+                          version="{ file = \"VERSION.txt\", regex = '([0-9.]+)' }")
     r = write_recipe(tmp_path, body)
     with pytest.raises(RecipeError) as ei:
         source.fetch(r, home=home)
@@ -472,7 +467,8 @@ def make_tarball(path: Path, *, top: str | None = "MIOpen-3.5.1", extra=None) ->
 
 
 def tar_recipe(tmp_path, url, sha, *, extra="", name="tb", patches=None):
-    body = f'[source]\ntarball = "{url}"\nsha256 = "{sha}"\n{VERSION}\n{extra}\n'
+    body = fixture_recipe(name=None, tarball=url, sha256=sha, ref=None, subdir=None, source_extra=extra,
+                          libraries=None, verify=None)
     return write_recipe(tmp_path, body, name=name, patches=patches)
 
 

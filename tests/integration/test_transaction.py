@@ -24,8 +24,9 @@ from rocmbuild.build import artifact
 from rocmbuild.build.artifact import Artifact, Manifest
 from rocmbuild.errors import InputError, LockedError, TargetError, VerifyError
 from rocmbuild.swap import actions, plan, state, transaction
-from tests.envs import stage_library
-from tests.txn_helpers import REPO, inodes, snapshot
+from tests.support.cli import REPO
+from tests.support.envs import stage_library
+from tests.support.snapshots import inodes, snapshot
 
 pytestmark = pytest.mark.slow
 

@@ -8,33 +8,14 @@ import pytest
 
 from rocmbuild.errors import EXIT_INPUT, InputError, RecipeError
 from rocmbuild.recipe import model as recipe
+from tests.support.recipes import fixture_recipe
 
-GOOD = """
-name = "mini"
-description = "a miniature MIOpen"
-[source]
-git = "https://example.invalid/rocm-libraries.git"
-ref = "develop"
-subdir = "projects/miopen"
-sparse = ["shared/ctest"]
-version = { file = "CMakeLists.txt", regex = 'rocm_setup_version\\(VERSION ([0-9.]+)' }
-[build]
-generator = "Ninja"
-jobs = 3
-[build.defines]
-CMAKE_PREFIX_PATH = "/opt/rocm"
-MIOPEN_USE_MLIR = false
-GPU_TARGETS = ["gfx1151", "gfx1100"]
-[build.env]
-CXX = "/opt/rocm/llvm/bin/clang++"
-[requires]
-programs = ["cmake>=3.25", "git"]
-[install]
-libraries = ["libMIOpen"]
-data = ["share/miopen/db"]
-[verify]
-version = "source"
-"""
+GOOD = fixture_recipe(
+    description="a miniature MIOpen", url="https://example.invalid/rocm-libraries.git", sparse=["shared/ctest"],
+    generator="Ninja", jobs=3,
+    defines={"CMAKE_PREFIX_PATH": "/opt/rocm", "MIOPEN_USE_MLIR": False, "GPU_TARGETS": ["gfx1151", "gfx1100"]},
+    env={"CXX": "/opt/rocm/llvm/bin/clang++"}, programs=["cmake>=3.25", "git"],
+)
 
 
 def write(tmp_path: Path, text: str, name: str = "mini.toml") -> Path:

@@ -1,36 +1,20 @@
-"""Builders for the real things the tests use: a monorepo git repository holding the miniature
-MIOpen of ``tests/fixtures/miopen``, and real shared libraries built from it with cmake.
+"""A git repository laid out like ROCm/rocm-libraries, holding the fixture project.
 
-Nothing here is mocked: git, cmake and the C compiler run for real.
+Real git (GitPython), real branches and tags; the other projects are incompressible blobs so
+that a full clone really is large. The session fixture in ``tests/conftest.py`` makes it once
+and each test gets a copy.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 import git
 
-FIXTURES = Path(__file__).parent / "fixtures"
-MIOPEN_SRC = FIXTURES / "miopen"
-
-VERSION_RE = re.compile(r"rocm_setup_version\(VERSION [0-9.]+\)")
-
-
-def set_version(project: Path, version: str) -> None:
-    cml = project / "CMakeLists.txt"
-    text = cml.read_text()
-    cml.write_text(VERSION_RE.sub(f"rocm_setup_version(VERSION {version})", text, count=1))
-
-
-def set_marker(project: Path, marker: str) -> None:
-    src = project / "src" / "miopen.c"
-    text = src.read_text()
-    src.write_text(re.sub(r'return "[^"]*"; }', f'return "{marker}"; }}', text))
+from tests.support.project import MIOPEN_SRC, set_marker, set_version
 
 
 @dataclass(frozen=True)
@@ -90,24 +74,3 @@ def make_monorepo(root: Path, big_mb: int = 2) -> Monorepo:
     return Monorepo(root, root.as_uri(), c1, c_release, c_develop, c_fix)
 
 
-def build_library(version: str, workdir: Path, *, pad_mb: int = 0, marker: str | None = None) -> Path:
-    """Build the fixture library at ``version``; returns the staged lib dir holding
-    libMIOpen.so.1.0 and its links."""
-    src = workdir / "src"
-    if src.exists():
-        shutil.rmtree(src)
-    shutil.copytree(MIOPEN_SRC, src)
-    set_version(src, version)
-    if marker:
-        set_marker(src, marker)
-    bld = workdir / "build"
-    stage = workdir / "stage"
-    subprocess.run(
-        ["cmake", "-S", str(src), "-B", str(bld), "-G", "Unix Makefiles",
-         f"-DMIOPEN_FIXTURE_PAD_MB={pad_mb}", "-DCMAKE_INSTALL_PREFIX=/usr/local"],
-        check=True, capture_output=True,
-    )
-    subprocess.run(["cmake", "--build", str(bld)], check=True, capture_output=True)
-    env = dict(os.environ, DESTDIR=str(stage))
-    subprocess.run(["cmake", "--install", str(bld)], check=True, capture_output=True, env=env)
-    return stage / "usr" / "local" / "lib"

@@ -1,0 +1,41 @@
+"""Artifacts of the fixture project without git: a plain copy as the checkout, the real build.
+
+For tests of the build, the artifact and the bundle that do not need a fetch: the "checkout"
+is a copy of ``tests/fixtures/miopen`` with the fields ``builder.build`` reads, and the recipe
+is the fixture recipe with no ``subdir`` (the copy is the project itself).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+from rocmbuild.build import builder
+from rocmbuild.home import cache_home
+from rocmbuild.recipe import model as recipe
+from tests.support.project import MIOPEN_SRC, set_version
+from tests.support.recipes import fixture_recipe
+
+
+def make_recipe(tmp_path: Path, generator: str = "Unix Makefiles", defines: dict | None = None) -> recipe.Recipe:
+    """The fixture recipe (``jobs = 2``, no subdir) written to ``tmp_path/mini.toml`` and loaded."""
+    p = tmp_path / "mini.toml"
+    p.write_text(fixture_recipe(subdir=None, generator=generator, jobs=2, defines=defines))
+    return recipe.load(str(p))
+
+
+def make_checkout(tmp_path: Path, version: str = "3.5.1") -> SimpleNamespace:
+    src = tmp_path / "checkout"
+    shutil.copytree(MIOPEN_SRC, src)
+    set_version(src, version)
+    return SimpleNamespace(root=src, source_dir=src, url="file:///unused", ref="develop",
+                           commit="a" * 40, version=version, patches=(), cherry_picks=(), tarball_sha256=None)
+
+
+def do_build(r, co):
+    """``builder.build`` of ``co`` in the current ``ROCMBUILD_HOME``: (artifact, home, key)."""
+    home = cache_home()
+    inp = builder.inputs(r, commit=co.commit, home=home)
+    key = builder.cache_key(inp)
+    return builder.build(r, co, home=home, key=key, inp=inp), home, key

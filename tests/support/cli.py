@@ -1,0 +1,24 @@
+"""``rb()``: the real CLI as a real process, with this checkout's ``rocmbuild`` on the path.
+
+Tests that hold the exit codes, the ``--json`` contract and the failpoints must see what a user
+sees, so they run ``python -m rocmbuild`` in a subprocess rather than calling ``main``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def rb(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run ``python -m rocmbuild ARGS`` as a real process (the live environment + ``env``)."""
+    e = dict(os.environ)
+    e["PYTHONPATH"] = str(REPO) + os.pathsep + e.get("PYTHONPATH", "")
+    if env:
+        e.update(env)
+    return subprocess.run([sys.executable, "-m", "rocmbuild", *map(str, args)], capture_output=True, text=True,
+                          env=e, cwd=str(REPO), timeout=timeout)
