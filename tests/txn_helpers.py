@@ -58,7 +58,7 @@ class World:
 
 @pytest.fixture(scope="session")
 def txn_world(_monorepo_template, tmp_path_factory) -> World:
-    from rocmbuild.flows import workflow
+    from rocmbuild.flows import build as workflow
 
     home = tmp_path_factory.mktemp("txn-home")
     rdir = tmp_path_factory.mktemp("txn-recipes")
