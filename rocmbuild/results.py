@@ -13,7 +13,7 @@ Decisions:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from rocmbuild.errors import RequirementError, RocmbuildError
@@ -36,8 +36,12 @@ class VerbResult:
     def error(self) -> RocmbuildError | None:
         return None
 
-    def to_json(self) -> dict[str, Any]:  # pragma: no cover - every result defines it
-        raise NotImplementedError
+
+class _Record:
+    """A result whose JSON object is its fields, as they are."""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)  # type: ignore[call-overload]
 
 
 def _plan_target(plan: "Plan") -> dict[str, Any]:
@@ -45,19 +49,15 @@ def _plan_target(plan: "Plan") -> dict[str, Any]:
             "state_dir": plan.state_dir}
 
 
-# --------------------------------------------------------------------------------------------
 # recipes, show
 
 
 @dataclass(frozen=True)
-class RecipeEntry:
+class RecipeEntry(_Record):
     name: str
     path: str
     description: str
     error: str | None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "path": self.path, "description": self.description, "error": self.error}
 
 
 @dataclass(frozen=True)
@@ -83,21 +83,17 @@ class ShowResult(VerbResult):
                 "patch_files": list(self.patch_files)}
 
 
-# --------------------------------------------------------------------------------------------
 # plan, build
 
 
 @dataclass(frozen=True)
-class Requirement:
+class Requirement(_Record):
     """One doctor-style check of a recipe's ``[requires]`` (or its compiler launcher)."""
 
     name: str
     status: str  # ok | warn | fail
     detail: str
     fix: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "status": self.status, "detail": self.detail, "fix": self.fix}
 
 
 @dataclass(frozen=True)
@@ -119,8 +115,6 @@ class SourcePlan:
 
 @dataclass(frozen=True)
 class BuildPlan(VerbResult):
-    """``plan``: what ``build`` would run, changing nothing."""
-
     recipe: str
     path: str
     source: SourcePlan
@@ -163,12 +157,11 @@ class BuildResult(VerbResult):
         }
 
 
-# --------------------------------------------------------------------------------------------
 # status, verify, doctor
 
 
 @dataclass(frozen=True)
-class InEffect:
+class InEffect(_Record):
     id: str
     verb: str
     recipe: str | None
@@ -177,26 +170,16 @@ class InEffect:
     version_after: str | None
     files: tuple[str, ...]
 
-    def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "verb": self.verb, "recipe": self.recipe, "commit": self.commit,
-                "version_before": self.version_before, "version_after": self.version_after,
-                "files": list(self.files)}
-
 
 @dataclass(frozen=True)
-class Unfinished:
+class Unfinished(_Record):
     id: str
     verb: str
     state: str
 
-    def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "verb": self.verb, "state": self.state}
-
 
 @dataclass(frozen=True)
 class StatusChanges:
-    """What rocmbuild changed in a target: transactions in effect, unfinished ones, drift."""
-
     state_dirs: tuple[str, ...] = ()
     in_effect: tuple[InEffect, ...] = ()
     unfinished: tuple[Unfinished, ...] = ()
@@ -276,12 +259,11 @@ class DoctorResult(VerbResult):
         return {"checks": [c.to_json() for c in self.checks], "failed": [c.name for c in self.failed]}
 
 
-# --------------------------------------------------------------------------------------------
 # export, lock
 
 
 @dataclass(frozen=True)
-class ExportResult(VerbResult):
+class ExportResult(_Record, VerbResult):
     file: str
     sha256: str
     sha256_file: str
@@ -289,10 +271,6 @@ class ExportResult(VerbResult):
     key: str
     recipe: str
     version: str | None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"file": self.file, "sha256": self.sha256, "sha256_file": self.sha256_file, "size": self.size,
-                "key": self.key, "recipe": self.recipe, "version": self.version}
 
 
 @dataclass(frozen=True)
@@ -304,7 +282,6 @@ class LockResult(VerbResult):
         return {"lock_file": self.lock_file, "lock": dict(self.lock)}
 
 
-# --------------------------------------------------------------------------------------------
 # apply (and its dry run), rollback, history, recover
 
 
@@ -330,8 +307,6 @@ class ApplyResult(VerbResult):
 
 @dataclass(frozen=True)
 class TargetPlan:
-    """The file actions ``apply`` would take on the target (a dry run's ``target_plan``)."""
-
     plan: "Plan"
 
     def to_json(self) -> dict[str, Any]:
@@ -339,13 +314,10 @@ class TargetPlan:
 
 
 @dataclass(frozen=True)
-class BundleSummary:
+class BundleSummary(_Record):
     key: str
     recipe: str
     version: str | None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"key": self.key, "recipe": self.recipe, "version": self.version}
 
 
 @dataclass(frozen=True)
