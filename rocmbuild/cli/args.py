@@ -80,6 +80,13 @@ def overrides(p: argparse.ArgumentParser) -> None:
     g.add_argument("--launcher", choices=["ccache", "sccache"], help="compiler launcher (cache)")
 
 
+def recipe_options(p: argparse.ArgumentParser) -> None:
+    """What every verb taking a recipe accepts: the common options, recipe dirs, build overrides."""
+    common(p)
+    recipe_dirs(p)
+    overrides(p)
+
+
 def target(p: argparse.ArgumentParser) -> None:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--env", metavar="PREFIX", help="the environment prefix (conda env or venv)")

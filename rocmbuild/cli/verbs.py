@@ -37,9 +37,7 @@ def _cmd_recipes(args) -> VerbResult:
 def _add_show(sub) -> None:
     p = sub.add_parser("show", help="show a recipe as rocmbuild understands it")
     p.add_argument("recipe", help="recipe name or path to a .toml file")
-    a.common(p)
-    a.recipe_dirs(p)
-    a.overrides(p)
+    a.recipe_options(p)
 
 
 def _cmd_show(args) -> VerbResult:
@@ -53,9 +51,7 @@ def _cmd_show(args) -> VerbResult:
 def _add_plan(sub) -> None:
     p = sub.add_parser("plan", help="show what build/apply would run, changing nothing")
     p.add_argument("recipe", help="recipe name or path to a .toml file")
-    a.common(p)
-    a.recipe_dirs(p)
-    a.overrides(p)
+    a.recipe_options(p)
     p.add_argument("--offline", action="store_true", help="do not contact the remote to resolve the ref")
 
 
@@ -69,9 +65,7 @@ def _add_build(sub) -> None:
     p = sub.add_parser("build", help="fetch, patch, configure, build and stage an artifact")
     p.add_argument("recipe", nargs="?", help="recipe name or path to a .toml file")
     p.add_argument("--from-lock", metavar="FILE", help="build exactly what a `rocmbuild lock` file pins")
-    a.common(p)
-    a.recipe_dirs(p)
-    a.overrides(p)
+    a.recipe_options(p)
 
 
 def _cmd_build(args) -> VerbResult:
@@ -148,9 +142,7 @@ def _add_export(sub) -> None:
     p = sub.add_parser("export", help="write an artifact bundle (.tar.gz + .sha256) to apply on other machines")
     p.add_argument("what", metavar="RECIPE|KEY", help="a recipe (built or taken from the cache) or an artifact key")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="the bundle to write (.tar.gz), or a directory")
-    a.common(p)
-    a.recipe_dirs(p)
-    a.overrides(p)
+    a.recipe_options(p)
 
 
 def _cmd_export(args) -> VerbResult:
@@ -163,9 +155,7 @@ def _add_lock(sub) -> None:
     p = sub.add_parser("lock", help="pin a recipe's ref to a commit (with every override) in a lock file")
     p.add_argument("recipe", help="recipe name or path to a .toml file")
     p.add_argument("-o", "--output", metavar="FILE", help="the lock file (default: ./<recipe>.lock.json)")
-    a.common(p)
-    a.recipe_dirs(p)
-    a.overrides(p)
+    a.recipe_options(p)
 
 
 def _cmd_lock(args) -> VerbResult:
@@ -186,9 +176,7 @@ def _add_apply(sub) -> None:
     src.add_argument("--sha256", metavar="HEX", help="the bundle's sha256 (default: FILE.sha256 beside it)")
     src.add_argument("--from-lock", metavar="FILE", help="build exactly what a `rocmbuild lock` file pins")
     p.add_argument("--dry-run", action="store_true", help="print the plan and change nothing")
-    a.common(p)
-    a.recipe_dirs(p)
-    a.overrides(p)
+    a.recipe_options(p)
     a.target(p)
     a.txn_opts(p)
     p.add_argument("--expect", type=a.version, metavar="VERSION", help="the version verification must find (default: the recipe's)")
