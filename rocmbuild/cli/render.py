@@ -1,67 +1,93 @@
-"""Presentation: verb results as JSON-ready dicts and as the text a person reads.
+"""All human text: each verb's result (rocmbuild.results) as the text a person reads.
 
-Kept apart from ``cli.py`` (argument parsing and exit codes) and from the modules that do the
-work, so every verb's output can change without touching either.
+``text(result)`` picks the renderer by the result's type. Kept apart from parsing and exit codes
+(app.py, verbs.py) and from the flows that do the work, so wording changes touch only this file.
+Renderers read the result's ``to_json()`` form where the text mirrors it key for key.
 """
 
 from __future__ import annotations
 
+from functools import singledispatch
 from typing import Any
 
+from rocmbuild import runner
+from rocmbuild.results import (
+    ApplyResult,
+    BuildPlan,
+    BuildResult,
+    DoctorResult,
+    DryRunResult,
+    ExportResult,
+    HistoryResult,
+    LockResult,
+    RecipesResult,
+    RecoverResult,
+    RollbackResult,
+    ShowResult,
+    StatusChanges,
+    StatusResult,
+    VerbResult,
+    VerifyResult,
+)
 
-def build_data(art) -> dict[str, Any]:
-    m = art.manifest
-    return {
-        "cached": art.cached,
-        "artifact": str(art.path),
-        "key": m.key,
-        "recipe": m.recipe,
-        "commit": m.commit,
-        "version": m.version,
-        "libraries": [{"name": lib.name, "file": lib.file, "soname": lib.soname, "chain": list(lib.chain)}
-                      for lib in m.libraries],
-    }
+
+@singledispatch
+def text(result: VerbResult) -> str:
+    raise TypeError(f"no renderer for {type(result).__name__}")
 
 
-def build(data: dict[str, Any]) -> str:
+@text.register
+def _recipes(r: RecipesResult) -> str:
+    lines = [f"{e.name:24} {e.description or ('INVALID: ' + e.error if e.error else '')}\n{'':24} {e.path}"
+             for e in r.recipes]
+    return "\n".join(lines) or "no recipes found"
+
+
+@text.register
+def _show(r: ShowResult) -> str:
+    return "\n".join([f"{r.name}: {r.description}", f"file: {r.path}", r.toml])
+
+
+@text.register
+def build_plan(plan: BuildPlan) -> str:
+    s = plan.source
+    lines = [f"plan for {plan.recipe} ({plan.path})"]
+    commit = s.commit or ("tarball" if s.resolved else "UNRESOLVED")
+    lines.append(f"  source   {s.url} @ {s.ref or '-'} -> {commit}")
+    if s.subdir:
+        lines.append(f"  sparse   {', '.join([s.subdir, *s.sparse])}")
+    lines += [f"  cherry-pick {c}" for c in s.cherry_pick]
+    lines += [f"  patch    {p}" for p in s.patches]
+    if plan.gpu_targets is not None:
+        lines.append(f"  GPU_TARGETS {plan.gpu_targets}")
+    env = " ".join(f"{k}={v}" for k, v in plan.env.items())
+    for step in ("configure", "build", "install"):
+        prefix = ("DESTDIR=" + plan.destdir + " ") if step == "install" else ""
+        lines.append(f"  {step:10}{(env + ' ') if env else ''}{prefix}{runner.display(list(plan.commands[step]))}")
+    state_ = "cached (build would do nothing)" if plan.cached else ("not cached" if plan.cache_key else "key needs the commit")
+    lines.append(f"  cache    {plan.cache_key or '-'}: {state_}")
+    tools = plan.inputs["tools"]
+    lines.append(f"  tools    {tools['cmake']}; {tools['cc']}; {tools['cxx']}")
+    lines += [f"  MISSING  {c.name}: {c.detail}" + (f" ({c.fix})" if c.fix else "") for c in plan.missing]
+    lines += [f"  note     {n}" for n in plan.notes]
+    return "\n".join(lines)
+
+
+@text.register
+def _build(r: BuildResult) -> str:
+    data = r.to_json()
     verb = "cached (no configure, no compile)" if data["cached"] else "built"
-    text = f"{data['recipe']} {data['version'] or ''} @ {(data['commit'] or '')[:12]}: {verb}\nartifact: {data['artifact']}"
+    out = f"{data['recipe']} {data['version'] or ''} @ {(data['commit'] or '')[:12]}: {verb}\nartifact: {data['artifact']}"
     for lib in data["libraries"]:
-        text += f"\n  {lib['name']}: {' -> '.join(lib['chain'])} (SONAME {lib['soname']})"
-    return text
+        out += f"\n  {lib['name']}: {' -> '.join(lib['chain'])} (SONAME {lib['soname']})"
+    return out
 
 
-def status_data(target) -> dict[str, Any]:
-    """status as a dict (other parts of status, e.g. what rocmbuild changed, are added by key)."""
-    from pathlib import Path
-
-    from rocmbuild.target.probe import decode_version
-
-    r = target.report
-    libs = []
-    for lib in r.libraries:
-        version = None
-        if lib.kind in ("miopen", "cudnn") and r.backend in (None, lib.kind):
-            n = r.effective_version_int(lib.kind)
-            version = str(decode_version(n, lib.kind)) if n is not None else None
-        libs.append({**lib.to_json(), "inside_prefix": target.inside_prefix(lib.path),
-                     "layout": target.layout_of(lib), "version": version,
-                     "links": [str(x) for x in target.links_to(Path(lib.path))]})
-    fmt = (lambda t: ".".join(map(str, t)) if t else None)
-    return {
-        "target": target.to_json(),
-        "torch": {"version": r.torch_version, "hip": r.hip, "cuda": r.cuda, "backend": r.backend,
-                  "cudnn_available": r.cudnn_available, "cuda_available": r.cuda_available,
-                  "version_int": r.version_int, "version_error": r.version_error,
-                  "version_int_retry": r.version_int_retry, "runtime_version": fmt(r.runtime_version),
-                  "compile_version": fmt(r.compile_version), "python": r.python,
-                  "python_version": r.python_version},
-        "libraries": libs,
-        "probe_errors": r.errors,
-    }
+# --------------------------------------------------------------------------------------------
+# status, verify, doctor
 
 
-def status(data: dict[str, Any]) -> str:
+def _loaded(data: dict[str, Any]) -> str:
     t, tv = data["target"], data["torch"]
     build = f"ROCm {tv['hip']}" if tv["hip"] else (f"CUDA {tv['cuda']}" if tv["cuda"] else "CPU-only (no MIOpen/cuDNN)")
     lines = [f"target: {t['prefix']} (python {t['python']}, {tv['python_version']})",
@@ -80,36 +106,122 @@ def status(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def apply(data: dict) -> str:
-    p = data["plan"]
-    if data.get("already_applied"):
-        return f"already applied: {p['recipe']} ({p['version_after'] or '?'}) is in place in {p['prefix']}; nothing changed"
-    lines = [f"applied {data['txn']}: {p['recipe']} {p['version_before'] or '?'} -> {p['version_after'] or '?'} "
-             f"in {p['prefix']} ({p['layout']} layout)"]
-    lines += [f"  {a['path']}" for a in p["actions"] if not a["done"]]
-    lines += [f"  note: {n}" for n in p["notes"]]
-    for pr in data.get("pruned") or []:
-        lines.append(f"  pruned the backups of {pr['id']} ({pr['freed_bytes']} bytes)")
-    verdict = data.get("verdict") or {}
+@text.register
+def status_changes(c: StatusChanges) -> str:
+    lines = [f"rocmbuild {t.verb} {t.id}: {t.recipe or '-'} {t.version_before or '?'} -> "
+             f"{t.version_after or '?'} ({len(t.files)} path(s))" for t in c.in_effect]
+    lines += [f"UNFINISHED {u.verb} {u.id} (stopped at '{u.state}'): the next rocmbuild command "
+              "that changes this target rolls it back; `rocmbuild recover` does only that" for u in c.unfinished]
+    lines += [f"DRIFT {d['path']}: rocmbuild left {d['expected']}, found {d['found']} (changed since "
+              f"{d['txn']}; `rocmbuild rollback` refuses without --force)" for d in c.drift]
+    return "\n".join(lines or ["rocmbuild has changed nothing in this target"])
+
+
+@text.register
+def _status(r: StatusResult) -> str:
+    return _loaded(r.to_json()) + "\n" + status_changes(r.changes)
+
+
+@text.register
+def _verify(r: VerifyResult) -> str:
+    return f"verified {r.target.prefix}\n" + r.verdict.render()
+
+
+@text.register
+def _doctor(r: DoctorResult) -> str:
+    out = "\n".join(c.render() for c in r.checks)
+    failed = r.failed
+    return out + (f"\n{len(failed)} failed" if failed else "\nall checks passed (warnings do not block)")
+
+
+# --------------------------------------------------------------------------------------------
+# export, lock, apply, rollback, history, recover
+
+
+@text.register
+def _export(r: ExportResult) -> str:
+    return (f"{r.file}\n{r.sha256}  (also in {r.sha256_file})\n"
+            f"apply it elsewhere with: rocmbuild apply --artifact {r.file} --env PREFIX")
+
+
+@text.register
+def _lock(r: LockResult) -> str:
+    lk = r.lock
+    return (f"{r.lock_file}: {lk['recipe']} @ {lk['ref']} -> {lk['commit']}\n"
+            f"rebuild exactly this with: rocmbuild apply --from-lock {r.lock_file}")
+
+
+@text.register
+def _apply(r: ApplyResult) -> str:
+    p = r.plan
+    if r.already_applied:
+        return f"already applied: {p.recipe} ({p.version_after or '?'}) is in place in {p.prefix}; nothing changed"
+    lines = [f"applied {r.txn}: {p.recipe} {p.version_before or '?'} -> {p.version_after or '?'} "
+             f"in {p.prefix} ({p.layout} layout)"]
+    lines += [f"  {a.path}" for a in p.pending]
+    lines += [f"  note: {n}" for n in p.notes]
+    lines += [f"  pruned the backups of {pr['id']} ({pr['freed_bytes']} bytes)" for pr in r.pruned]
+    verdict = r.verdict or {}
     passed = [c["name"] for c in verdict.get("checks", []) if c.get("ok") and not c.get("skipped")]
     if passed:
         lines.append(f"verified: {', '.join(passed)}")
-    lines.append("undo with: rocmbuild rollback" + (f" --env {p['prefix']}" if p["prefix"] else ""))
+    lines.append("undo with: rocmbuild rollback" + (f" --env {p.prefix}" if p.prefix else ""))
     return "\n".join(lines)
 
 
-def rollback(data: dict[str, Any]) -> str:
-    p = data["plan"]
-    text = [f"rolled back {', '.join(data['undoes'])} as {data['txn']}: {p['version_before'] or '?'} -> "
-            f"{p['version_after'] or '?'} in {p['prefix']}"]
-    text += [f"  {a['path']}" for a in p["actions"] if not a["done"]]
-    text += [f"  {n}" for n in data.get("forced_drift") or []]
-    return "\n".join(text)
+@text.register
+def _dry_run(d: DryRunResult) -> str:
+    lines = ["dry run: nothing is fetched, built or changed"]
+    if d.build is not None:
+        lines.append(build_plan(d.build))
+    if d.artifact is not None:
+        a = d.artifact
+        lines.append(f"artifact {a.recipe} {a.version or ''} ({a.key[:16]}), bundle checked")
+    if d.target_plan is not None:
+        lines.append(d.target_plan.plan.render())
+    elif d.target_error is not None:
+        lines.append(f"target: {d.target_error.message}")
+        if d.target_error.hint:
+            lines.append(f"  hint: {d.target_error.hint}")
+    elif d.target_note:
+        lines.append(f"target: {d.target_note}")
+    return "\n".join(lines)
 
 
-def recover(data: dict[str, Any]) -> str:
-    if not data["recovered"]:
-        return f"nothing to recover in {data['prefix']}"
-    return "\n".join(f"recovered {r['verb']} {r['id']} (stopped at '{r['interrupted_at']}'): rolled back"
-                     + ("" if r["restored"].get("ok") else " -- WARNING: the old state did not verify")
-                     for r in data["recovered"])
+@text.register
+def _rollback(r: RollbackResult) -> str:
+    p = r.plan
+    out = [f"rolled back {', '.join(r.undoes)} as {r.txn}: {p.version_before or '?'} -> "
+           f"{p.version_after or '?'} in {p.prefix}"]
+    out += [f"  {a.path}" for a in p.pending]
+    out += [f"  {n}" for n in r.forced_drift]
+    return "\n".join(out)
+
+
+@text.register
+def _history(h: HistoryResult) -> str:
+    lines = [f"history of {h.prefix}"]
+    for r in h.transactions:
+        ver = f"{r.get('version_before') or '?'} -> {r.get('version_after') or '?'}"
+        what = r.get("recipe") or "-"
+        if r.get("undoes"):
+            what += f" (undoes {', '.join(r['undoes'])})"
+        flag = " [in effect]" if r.get("in_effect") else ""
+        flag += " [backups pruned]" if r.get("backups_pruned") else ""
+        lines.append(f"  {r['id']}  {r.get('time')}  {r['verb']:8} {what} @ {(r.get('commit') or '-')[:12]}  "
+                     f"{ver}  {len(r.get('files') or [])} file(s)  {r.get('outcome')}{flag}")
+    if not h.transactions:
+        lines.append("  no transactions")
+    lines += [f"  UNFINISHED {u.id} {u.verb} (stopped at '{u.state}'): run `rocmbuild recover`" for u in h.unfinished]
+    lines.append(f"backups hold {h.backup_bytes} bytes on disk that nothing else keeps alive "
+                 "(backups hardlinked to files still in use cost nothing)")
+    return "\n".join(lines)
+
+
+@text.register
+def _recover(r: RecoverResult) -> str:
+    if not r.recovered:
+        return f"nothing to recover in {r.prefix}"
+    return "\n".join(f"recovered {e['verb']} {e['id']} (stopped at '{e['interrupted_at']}'): rolled back"
+                     + ("" if e["restored"].get("ok") else " -- WARNING: the old state did not verify")
+                     for e in r.recovered)

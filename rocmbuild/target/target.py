@@ -176,6 +176,12 @@ def discover(
 ) -> Target:
     """Resolve the target and run the probe once in it. No torch, or torch failing: TargetError."""
     prefix, exe = resolve(env, python)
+    return discover_at(prefix, exe, timeout=timeout, want_hash=want_hash, smoke=smoke)
+
+
+def discover_at(prefix: Path, exe: Path, *, timeout: float = 300, want_hash: bool = False,
+                smoke: bool = False) -> Target:
+    """:func:`discover` for a target :func:`resolve` has already resolved: the probe only."""
     report = run_probe(exe, timeout=timeout, want_hash=want_hash, smoke=smoke)
     if report.torch_error:
         missing = report.torch_error.startswith("ModuleNotFoundError") and "'torch'" in report.torch_error

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 
@@ -30,17 +30,31 @@ class Verdict:
     ok: bool
     checks: tuple[Check, ...]
     report: Any  # a rocmbuild.target.probe.ProbeReport
+    warnings: tuple[Check, ...] = ()  # failed checks that do not count (see relaxed)
+    warn_only: tuple[str, ...] = ()  # the check names relaxed() made warnings
 
     def failures(self) -> tuple[Check, ...]:
-        return tuple(c for c in self.checks if not c.ok)
+        return tuple(c for c in self.checks if not c.ok and c.name not in self.warn_only)
+
+    def relaxed(self, warn_only: tuple[str, ...]) -> "Verdict":
+        """The same checks, where a failed check named in ``warn_only`` is a warning: not a
+        failure, not counted in ``ok``. Used for an earlier state put back (a rollback, the restore
+        after a failed apply), which may have failed e.g. the compatibility check all along."""
+        warn_only = tuple(warn_only)
+        warnings = tuple(c for c in self.checks if not c.ok and c.name in warn_only)
+        ok = all(c.ok for c in self.checks if c.name not in warn_only)
+        return replace(self, ok=ok, warnings=warnings, warn_only=warn_only)
 
     def to_json(self) -> dict:
-        return {
+        out = {
             "ok": self.ok,
             "checks": [c.to_json() for c in self.checks],
             "failures": [c.name for c in self.failures()],
             "report": self.report.summary(),
         }
+        if self.warn_only:
+            out["warnings"] = [c.to_json() for c in self.warnings]
+        return out
 
     def render(self) -> str:
         return "\n".join(c.render() for c in self.checks)

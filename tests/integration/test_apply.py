@@ -345,7 +345,7 @@ def test_read_only_lib_dir_exit_2_nothing_changed(txn_home, env350, mocker):
         from rocmbuild.cli import app as cli
 
         real_access = os.access
-        mocker.patch("rocmbuild.flows.txnflow.os.access",
+        mocker.patch("rocmbuild.flows.guards.os.access",
                      side_effect=lambda p, m, *a, **k: False if Path(p) == libdir else real_access(p, m, *a, **k))
         assert cli.main(["apply", txn_home.recipe("mini"), "--env", str(env.prefix)]) == 2
     assert snapshot(env.prefix) == before and full_listing(env.prefix) == listing
@@ -372,10 +372,10 @@ def test_not_enough_space_exit_2(txn_home, env350, mocker, capsys):
         def st_dev(self):
             return self._st.st_dev + 1
 
-    mocker.patch("rocmbuild.flows.txnflow.os.stat",
+    mocker.patch("rocmbuild.flows.guards.os.stat",
                  side_effect=lambda p, *a, **k: FakeStat(real_stat(p, *a, **k)) if str(p).startswith(art_tree)
                  else real_stat(p, *a, **k))
-    mocker.patch("rocmbuild.flows.txnflow._shutil.disk_usage", return_value=shutil._ntuple_diskusage(100, 100, 1000))
+    mocker.patch("rocmbuild.flows.guards.shutil.disk_usage", return_value=shutil._ntuple_diskusage(100, 100, 1000))
     code = cli.main(["apply", txn_home.recipe("mini"), "--env", str(env.prefix)])
     err = capsys.readouterr().err
     assert code == 2, err
@@ -412,7 +412,7 @@ def test_library_outside_the_prefix_exit_2_unless_allowed(txn_home, env350, fixt
 def test_missing_artifact_file_exit_2_nothing_changed(txn_home, env350, tmp_path, mocker, capsys):
     from rocmbuild.build.artifact import Artifact, Manifest
     from rocmbuild.cli import app as cli
-    from rocmbuild.flows import workflow
+    from rocmbuild.flows import build as workflow
 
     env = env350("conda")
     before, listing = snapshot(env.prefix), full_listing(env.prefix)

@@ -34,7 +34,7 @@ class World:
 def build_world(home: Path, recipes: Path, url: str) -> World:
     """Write the :data:`RECIPES` for the monorepo at ``url`` into ``recipes`` and build each into
     ``home`` (``ROCMBUILD_HOME`` is set for the builds and restored after)."""
-    from rocmbuild.flows import workflow
+    from rocmbuild.flows import build as workflow
 
     old = os.environ.get("ROCMBUILD_HOME")
     os.environ["ROCMBUILD_HOME"] = str(home)

@@ -1,0 +1,263 @@
+"""The verbs: one ``_add_<verb>`` (its arguments) / ``_cmd_<verb>`` (parsed arguments -> a result
+from rocmbuild.results) pair each, listed once in :data:`VERBS` (the order of ``--help``).
+
+A ``_cmd_`` only turns arguments into a flow call; the work is in rocmbuild.flows (or doctor),
+the text in render.py, exit codes and the JSON envelope in app.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, Callable
+
+from rocmbuild.cli import args as a
+from rocmbuild.errors import RocmbuildError
+from rocmbuild.results import DoctorResult, RecipeEntry, RecipesResult, ShowResult, VerbResult
+
+
+def _add_recipes(sub) -> None:
+    p = sub.add_parser("recipes", help="list the recipes found and where")
+    a.common(p)
+    a.recipe_dirs(p)
+
+
+def _cmd_recipes(args) -> VerbResult:
+    from rocmbuild.recipe import model as recipe
+
+    rows = []
+    for name, path in recipe.available(args.recipes_dir):
+        try:
+            desc, error = recipe.load(str(path)).description, None
+        except RocmbuildError as exc:
+            desc, error = "", exc.message
+        rows.append(RecipeEntry(name, str(path), desc, error))
+    return RecipesResult(tuple(rows), tuple(str(d) for d in recipe.search_path(args.recipes_dir)))
+
+
+def _add_show(sub) -> None:
+    p = sub.add_parser("show", help="show a recipe as rocmbuild understands it")
+    p.add_argument("recipe", help="recipe name or path to a .toml file")
+    a.recipe_options(p)
+
+
+def _cmd_show(args) -> VerbResult:
+    from rocmbuild.recipe import model as recipe
+
+    r = recipe.apply_overrides(recipe.load(args.recipe, args.recipes_dir), a.overrides_from(args))
+    return ShowResult(r.name, str(r.path), r.description, r.canonical(), tuple(str(p) for p in r.patch_files),
+                      r.path.read_text())
+
+
+def _add_plan(sub) -> None:
+    p = sub.add_parser("plan", help="show what build/apply would run, changing nothing")
+    p.add_argument("recipe", help="recipe name or path to a .toml file")
+    a.recipe_options(p)
+    p.add_argument("--offline", action="store_true", help="do not contact the remote to resolve the ref")
+
+
+def _cmd_plan(args) -> VerbResult:
+    from rocmbuild.flows import build
+
+    return build.build_plan(args.recipe, args.recipes_dir, a.overrides_from(args), offline=args.offline)
+
+
+def _add_build(sub) -> None:
+    p = sub.add_parser("build", help="fetch, patch, configure, build and stage an artifact")
+    p.add_argument("recipe", nargs="?", help="recipe name or path to a .toml file")
+    p.add_argument("--from-lock", metavar="FILE", help="build exactly what a `rocmbuild lock` file pins")
+    a.recipe_options(p)
+
+
+def _cmd_build(args) -> VerbResult:
+    from rocmbuild.flows import build, export
+
+    a.check_one_source(args)
+    if args.from_lock:
+        name, overrides = export.from_lock(args.from_lock, args.recipes_dir)
+    else:
+        name, overrides = args.recipe, a.overrides_from(args)
+    return build.build_result(name, args.recipes_dir, overrides)
+
+
+# --------------------------------------------------------------------------------------------
+# status / verify / doctor (read-only: they never change the target)
+
+
+def _add_status(sub) -> None:
+    p = sub.add_parser("status", help="what the target environment loads now")
+    a.common(p)
+    a.target(p)
+    p.add_argument("--hash", action="store_true", help="also sha256 each loaded library (slow for 1 GiB files)")
+
+
+def _cmd_status(args) -> VerbResult:
+    from rocmbuild.flows import manage
+
+    return manage.status(env=args.env, python=args.python, probe_timeout=args.probe_timeout, want_hash=args.hash)
+
+
+def _add_verify(sub) -> None:
+    p = sub.add_parser("verify", help="check what the target loads: one library, expected version, compatible")
+    a.common(p)
+    a.target(p)
+    p.add_argument("--expect", type=a.version, metavar="VERSION", help="the library version that must be loaded, e.g. 3.5.1")
+    p.add_argument("--expect-file", metavar="PATH",
+                   help="the loaded library must be this very file (same device and inode)")
+    p.add_argument("--smoke", action="store_true", help="run the BatchNorm2d GPU smoke test (skipped without a GPU)")
+    p.add_argument("--hash", action="store_true", help="also sha256 each loaded library")
+    p.add_argument("--encoding", choices=["miopen", "cudnn"], default="miopen",
+                   help="how to decode the version integer (default miopen)")
+    p.add_argument("--library", default="libMIOpen", metavar="NAME", help="library file stem (default libMIOpen)")
+
+
+def _cmd_verify(args) -> VerbResult:
+    from rocmbuild.flows import manage
+
+    return manage.verify(env=args.env, python=args.python, probe_timeout=args.probe_timeout, want_hash=args.hash,
+                         smoke=args.smoke, library=args.library, encoding=args.encoding, expect=args.expect,
+                         expect_file=args.expect_file)
+
+
+def _add_doctor(sub) -> None:
+    p = sub.add_parser("doctor", help="preflight checks: tools, ROCm, GPU, disk, target, a recipe's requirements")
+    p.add_argument("recipe", nargs="?", help="also check this recipe's [requires]")
+    a.common(p)
+    a.recipe_dirs(p)
+    a.target(p)
+
+
+def _cmd_doctor(args) -> VerbResult:
+    from rocmbuild import doctor
+    from rocmbuild.recipe import model as recipe
+
+    r = recipe.load(args.recipe, args.recipes_dir) if args.recipe else None
+    return DoctorResult(tuple(doctor.run(r, args.env, args.python, timeout=args.probe_timeout)))
+
+
+# --------------------------------------------------------------------------------------------
+# export / lock
+
+
+def _add_export(sub) -> None:
+    p = sub.add_parser("export", help="write an artifact bundle (.tar.gz + .sha256) to apply on other machines")
+    p.add_argument("what", metavar="RECIPE|KEY", help="a recipe (built or taken from the cache) or an artifact key")
+    p.add_argument("-o", "--output", required=True, metavar="FILE", help="the bundle to write (.tar.gz), or a directory")
+    a.recipe_options(p)
+
+
+def _cmd_export(args) -> VerbResult:
+    from rocmbuild.flows import export
+
+    return export.export(args.what, args.output, args.recipes_dir, a.overrides_from(args))
+
+
+def _add_lock(sub) -> None:
+    p = sub.add_parser("lock", help="pin a recipe's ref to a commit (with every override) in a lock file")
+    p.add_argument("recipe", help="recipe name or path to a .toml file")
+    p.add_argument("-o", "--output", metavar="FILE", help="the lock file (default: ./<recipe>.lock.json)")
+    a.recipe_options(p)
+
+
+def _cmd_lock(args) -> VerbResult:
+    from rocmbuild.flows import export
+
+    return export.lock(args.recipe, args.output, args.recipes_dir, a.overrides_from(args))
+
+
+# --------------------------------------------------------------------------------------------
+# apply / rollback / history / recover (transactions on a target)
+
+
+def _add_apply(sub) -> None:
+    p = sub.add_parser("apply", help="build (cached) and swap the library into the target, verified, atomically")
+    p.add_argument("recipe", nargs="?", help="recipe name or path to a .toml file")
+    src = p.add_argument_group("what to apply instead of a recipe")
+    src.add_argument("--artifact", metavar="FILE|URL", help="an artifact bundle from `rocmbuild export`")
+    src.add_argument("--sha256", metavar="HEX", help="the bundle's sha256 (default: FILE.sha256 beside it)")
+    src.add_argument("--from-lock", metavar="FILE", help="build exactly what a `rocmbuild lock` file pins")
+    p.add_argument("--dry-run", action="store_true", help="print the plan and change nothing")
+    a.recipe_options(p)
+    a.target(p)
+    a.txn_opts(p)
+    p.add_argument("--expect", type=a.version, metavar="VERSION", help="the version verification must find (default: the recipe's)")
+    p.add_argument("--smoke", action="store_true", help="also run the BatchNorm smoke test on the GPU")
+    p.add_argument("--keep", type=a.at_least_one, default=5, metavar="N",
+                   help="keep the backups of the newest N transactions (default 5); older ones are pruned")
+    p.add_argument("--allow-outside-prefix", action="store_true",
+                   help="allow changing a library the target loads from outside its prefix (e.g. /opt/rocm/lib)")
+
+
+def _cmd_apply(args) -> VerbResult:
+    from rocmbuild.flows import apply
+
+    a.check_one_source(args)
+    dirs = tuple(args.recipes_dir)
+    if args.artifact:
+        source: apply.Source = apply.BundleSource(args.artifact, args.sha256)
+    elif args.from_lock:
+        source = apply.LockSource(args.from_lock, dirs)
+    else:
+        source = apply.RecipeSource(args.recipe, dirs, a.overrides_from(args))
+    options = apply.ApplyOptions(expect=args.expect, smoke=args.smoke, wait=args.wait, keep=args.keep,
+                                 allow_outside_prefix=args.allow_outside_prefix, probe_timeout=args.probe_timeout,
+                                 dry_run=args.dry_run)
+    return apply.apply(source, apply.TargetSpec(args.env, args.python), options)
+
+
+def _add_rollback(sub) -> None:
+    p = sub.add_parser("rollback", help="undo the last apply (or everything since --to TXN), verified")
+    a.common(p)
+    a.target(p)
+    a.txn_opts(p)
+    p.add_argument("--to", metavar="TXN", help="restore the state before this transaction (undoing later ones too)")
+    p.add_argument("--force", action="store_true", help="roll back even over files changed since (drift)")
+    p.add_argument("--keep", type=a.at_least_one, default=5, metavar="N", help="keep the backups of the newest N transactions")
+
+
+def _cmd_rollback(args) -> VerbResult:
+    from rocmbuild.flows import manage
+
+    return manage.rollback(env=args.env, python=args.python, to=args.to, force=args.force, wait=args.wait,
+                           keep=args.keep, probe_timeout=args.probe_timeout)
+
+
+def _add_history(sub) -> None:
+    p = sub.add_parser("history", help="list the transactions on the target and the space backups hold")
+    a.common(p)
+    a.target(p)
+
+
+def _cmd_history(args) -> VerbResult:
+    from rocmbuild.flows import manage
+
+    return manage.history(env=args.env, python=args.python)
+
+
+def _add_recover(sub) -> None:
+    p = sub.add_parser("recover", help="only roll back an interrupted transaction (nothing else)")
+    a.common(p)
+    a.target(p)
+    a.txn_opts(p)
+
+
+def _cmd_recover(args) -> VerbResult:
+    from rocmbuild.flows import manage
+
+    return manage.recover(env=args.env, python=args.python, wait=args.wait, probe_timeout=args.probe_timeout)
+
+
+VERBS: list[tuple[Callable[[Any], None], Callable[[argparse.Namespace], VerbResult]]] = [
+    (_add_recipes, _cmd_recipes),
+    (_add_show, _cmd_show),
+    (_add_plan, _cmd_plan),
+    (_add_build, _cmd_build),
+    (_add_status, _cmd_status),
+    (_add_verify, _cmd_verify),
+    (_add_doctor, _cmd_doctor),
+    (_add_export, _cmd_export),
+    (_add_lock, _cmd_lock),
+    (_add_apply, _cmd_apply),
+    (_add_rollback, _cmd_rollback),
+    (_add_history, _cmd_history),
+    (_add_recover, _cmd_recover),
+]

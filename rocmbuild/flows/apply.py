@@ -1,0 +1,242 @@
+"""Apply a recipe, a lock file or a bundle to a target: one story, and a dry run is that story
+stopped before its first write.
+
+    source: recipe loaded | lock read (-> its recipe) | bundle imported into the cache
+    target: resolved -> recovered (each state dir under its lock) -> discovered (probed)
+    recipe: built (cached), refusing before anything is compiled a source version this torch
+            cannot load; after a real build the target is probed again (an hour may have passed)
+    plan:   refuse an artifact the torch cannot load -> plan the swap (pure)   <- a dry run stops here
+    swap:   preflight -> already applied? -> lock -> recovery guard, re-plan -> transaction
+
+Decisions (docs/json.md fixes what the result holds):
+* "Already applied" writes nothing at all in the target: no journal, no backup, no history line,
+  not even the lock file's pid. It takes a *shared* flock on the existing lock file, which still
+  excludes a concurrent apply (exit 5). The probe that found the library in place is the
+  verification; only ``--smoke`` costs a second probe.
+* A dry run changes nothing, not even the cache: a bundle is checked and unpacked into a temporary
+  directory removed afterwards, a recipe is only planned (its artifact is used when cached). It
+  does not recover, lock or preflight (each of those writes). What the real apply would refuse is
+  reported as ``target_error`` and exits with the same code.
+* ``--allow-outside-prefix``: the state lives in $ROCMBUILD_HOME/targets/<hash>/ with a target.json
+  naming the prefix, so history/recover/rollback given only --env find it again.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Iterator, Union
+
+from rocmbuild import ui
+from rocmbuild.build import builder as _build
+from rocmbuild.build import bundle
+from rocmbuild.build.artifact import Artifact
+from rocmbuild.errors import RocmbuildError, VerifyError
+from rocmbuild.flows import build, export, guards
+from rocmbuild.home import cache_home
+from rocmbuild.recipe.model import Overrides, Recipe
+from rocmbuild.results import ApplyResult, BuildPlan, BundleSummary, DryRunResult, TargetPlan
+from rocmbuild.swap import plan as _plan
+from rocmbuild.swap import state
+from rocmbuild.swap import transaction as _txn
+from rocmbuild.target import probe, target
+from rocmbuild.target.target import Target
+
+NOT_BUILT_NOTE = "the artifact is not built yet: the file actions are known after the build"
+
+
+@dataclass(frozen=True)
+class RecipeSource:
+    name: str
+    recipes_dirs: tuple[str, ...] = ()
+    overrides: Overrides = Overrides()
+
+
+@dataclass(frozen=True)
+class LockSource:
+    """A lock file from ``rocmbuild lock``: its recipe, with every override it pins."""
+
+    path: str
+    recipes_dirs: tuple[str, ...] = ()
+
+    def recipe(self) -> RecipeSource:
+        name, overrides = export.from_lock(self.path, self.recipes_dirs)
+        return RecipeSource(name, self.recipes_dirs, overrides)
+
+
+@dataclass(frozen=True)
+class BundleSource:
+    """A bundle from ``rocmbuild export`` (a file or URL), checked against its sha256."""
+
+    location: str
+    sha256: str | None = None
+
+
+Source = Union[RecipeSource, LockSource, BundleSource]
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    env: str | None = None
+    python: str | None = None
+
+
+@dataclass(frozen=True)
+class ApplyOptions:
+    expect: str | None = None  # the version verification must find (default: the artifact's)
+    smoke: bool = False
+    wait: bool = False
+    keep: int = 5
+    allow_outside_prefix: bool = False
+    probe_timeout: float = 300.0
+    dry_run: bool = False
+
+
+def apply(source: Source, where: TargetSpec, options: ApplyOptions = ApplyOptions()) -> ApplyResult | DryRunResult:
+    """``rocmbuild apply`` (see the module notes for the order of the steps)."""
+    if isinstance(source, LockSource):
+        source = source.recipe()
+    if options.dry_run:
+        return _dry_run(source, where, options)
+    recipe = art = None
+    if isinstance(source, RecipeSource):
+        recipe = build.load_recipe(source.name, source.recipes_dirs, source.overrides)
+    else:
+        art = bundle.import_bundle(source.location, home=cache_home(), sha256=source.sha256)
+    prefix, python = target.resolve(where.env, where.python)
+    recovered = tuple(guards.recover_prefix(prefix, wait=options.wait))  # never probe a half-swapped target
+    t = target.discover_at(prefix, python, timeout=options.probe_timeout)
+    if recipe is not None:
+        art = build.build_recipe(recipe, before_build=_source_check(recipe, t))
+        if not art.cached:
+            t = target.discover_at(prefix, python, timeout=options.probe_timeout)
+    assert art is not None
+    return _swap(art, t, recovered, options)
+
+
+def _source_check(r: Recipe, t: Target):
+    """``before_build``: a torch built against MIOpen 3.5 learns in seconds, not after an hour-long
+    build, that it cannot load develop's 3.6 (exit 2, nothing built or changed)."""
+
+    def check(version: str | None) -> None:
+        if version:
+            c = probe.compatible(version, t.report, r.verify.encoding)
+            if not c.ok:
+                raise guards.compat_refusal(c, t.report, r.verify.encoding)
+
+    return check
+
+
+def _plan_on(art: Artifact, t: Target, options: ApplyOptions) -> tuple[_plan.TargetFacts, _plan.Plan]:
+    """Refuse an artifact that cannot load under the target's torch, then plan the swap (pure)."""
+    m = art.manifest
+    if m.version and m.encoding:
+        check = probe.compatible(m.version, t.report, m.encoding)
+        if not check.ok:
+            raise guards.compat_refusal(check, t.report, m.encoding)
+    else:
+        ui.warn("the artifact records no version: compatibility is only checked after the swap")
+    rt = t.report.runtime(m.encoding)
+    facts = _plan.facts_from(t, [lib.name for lib in m.libraries], str(rt) if rt is not None else None)
+    return facts, _replan(art, facts, options)
+
+
+def _replan(art: Artifact, facts: _plan.TargetFacts, options: ApplyOptions) -> _plan.Plan:
+    return _plan.make(art, facts, allow_outside_prefix=options.allow_outside_prefix, expect=options.expect)
+
+
+# --------------------------------------------------------------------------------------------
+# the swap
+
+
+def _swap(art: Artifact, t: Target, recovered: tuple, options: ApplyOptions) -> ApplyResult:
+    m = art.manifest
+    facts, the_plan = _plan_on(art, t, options)
+    copy_bytes = guards.preflight(the_plan, art)
+    verify = guards.verifier(t.python, timeout=options.probe_timeout, smoke=options.smoke)
+    sdir = Path(the_plan.state_dir)
+    if the_plan.already_applied:
+        with state.TargetLock(sdir, wait=options.wait, shared=True):
+            if _replan(art, facts, options).already_applied:
+                return _already(art, t, the_plan, verify, recovered, options)
+        # changed between the probe and the lock: take the full path below
+    if the_plan.outside:
+        sdir.mkdir(parents=True, exist_ok=True)
+        state.register_outside_target(sdir, Path(the_plan.prefix), Path(the_plan.libdir))
+    with state.TargetLock(sdir, wait=options.wait):
+        raced = tuple(_txn.recover(sdir, verify_restored=verify)) if _txn.needs_recovery(sdir) else ()
+        recovered += raced
+        stem = m.libraries[0].name if m.libraries else "libMIOpen"
+        lib_now = t.library(probe.probe_kind(stem))
+        if raced or (lib_now is not None and not lib_now.same_file(lib_now.path)):
+            t = target.discover_at(t.prefix, t.python, timeout=options.probe_timeout)  # it changed while we waited
+            facts, the_plan = _plan_on(art, t, options)
+        else:
+            the_plan = _replan(art, facts, options)
+        if the_plan.already_applied:
+            return _already(art, t, the_plan, verify, recovered, options)
+        ui.info(f"applying {m.recipe} {m.version or ''} to {the_plan.prefix} ({len(the_plan.pending)} path(s))")
+        out = _txn.execute(the_plan, verify=verify, verify_restored=verify, keep=options.keep,
+                           meta={"python": str(t.python), "artifact_path": str(art.path)})
+    ui.info(f"applied {out.id}: {the_plan.library} verified ({m.version or '?'}); `rocmbuild rollback` undoes it")
+    return ApplyResult(the_plan, already_applied=False, txn=out.id, verdict=out.verdict, artifact=str(art.path),
+                       recovered=recovered, pruned=tuple(out.pruned), copy_bytes=copy_bytes)
+
+
+def _already(art: Artifact, t: Target, the_plan: _plan.Plan, verify, recovered: tuple,
+             options: ApplyOptions) -> ApplyResult:
+    """The provisioning fast path: exactly this build is in place; verify it, write nothing."""
+    exp = _txn.expectation_after(the_plan)
+    if options.smoke:
+        verdict = verify(exp)
+    else:
+        verdict = probe.judge(t.report, library=exp.library_name, encoding=exp.encoding, expect=exp.version,
+                              expected_file=Path(exp.library))
+    if not verdict.ok:
+        fails = [{"name": c.name, "expected": c.expected, "found": c.found, "message": c.message}
+                 for c in verdict.failures()]
+        raise VerifyError(
+            "the artifact is already in place, but verification fails:\n" + "\n".join(
+                f"  - {f['name']}: expected {f['expected']}, found {f['found']}" for f in fails),
+            "nothing was changed; `rocmbuild status` shows what the environment loads",
+            details={"failures": fails, "verdict": verdict.to_json()})
+    m = art.manifest
+    ui.info(f"already applied: {m.recipe} {m.version or ''} is in place in {the_plan.prefix}; nothing changed")
+    return ApplyResult(the_plan, already_applied=True, txn=None, verdict=verdict.to_json(), artifact=str(art.path),
+                       recovered=recovered, pruned=())
+
+
+# --------------------------------------------------------------------------------------------
+# the dry run: the same story, stopped before the first write
+
+
+@contextmanager
+def _dry_artifact(source: RecipeSource | BundleSource) -> Iterator[tuple[Artifact | None, BuildPlan | None,
+                                                                         BundleSummary | None]]:
+    """(the artifact if at hand, the build plan, the bundle checked) without changing the cache."""
+    if isinstance(source, RecipeSource):
+        bp = build.build_plan(source.name, source.recipes_dirs, source.overrides)
+        yield (_build.lookup(bp.cache_key, cache_home()) if bp.cached else None), bp, None
+        return
+    tmp = Path(tempfile.mkdtemp(prefix="rocmbuild-dry-run-"))
+    try:
+        art = bundle.import_bundle(source.location, home=tmp, sha256=source.sha256)
+        yield art, None, BundleSummary(art.key, art.manifest.recipe, art.manifest.version)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _dry_run(source: RecipeSource | BundleSource, where: TargetSpec, options: ApplyOptions) -> DryRunResult:
+    with _dry_artifact(source) as (art, bp, summary):
+        if art is None:
+            return DryRunResult(build=bp, target_note=NOT_BUILT_NOTE)
+        try:
+            prefix, python = target.resolve(where.env, where.python)
+            t = target.discover_at(prefix, python, timeout=options.probe_timeout)
+            _facts, the_plan = _plan_on(art, t, replace(options, expect=None))  # planned without --expect
+        except RocmbuildError as exc:
+            return DryRunResult(build=bp, artifact=summary, target_error=exc)
+        return DryRunResult(build=bp, artifact=summary, target_plan=TargetPlan(the_plan))

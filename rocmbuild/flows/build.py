@@ -1,0 +1,168 @@
+"""Build a recipe, or say what building it would run.
+
+recipe.load -> overrides -> requirements -> (ls-remote) cache key -> cache hit, or
+source.fetch -> builder.build -> Artifact. The source lock is held across fetch and build: the work
+tree is shared per remote, and another rocmbuild must not check out a different ref under our
+running compiler. ``build_plan`` changes nothing and never fails for what only a build needs
+(network, GPU, requirements): it reports them instead.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from rocmbuild import home as home_layout
+from rocmbuild import runner, ui
+from rocmbuild.build import builder as _build
+from rocmbuild.build import cmake, source
+from rocmbuild.build.artifact import Artifact
+from rocmbuild.errors import InputError, RequirementError, RocmbuildError
+from rocmbuild.home import artifacts_dir, cache_home
+from rocmbuild.recipe import model as _recipe
+from rocmbuild.recipe.model import Overrides, Recipe
+from rocmbuild.results import BuildPlan, BuildResult, Requirement, SourcePlan
+from rocmbuild.target import gpu
+
+
+def load_recipe(name: str, recipes_dirs: Sequence[str] = (), overrides: Overrides = Overrides(),
+                *, resolve_auto: bool = True) -> Recipe:
+    """Load a recipe, apply command-line overrides and resolve ``GPU_TARGETS = "auto"``."""
+    r = _recipe.apply_overrides(_recipe.load(name, recipes_dirs), overrides)
+    if resolve_auto:
+        r = _recipe.resolve_gpu_targets(r, gpu.detect)
+    return r
+
+
+def requirement_checks(r: Recipe) -> tuple[Requirement, ...]:
+    """The recipe's [requires] (and its launcher) as doctor-style checks."""
+    from rocmbuild import doctor
+
+    checks = [Requirement(c.name, c.status, c.detail, c.fix) for c in doctor.check_requirements(r)]
+    if r.build.launcher:
+        found = runner.which(r.build.launcher)
+        checks.append(Requirement(f"launcher {r.build.launcher}", "ok" if found else "fail",
+                                  found or "not found on PATH",
+                                  "" if found else f"install {r.build.launcher} or drop --launcher"))
+    return tuple(checks)
+
+
+def require(r: Recipe) -> None:
+    """Raise RequirementError (exit 2) listing every missing requirement, before any fetch."""
+    failed = [c for c in requirement_checks(r) if c.status == "fail"]
+    if failed:
+        lines = "\n".join(f"  - {c.name}: {c.detail}" for c in failed)
+        fixes = "; ".join(c.fix for c in failed if c.fix)
+        raise RequirementError(
+            f"recipe '{r.name}' needs what this machine does not have:\n{lines}",
+            fixes or "install the missing programs; `rocmbuild doctor " + r.name + "` shows every check",
+            details={"missing": [c.to_json() for c in failed]},
+        )
+
+
+def resolve_commit(r: Recipe) -> str | None:
+    """The commit the recipe's ref names now (None for tarball sources)."""
+    if r.source.tarball:
+        return None
+    return source.resolve_ref(r)
+
+
+def build_recipe(r: Recipe, before_build: Callable[[str | None], None] | None = None) -> Artifact:
+    """Build (or find in the cache) the artifact for an already-loaded recipe.
+
+    ``before_build(version)`` is called with the version read from the fetched source (or from
+    the cached artifact) before anything is compiled; it may raise to stop."""
+    require(r)
+    home = cache_home()
+    commit = resolve_commit(r)
+    inp = _build.inputs(r, commit=commit, home=home)
+    key = _build.cache_key(inp)
+    hit = _build.lookup(key, home)
+    if hit is not None:
+        ui.info(f"{r.name}: cache hit {key[:16]} (no configure, no compile)")
+        if before_build is not None:
+            before_build(hit.manifest.version)
+        return hit
+    with source.source_lock(r, home=home):
+        checkout = source.fetch(r, home=home, log=_build.log_path(home, key), locked=True)
+        if checkout.commit != commit:
+            # the ref moved between ls-remote and fetch: key the build on what was really fetched
+            inp = _build.inputs(r, commit=checkout.commit, home=home)
+            key = _build.cache_key(inp)
+            hit = _build.lookup(key, home)
+            if hit is not None:
+                return hit
+        if before_build is not None:
+            before_build(checkout.version)
+        return _build.build(r, checkout, home=home, key=key, inp=inp)
+
+
+def build(name: str, recipes_dirs: Sequence[str] = (), overrides: Overrides = Overrides()) -> Artifact:
+    return build_recipe(load_recipe(name, recipes_dirs, overrides))
+
+
+def build_result(name: str, recipes_dirs: Sequence[str] = (), overrides: Overrides = Overrides()) -> BuildResult:
+    """``rocmbuild build``."""
+    return BuildResult(build(name, recipes_dirs, overrides))
+
+
+# --------------------------------------------------------------------------------------------
+# the build plan
+
+
+def _soft_gpu_targets(r: Recipe, notes: list[str]) -> tuple[Recipe, str | None]:
+    """Resolve GPU_TARGETS = "auto" if a GPU is there; else say so in ``notes``."""
+    gpu_targets = r.build.define("GPU_TARGETS")
+    if gpu_targets != "auto":
+        return r, gpu_targets
+    try:
+        r = _recipe.resolve_gpu_targets(r, gpu.detect)
+        return r, r.build.define("GPU_TARGETS")
+    except InputError as exc:
+        notes.append(f"GPU_TARGETS: {exc.message}; {exc.hint}")
+        return r, "auto (unresolved)"
+
+
+def _soft_commit(r: Recipe, offline: bool) -> tuple[str | None, str | None]:
+    """(commit, why it is unresolved) for a git source; (None, None) for a tarball."""
+    if not r.source.git:
+        return None, None
+    if offline:
+        return None, "offline: not resolved"
+    try:
+        return resolve_commit(r), None
+    except RocmbuildError as exc:
+        return None, exc.message
+
+
+def _source_plan(r: Recipe, commit: str | None) -> SourcePlan:
+    s = r.source
+    return SourcePlan(url=s.url, ref=s.ref, commit=commit, resolved=commit is not None or bool(s.tarball),
+                      subdir=s.subdir, sparse=tuple(s.sparse), cherry_pick=tuple(s.cherry_pick),
+                      patches=tuple(str(p) for p in r.patch_files))
+
+
+def build_plan(name: str, recipes_dirs: Sequence[str] = (), overrides: Overrides = Overrides(),
+               *, offline: bool = False) -> BuildPlan:
+    """What ``build`` would run, changing nothing. Works offline and without ROCm: an unreachable
+    remote leaves the ref unresolved, a GPU_TARGETS = "auto" with no GPU is shown unresolved, and
+    every missing requirement is listed instead of raised."""
+    notes: list[str] = []
+    r, gpu_targets = _soft_gpu_targets(load_recipe(name, recipes_dirs, overrides, resolve_auto=False), notes)
+    home = cache_home()
+    commit, ref_error = _soft_commit(r, offline)
+    inp = _build.inputs(r, commit=commit, home=home)
+    key = _build.cache_key(inp) if (commit or r.source.tarball) else None
+    src_dir = source.checkout_path(r, home) / (r.source.subdir or "")
+    build_dir = home_layout.build_dir(home) / (key or "<key>")
+    checks = requirement_checks(r)
+    if ref_error:
+        notes.append(f"ref '{r.source.ref}' unresolved: {ref_error}")
+    return BuildPlan(
+        recipe=r.name, path=str(r.path), source=_source_plan(r, commit), gpu_targets=gpu_targets,
+        commands={"configure": cmake.configure_argv(r.build, src_dir, build_dir, r.build.launcher),
+                  "build": cmake.build_argv(r.build, build_dir), "install": cmake.install_argv(build_dir)},
+        env=dict(r.build.env),
+        destdir=str(artifacts_dir(home) / f".tmp-{key or '<key>'}-<pid>" / "destdir"),
+        cache_key=key, cached=bool(key and (artifacts_dir(home) / key / "manifest.json").is_file()),
+        inputs=inp, requirements=checks, notes=tuple(notes),
+    )

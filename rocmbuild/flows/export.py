@@ -1,0 +1,68 @@
+"""Build once, apply everywhere: bundles and lock files.
+
+* ``export RECIPE|KEY -o FILE`` -- the artifact of a recipe (built or taken from the cache) or of
+  a cache key (full, or a unique prefix of at least 8 hex digits), as a bundle with a sha256.
+* ``lock`` / ``--from-lock`` -- a recipe's ref pinned to a commit, with every override
+  (:mod:`rocmbuild.recipe.lockfile`). Applying a bundle is :mod:`rocmbuild.flows.apply`'s story.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Sequence
+
+from rocmbuild import ui
+from rocmbuild.build import builder as _build
+from rocmbuild.build import bundle
+from rocmbuild.build.artifact import Artifact
+from rocmbuild.errors import InputError
+from rocmbuild.flows import build
+from rocmbuild.home import artifacts_dir, cache_home
+from rocmbuild.recipe import lockfile
+from rocmbuild.recipe.model import Overrides
+from rocmbuild.results import ExportResult, LockResult
+
+_HEX = re.compile(r"^[0-9a-f]{8,64}$")
+
+
+def find_cached(key_prefix: str) -> Artifact | None:
+    """The cached artifact whose key starts with ``key_prefix`` (None if not a key)."""
+    if not _HEX.match(key_prefix):
+        return None
+    home = cache_home()
+    adir = artifacts_dir(home)
+    matches = sorted(p.name for p in adir.glob(f"{key_prefix}*") if p.is_dir()) if adir.is_dir() else []
+    if len(matches) > 1:
+        raise InputError(f"artifact key prefix {key_prefix} is ambiguous: {', '.join(m[:16] for m in matches)}",
+                         "give more digits of the key")
+    if not matches:
+        return None
+    art = _build.lookup(matches[0], home)
+    if art is None:
+        raise InputError(f"cached artifact {matches[0]} is damaged and was set aside", "build it again")
+    return art
+
+
+def export(what: str, out: str, recipes_dirs: Sequence[str] = (), overrides: Overrides = Overrides()) -> ExportResult:
+    art = find_cached(what) or build.build(what, recipes_dirs, overrides)
+    info = ExportResult(**bundle.export(art, Path(out)))
+    ui.info(f"exported {info.recipe} {info.version or ''} ({info.key[:16]}) to {info.file}")
+    return info
+
+
+def lock(name: str, out: str | None, recipes_dirs: Sequence[str] = (), overrides: Overrides = Overrides()) -> LockResult:
+    r = build.load_recipe(name, recipes_dirs, overrides, resolve_auto=False)
+    commit = build.resolve_commit(r)
+    data = lockfile.create(name, recipes_dirs, overrides, commit)
+    path = Path(out) if out else Path.cwd() / f"{data['recipe']}.lock.json"
+    lockfile.write(data, path)
+    ui.info(f"locked {data['recipe']} at {commit or 'its tarball'} in {path}")
+    return LockResult(str(path), data)
+
+
+def from_lock(path: str, recipes_dirs: Sequence[str] = ()) -> tuple[str, Overrides]:
+    """(recipe name, overrides) a lock file pins."""
+    name, ov, data = lockfile.load(path, recipes_dirs)
+    ui.info(f"using lock {path}: {data['recipe']} at {data.get('commit') or 'tarball'}")
+    return name, ov

@@ -1,0 +1,147 @@
+"""What every verb that changes a target does around the swap: recover first, refuse early,
+verify after.
+
+Decisions:
+* Recovery rolls back every unfinished journal of the target, each state dir under its lock,
+  before the target is probed: a half-swapped target is never probed or planned on.
+* Refusals come before anything is written: an artifact that cannot load under the target's torch
+  (:func:`compat_refusal`), a changed artifact, a lib dir that is not writable, too little free
+  space for the bytes that must be copied (hardlinks cost nothing) (:func:`preflight`).
+* The verifier runs the probe in the target's Python (a fresh process) and judges it against the
+  expectation. The smoke test runs only for the new state; an old state put back (a rollback, the
+  restore after a failed apply) must prove identity and version only: a failed compatibility check
+  there is a warning (``ui.warn`` and ``verdict.warnings``), since that state had it before
+  rocmbuild changed anything and refusing it would leave no way back at all.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+from rocmbuild import ui
+from rocmbuild.build.artifact import Artifact
+from rocmbuild.disk import nearest_existing
+from rocmbuild.errors import InputError, TargetError
+from rocmbuild.recipe import model as _recipe
+from rocmbuild.swap import plan as _plan
+from rocmbuild.swap import state
+from rocmbuild.swap import transaction as _txn
+from rocmbuild.target.verify import Check, Verdict
+
+RESTORED_WARN_ONLY = ("compatibility",)
+
+
+def recover_prefix(prefix: Path, *, wait: bool, verify_restored=None) -> list[dict[str, Any]]:
+    """Recover every unfinished journal of the target (each state dir under its lock)."""
+    out: list[dict[str, Any]] = []
+    for d in state.state_dirs_for(prefix):
+        if _txn.needs_recovery(d):
+            with state.TargetLock(d, wait=wait):
+                out += _txn.recover(d, verify_restored=verify_restored)
+    return out
+
+
+def verifier(python: Path, *, timeout: float, smoke: bool) -> Callable[["_txn.Expectation"], Verdict]:
+    """The verify callback for :func:`rocmbuild.swap.transaction.execute` (see the module notes)."""
+    from rocmbuild.target import probe
+
+    def verify(exp: "_txn.Expectation") -> Verdict:
+        want_smoke = smoke and not exp.restored
+        report = probe.run_probe(python, timeout=timeout, smoke=want_smoke)
+        verdict = probe.judge(report, library=exp.library_name, encoding=exp.encoding, expect=exp.version,
+                              expected_file=Path(exp.library), smoke=want_smoke)
+        if not exp.restored:
+            return verdict
+        relaxed = verdict.relaxed(RESTORED_WARN_ONLY)
+        for c in relaxed.warnings:
+            ui.warn(f"the restored state fails the {c.name} check (it did before rocmbuild changed it, too): "
+                    f"{c.found}" + (f"\n{c.message}" if c.message else ""))
+        return relaxed
+
+    return verify
+
+
+def compat_refusal(check: Check, report, encoding: str) -> InputError:
+    """The error for an artifact that cannot load under this torch, naming the recipe to use."""
+    hint = "build a MIOpen whose major.minor matches the torch's compile-time version"
+    cv = report.compile_version
+    if cv:
+        try:
+            names = [n for n, _ in _recipe.available(()) if n.startswith(f"miopen-{cv[0]}.{cv[1]}")]
+        except Exception:  # noqa: BLE001 - a broken recipe dir must not hide the refusal
+            names = []
+        want = names[0] if names else f"miopen-{cv[0]}.{cv[1]}.{cv[2]}"
+        hint = (f"this torch was compiled against MIOpen {cv[0]}.{cv[1]}: use the recipe {want} "
+                f"(`rocmbuild apply {want}`), or install a torch built against the artifact's major.minor")
+    return InputError(
+        f"refusing to apply: the artifact cannot load under this torch ({check.found}); nothing was changed\n"
+        f"{check.message}",
+        hint, details={"check": check.to_json()},
+    )
+
+
+def writable(d: Path) -> str | None:
+    """None when ``d`` (or its nearest existing ancestor) accepts new files; else why not."""
+    d = nearest_existing(d)
+    if not os.access(d, os.W_OK | os.X_OK):
+        return f"{d} is not writable by this user"
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".rocmbuild-write-test-", dir=d)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        return f"{d} is not writable: {exc.strerror or exc}"
+    return None
+
+
+def _copy_bytes(the_plan: "_plan.Plan") -> tuple[dict[int, int], dict[int, Path]]:
+    """Bytes that must be copied per device (artifact -> lib dir, old file -> backups), and where."""
+    need: dict[int, int] = {}
+    where: dict[int, Path] = {}
+    sdir = nearest_existing(Path(the_plan.state_dir))
+    sdev = os.stat(sdir).st_dev
+    for a in the_plan.pending:
+        ddir = nearest_existing(Path(a.path).parent)
+        ddev = os.stat(ddir).st_dev
+        if a.source and os.stat(a.source).st_dev != ddev:
+            need[ddev] = need.get(ddev, 0) + a.size
+            where[ddev] = ddir
+        if a.before.kind == "file" and a.before.dev != sdev:
+            need[sdev] = need.get(sdev, 0) + a.before.size
+            where[sdev] = sdir
+    return need, where
+
+
+def preflight(the_plan: "_plan.Plan", artifact: Artifact) -> int:
+    """Refuse what cannot succeed before anything is changed (InputError for a changed artifact,
+    TargetError, exit 2, for the target); returns the bytes that will be copied."""
+    bad = artifact.intact()
+    if bad:
+        raise InputError(
+            f"the artifact {artifact.path} is not intact: " + ", ".join(bad[:10]) + (" ..." if len(bad) > 10 else ""),
+            "a cached file is missing or was changed; remove that artifact directory and build again",
+            details={"artifact": str(artifact.path), "changed": bad},
+        )
+    if the_plan.already_applied:
+        return 0  # nothing will be written: do not even test-write (the no-op writes nothing)
+    for d in sorted({Path(a.path).parent for a in the_plan.pending} | {Path(the_plan.state_dir)}):
+        why = writable(d)
+        if why:
+            raise TargetError(f"cannot change the target: {why}; nothing was changed",
+                              "run as a user who owns the environment (or fix its permissions)",
+                              details={"dir": str(d)})
+    need, where = _copy_bytes(the_plan)
+    for dev, n in need.items():
+        free = shutil.disk_usage(where[dev]).free
+        if n + (1 << 20) > free:
+            raise TargetError(
+                f"not enough free space in {where[dev]}: {n} bytes must be copied (different filesystem "
+                f"than the artifact cache), {free} free; nothing was changed",
+                "free some space, or put $ROCMBUILD_HOME on the target's filesystem so files are hardlinked",
+                details={"needed": n, "free": free, "dir": str(where[dev])},
+            )
+    return sum(need.values())

@@ -1,0 +1,160 @@
+"""Look after a target: rollback, recover, history, status and verify.
+
+Decisions:
+* ``history``, ``status`` and ``verify`` only read: unfinished journals are listed, not
+  recovered. Every verb that changes a target (apply, rollback, recover) recovers first.
+* ``rollback`` undoes the latest apply in effect (or everything from ``--to`` on) as its own
+  journaled, verified transaction; the old state is checked like a restored one (identity and
+  version; an incompatibility it always had is a warning). Drift refuses (exit 2) unless ``force``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from rocmbuild import ui
+from rocmbuild.errors import TargetError, VerifyError
+from rocmbuild.flows import guards
+from rocmbuild.results import (
+    HistoryResult,
+    InEffect,
+    LibraryStatus,
+    RecoverResult,
+    RollbackResult,
+    StatusChanges,
+    StatusResult,
+    Unfinished,
+    VerifyResult,
+)
+from rocmbuild.swap import state
+from rocmbuild.swap import transaction as _txn
+from rocmbuild.target import probe, target
+
+
+def _pick_state_dir(prefix: Path) -> Path:
+    dirs = [d for d in state.state_dirs_for(prefix) if _txn.active(d)]
+    if not dirs:
+        raise TargetError(f"nothing to roll back: rocmbuild has no committed transaction in effect on {prefix}",
+                          "`rocmbuild history` lists what was done to this target")
+    return max(dirs, key=lambda d: _txn.active(d)[-1].id)
+
+
+def _state_dir_of(prefix: Path, to: str) -> tuple[Path, str]:
+    """The state dir holding the transaction ``to`` names (exact id, or a prefix unique among every
+    journal of the target, in all its state dirs) and its full id; InputError (exit 2) for an empty,
+    ambiguous or unknown one."""
+    where: dict[str, Path] = {}
+    for d in state.state_dirs_for(prefix):
+        for j in _txn.journals(d):
+            where.setdefault(j.id, d)
+    full = _txn.resolve_txn(list(where), to)
+    return where[full], full
+
+
+def rollback(*, env: str | None = None, python: str | None = None, to: str | None = None, force: bool = False,
+             wait: bool = False, keep: int = 5, probe_timeout: float = 300.0) -> RollbackResult:
+    """``rocmbuild rollback``."""
+    prefix, py = target.resolve(env, python)
+    recovered = guards.recover_prefix(prefix, wait=wait)
+    if to is not None:
+        sdir, to = _state_dir_of(prefix, to)
+    else:
+        sdir = _pick_state_dir(prefix)
+    with state.TargetLock(sdir, wait=wait):
+        if _txn.needs_recovery(sdir):
+            recovered += _txn.recover(sdir)
+        p = replace(_txn.rollback_plan(sdir, to=to, force=force), python=str(py))
+        verify = guards.verifier(py, timeout=probe_timeout, smoke=False)
+        ui.info(f"rolling back {', '.join(p.undoes)} on {prefix} ({len(p.pending)} path(s))")
+        out = _txn.execute(p, verify=verify, verify_restored=verify, keep=keep, meta={"python": str(py)})
+    result = RollbackResult(p, txn=out.id, undoes=tuple(p.undoes), verdict=out.verdict, pruned=tuple(out.pruned),
+                            recovered=tuple(recovered), forced_drift=tuple(p.notes))
+    warnings = result.warnings
+    ui.info(f"rolled back {', '.join(p.undoes)} as {out.id}; {p.library} ({p.version_after or '?'}) verified"
+            + (f" (with {len(warnings)} warning(s): " + ", ".join(w["name"] for w in warnings) + ")" if warnings else ""))
+    return result
+
+
+def recover(*, env: str | None = None, python: str | None = None, wait: bool = False,
+            probe_timeout: float = 300.0) -> RecoverResult:
+    """``rocmbuild recover``: only recovery (roll back unfinished transactions); nothing: says so."""
+    prefix, py = target.resolve(env, python)
+    verify = guards.verifier(py, timeout=probe_timeout, smoke=False)
+    done = guards.recover_prefix(prefix, wait=wait, verify_restored=verify)
+    return RecoverResult(str(prefix), tuple(done))
+
+
+def _unfinished(d: Path) -> list[Unfinished]:
+    return [Unfinished(j.id, j.data["verb"], j.state) for j in _txn.pending(d)]
+
+
+def history(*, env: str | None = None, python: str | None = None) -> HistoryResult:
+    """``rocmbuild history``: every transaction (read-only; unfinished ones are listed, not recovered)."""
+    prefix, _py = target.resolve(env, python)
+    rows: list[dict] = []
+    unfinished: list[Unfinished] = []
+    total = 0
+    for d in state.state_dirs_for(prefix):
+        act = {j.id for j in _txn.active(d)}
+        pruned = {j.id for j in _txn.journals(d) if j.data.get("backups_pruned")}
+        for rec in state.read_history(d):
+            rows.append({**rec, "in_effect": rec["id"] in act, "backups_pruned": rec["id"] in pruned,
+                         "state_dir": str(d)})
+        unfinished += _unfinished(d)
+        total += _txn.backup_bytes(d)
+    rows.sort(key=lambda r: (r.get("time") or "", r["id"]))
+    return HistoryResult(str(prefix), tuple(rows), tuple(unfinished), total)
+
+
+def status_changes(prefix: Path) -> StatusChanges:
+    """What rocmbuild changed in this target (transactions in effect), unfinished journals, drift
+    (paths rocmbuild placed that are no longer what it left) and backup bytes."""
+    dirs, in_effect, unfinished, drift, total = [], [], [], [], 0
+    for d in state.state_dirs_for(Path(prefix)):
+        dirs.append(str(d))
+        for j in _txn.active(d):
+            p = j.plan
+            in_effect.append(InEffect(j.id, j.data["verb"], p.recipe, p.commit, p.version_before, p.version_after,
+                                      tuple(p.actions[s["index"]].path for s in j.data["steps"])))
+        unfinished += _unfinished(d)
+        drift += _txn.drift(d)
+        total += _txn.backup_bytes(d)
+    return StatusChanges(tuple(dirs), tuple(in_effect), tuple(unfinished), tuple(drift), total)
+
+
+def _library_status(t, lib) -> LibraryStatus:
+    r = t.report
+    version = None
+    if lib.kind in ("miopen", "cudnn") and r.backend in (None, lib.kind):
+        n = r.effective_version_int(lib.kind)
+        version = str(probe.decode_version(n, lib.kind)) if n is not None else None
+    return LibraryStatus(lib, t.inside_prefix(lib.path), t.layout_of(lib), version,
+                         tuple(str(x) for x in t.links_to(Path(lib.path))))
+
+
+def status(*, env: str | None = None, python: str | None = None, probe_timeout: float = 300.0,
+           want_hash: bool = False) -> StatusResult:
+    """``rocmbuild status``: what the target loads now, and what rocmbuild changed there."""
+    t = target.discover(env, python, timeout=probe_timeout, want_hash=want_hash)
+    libs = tuple(_library_status(t, lib) for lib in t.report.libraries)
+    return StatusResult(t, libs, status_changes(t.prefix))
+
+
+def verify(*, env: str | None = None, python: str | None = None, probe_timeout: float = 300.0,
+           want_hash: bool = False, smoke: bool = False, library: str = "libMIOpen", encoding: str = "miopen",
+           expect: str | None = None, expect_file: str | None = None) -> VerifyResult:
+    """``rocmbuild verify``: judge what the target loads; VerifyError (exit 4) when a check fails."""
+    t = target.discover(env, python, timeout=probe_timeout, want_hash=want_hash, smoke=smoke)
+    verdict = probe.judge(t.report, library=library, encoding=encoding, expect=expect,
+                          expected_file=Path(expect_file) if expect_file else None, smoke=smoke)
+    if not verdict.ok:
+        bad = verdict.failures()
+        raise VerifyError(
+            f"verification failed in {t.prefix}: " + "; ".join(f"{c.name}: expected {c.expected}, found {c.found}"
+                                                               for c in bad),
+            " ".join(c.message for c in bad if c.message) or "see the checks above",
+            details={"checks": [c.to_json() for c in verdict.checks], "failures": [c.name for c in bad],
+                     "target": t.to_json()},
+        )
+    return VerifyResult(t, verdict)
