@@ -251,11 +251,12 @@ def _cmd_verify(args) -> Result:
     from pathlib import Path
 
     from rocmbuild.errors import VerifyError
-    from rocmbuild.target import probe, target
+    from rocmbuild.target import target
+    from rocmbuild.target.verify import judge
 
     t = target.discover(args.env, args.python, timeout=args.probe_timeout, want_hash=args.hash, smoke=args.smoke)
-    verdict = probe.judge(t.report, library=args.library, encoding=args.encoding, expect=args.expect,
-                          expected_file=Path(args.expect_file) if args.expect_file else None, smoke=args.smoke)
+    verdict = judge(t.report, library=args.library, encoding=args.encoding, expect=args.expect,
+                    expected_file=Path(args.expect_file) if args.expect_file else None, smoke=args.smoke)
     data = {"target": t.to_json(), **verdict.to_json()}
     if not verdict.ok:
         bad = verdict.failures()

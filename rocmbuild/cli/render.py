@@ -35,7 +35,7 @@ def status_data(target) -> dict[str, Any]:
     """status as a dict (other parts of status, e.g. what rocmbuild changed, are added by key)."""
     from pathlib import Path
 
-    from rocmbuild.target.probe import decode_version
+    from rocmbuild.target.versions import decode_version
 
     r = target.report
     libs = []

@@ -40,12 +40,13 @@ def _verifier(python: Path, *, timeout: float, smoke: bool):
     compatibility check is reported as a warning (ui.warn, and ``verdict.warnings`` in the result
     JSON: the JSON contract in docs/json.md fixes the top-level keys)."""
     from rocmbuild.target import probe
+    from rocmbuild.target.verify import judge
 
     def verify(exp: "_txn.Expectation"):
         want_smoke = smoke and not exp.restored
         report = probe.run_probe(python, timeout=timeout, smoke=want_smoke)
-        verdict = probe.judge(report, library=exp.library_name, encoding=exp.encoding, expect=exp.version,
-                              expected_file=Path(exp.library), smoke=want_smoke)
+        verdict = judge(report, library=exp.library_name, encoding=exp.encoding, expect=exp.version,
+                        expected_file=Path(exp.library), smoke=want_smoke)
         if not exp.restored:
             return verdict
         relaxed = _RestoredVerdict(verdict)
@@ -184,13 +185,14 @@ def _discover_and_plan(artifact: Artifact, *, env: str | None, python: str | Non
                        allow_outside_prefix: bool, expect: str | None, target_hint=None):
     """Probe the target (or take ``target_hint``, a Target probed moments ago in this run), refuse
     an artifact that cannot load under its torch, plan the swap (pure)."""
-    from rocmbuild.target import probe, target
+    from rocmbuild.target import target
+    from rocmbuild.target.verify import compatible
 
     m = artifact.manifest
     stems = [lib.name for lib in m.libraries]
     t = target_hint or target.discover(env, python, timeout=probe_timeout)
     if m.version and m.encoding:
-        check = probe.compatible(m.version, t.report, m.encoding)
+        check = compatible(m.version, t.report, m.encoding)
         if not check.ok:
             raise _compat_refusal(check, t.report, m.encoding)
     else:
@@ -221,6 +223,7 @@ def apply_artifact(artifact: Artifact, *, env: str | None = None, python: str | 
     verification (its maps identity is compared with the destination's inode at judging time,
     under the shared lock); only ``--smoke`` costs a second probe."""
     from rocmbuild.target import probe, target
+    from rocmbuild.target.verify import judge
 
     m = artifact.manifest
     prefix, py = target.resolve(env, python)
@@ -242,8 +245,8 @@ def apply_artifact(artifact: Artifact, *, env: str | None = None, python: str | 
         if smoke:
             verdict = verify(exp)
         else:
-            verdict = probe.judge(t.report, library=exp.library_name, encoding=exp.encoding, expect=exp.version,
-                                  expected_file=Path(exp.library))
+            verdict = judge(t.report, library=exp.library_name, encoding=exp.encoding, expect=exp.version,
+                            expected_file=Path(exp.library))
         if not verdict.ok:
             fails = _txn._failures(verdict)
             raise VerifyError(

@@ -206,7 +206,8 @@ def apply(name: str, recipes_dirs: Sequence[str] = (), overrides: Overrides = Ov
     against MIOpen 3.5 learns in seconds, not after an hour-long build, that it cannot load
     develop's 3.6 (exit 2, nothing built or changed)."""
     from rocmbuild.flows.txnflow import _compat_refusal, _recover_prefix, apply_artifact
-    from rocmbuild.target import probe, target
+    from rocmbuild.target import target
+    from rocmbuild.target.verify import compatible
 
     r = load_recipe(name, recipes_dirs, overrides)
     prefix, _py = target.resolve(kw.get("env"), kw.get("python"))
@@ -215,7 +216,7 @@ def apply(name: str, recipes_dirs: Sequence[str] = (), overrides: Overrides = Ov
 
     def check_source(version: str | None) -> None:
         if version:
-            check = probe.compatible(version, t.report, r.verify.encoding)
+            check = compatible(version, t.report, r.verify.encoding)
             if not check.ok:
                 raise _compat_refusal(check, t.report, r.verify.encoding)
 
