@@ -13,8 +13,8 @@ Decisions:
 * A library is selected by file name: ``<library>.so*`` (``libMIOpen`` matches
   ``libMIOpen.so.1.0`` but not ``libMIOpenFoo``; ``libcudnn`` matches ``libcudnn.so.9`` but not
   cuDNN 9's ``libcudnn_ops.so.9``).
-* The JSON is the whole stdout, else its last line that parses as an object (a noisy
-  ``sitecustomize`` may print before the probe starts).
+* The JSON is the whole stdout, else its last line that parses as an object (interpreter
+  startup, e.g. a ``sitecustomize`` or a ``.pth`` file, may print before the probe redirects fd 1).
 """
 
 from __future__ import annotations
