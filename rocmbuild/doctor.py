@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import string
 import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -38,7 +39,7 @@ from rocmbuild import runner
 from rocmbuild.disk import nearest_existing
 from rocmbuild.errors import RocmbuildError
 from rocmbuild.home import cache_home
-from rocmbuild.target import gpu
+from rocmbuild.target import gpu, target
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 CMAKE_MIN = "3.16"
@@ -92,14 +93,9 @@ def rocm_root() -> Path:
 
 
 def _expand(path: str) -> Path:
-    env = dict(os.environ)
-    env.setdefault("ROCM_PATH", str(rocm_root()))
-
-    def sub(m: re.Match) -> str:
-        name = m.group(1) or m.group(2)
-        return env.get(name, m.group(0))
-
-    return Path(re.sub(r"\$\{(\w+)\}|\$(\w+)", sub, os.path.expanduser(path)))
+    """``~`` and ``$VAR``/``${VAR}`` expanded (unknown variables kept), ``$ROCM_PATH`` defaulting to /opt/rocm."""
+    env = {"ROCM_PATH": str(rocm_root()), **os.environ}
+    return Path(string.Template(os.path.expanduser(path)).safe_substitute(env))
 
 
 def _free(path: Path) -> tuple[Path, int] | None:
@@ -221,28 +217,28 @@ def check_disk(name: str, path: Path, fail_below: int, warn_below: int, what: st
 
 def check_target(env: str | None, python: str | None, timeout: float = 300) -> list[DoctorCheck]:
     """The target's torch: ROCm or CUDA build, compile-time MIOpen/cuDNN version, library loaded."""
-    from rocmbuild.target import target as target_mod
-
     if not env and not python and not os.environ.get("CONDA_PREFIX") and not os.environ.get("VIRTUAL_ENV"):
         return [DoctorCheck("target", WARN, "no target: no --env/--python given and no active conda env or venv",
                             "pass --env PREFIX (or --python EXE) to check the environment you will change")]
     try:
-        t = target_mod.discover(env, python, timeout=timeout)
+        t = target.discover(env, python, timeout=timeout)
     except RocmbuildError as exc:
         return [DoctorCheck("target torch", FAIL, exc.message.splitlines()[0], exc.hint)]
+    disk = check_disk("target disk", t.prefix, TARGET_FAIL, TARGET_WARN, "staging a new library beside the old")
+    return [check_torch(t), disk]
+
+
+def check_torch(t: target.Target) -> DoctorCheck:
+    """One line on a discovered target's torch: its backend, the versions, the library files loaded."""
     r = t.report
-    out = [check_disk("target disk", t.prefix, TARGET_FAIL, TARGET_WARN, "staging a new library beside the old")]
     if r.hip:
-        kind = f"ROCm {r.hip}"
-        lib = "MIOpen"
+        kind, lib = f"ROCm {r.hip}", "MIOpen"
     elif r.cuda:
-        kind = f"CUDA {r.cuda}"
-        lib = "cuDNN"
+        kind, lib = f"CUDA {r.cuda}", "cuDNN"
     else:
-        out.insert(0, DoctorCheck("target torch", FAIL,
-                                  f"torch {r.torch_version} in {t.prefix} is a CPU-only build: no MIOpen/cuDNN in this torch",
-                                  "install a ROCm build of PyTorch in that environment"))
-        return out
+        return DoctorCheck("target torch", FAIL,
+                           f"torch {r.torch_version} in {t.prefix} is a CPU-only build: no MIOpen/cuDNN in this torch",
+                           "install a ROCm build of PyTorch in that environment")
     compiled = ".".join(map(str, r.compile_version)) if r.compile_version else "unknown"
     runtime = ".".join(map(str, r.runtime_version)) if r.runtime_version else "unknown"
     loaded = r.loaded("miopen" if lib == "MIOpen" else "cudnn")
@@ -256,8 +252,7 @@ def check_target(env: str | None, python: str | None, timeout: float = 300) -> l
     elif r.version_error:
         status, fix = FAIL, (f"torch raises on cudnn.version(): {r.version_error} -- install {lib} "
                              f"{compiled.rsplit('.', 1)[0]}.x (rocmbuild rollback if rocmbuild changed it)")
-    out.insert(0, DoctorCheck("target torch", status, f"{t.prefix}: {detail}", fix))
-    return out
+    return DoctorCheck("target torch", status, f"{t.prefix}: {detail}", fix)
 
 
 def check_requirements(recipe) -> list[DoctorCheck]:

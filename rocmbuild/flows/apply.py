@@ -43,6 +43,7 @@ from rocmbuild.swap import plan as _plan
 from rocmbuild.swap import state
 from rocmbuild.swap import transaction as _txn
 from rocmbuild.target import probe, target
+from rocmbuild.target import verify as verify_mod
 from rocmbuild.target.target import Target
 
 NOT_BUILT_NOTE = "the artifact is not built yet: the file actions are known after the build"
@@ -123,7 +124,7 @@ def _source_check(r: Recipe, t: Target):
 
     def check(version: str | None) -> None:
         if version:
-            c = probe.compatible(version, t.report, r.verify.encoding)
+            c = verify_mod.compatible(version, t.report, r.verify.encoding)
             if not c.ok:
                 raise guards.compat_refusal(c, t.report, r.verify.encoding)
 
@@ -134,7 +135,7 @@ def _plan_on(art: Artifact, t: Target, options: ApplyOptions) -> tuple[_plan.Tar
     """Refuse an artifact that cannot load under the target's torch, then plan the swap (pure)."""
     m = art.manifest
     if m.version and m.encoding:
-        check = probe.compatible(m.version, t.report, m.encoding)
+        check = verify_mod.compatible(m.version, t.report, m.encoding)
         if not check.ok:
             raise guards.compat_refusal(check, t.report, m.encoding)
     else:
@@ -193,7 +194,7 @@ def _already(art: Artifact, t: Target, the_plan: _plan.Plan, verify, recovered: 
     if options.smoke:
         verdict = verify(exp)
     else:
-        verdict = probe.judge(t.report, library=exp.library_name, encoding=exp.encoding, expect=exp.version,
+        verdict = verify_mod.judge(t.report, library=exp.library_name, encoding=exp.encoding, expect=exp.version,
                               expected_file=Path(exp.library))
     if not verdict.ok:
         fails = [{"name": c.name, "expected": c.expected, "found": c.found, "message": c.message}

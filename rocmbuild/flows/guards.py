@@ -48,11 +48,12 @@ def recover_prefix(prefix: Path, *, wait: bool, verify_restored=None) -> list[di
 def verifier(python: Path, *, timeout: float, smoke: bool) -> Callable[["_txn.Expectation"], Verdict]:
     """The verify callback for :func:`rocmbuild.swap.transaction.execute` (see the module notes)."""
     from rocmbuild.target import probe
+    from rocmbuild.target import verify as verify_mod
 
     def verify(exp: "_txn.Expectation") -> Verdict:
         want_smoke = smoke and not exp.restored
         report = probe.run_probe(python, timeout=timeout, smoke=want_smoke)
-        verdict = probe.judge(report, library=exp.library_name, encoding=exp.encoding, expect=exp.version,
+        verdict = verify_mod.judge(report, library=exp.library_name, encoding=exp.encoding, expect=exp.version,
                               expected_file=Path(exp.library), smoke=want_smoke)
         if not exp.restored:
             return verdict

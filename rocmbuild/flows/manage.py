@@ -29,7 +29,8 @@ from rocmbuild.results import (
 )
 from rocmbuild.swap import state
 from rocmbuild.swap import transaction as _txn
-from rocmbuild.target import probe, target
+from rocmbuild.target import target, versions
+from rocmbuild.target import verify as verify_mod
 
 
 def _pick_state_dir(prefix: Path) -> Path:
@@ -128,7 +129,7 @@ def _library_status(t, lib) -> LibraryStatus:
     version = None
     if lib.kind in ("miopen", "cudnn") and r.backend in (None, lib.kind):
         n = r.effective_version_int(lib.kind)
-        version = str(probe.decode_version(n, lib.kind)) if n is not None else None
+        version = str(versions.decode_version(n, lib.kind)) if n is not None else None
     return LibraryStatus(lib, t.inside_prefix(lib.path), t.layout_of(lib), version,
                          tuple(str(x) for x in t.links_to(Path(lib.path))))
 
@@ -146,7 +147,7 @@ def verify(*, env: str | None = None, python: str | None = None, probe_timeout: 
            expect: str | None = None, expect_file: str | None = None) -> VerifyResult:
     """``rocmbuild verify``: judge what the target loads; VerifyError (exit 4) when a check fails."""
     t = target.discover(env, python, timeout=probe_timeout, want_hash=want_hash, smoke=smoke)
-    verdict = probe.judge(t.report, library=library, encoding=encoding, expect=expect,
+    verdict = verify_mod.judge(t.report, library=library, encoding=encoding, expect=expect,
                           expected_file=Path(expect_file) if expect_file else None, smoke=smoke)
     if not verdict.ok:
         bad = verdict.failures()

@@ -194,27 +194,38 @@ def probe(want_hash=False, smoke=False):
         torch = None
     out["import_seconds"] = round(time.monotonic() - start, 3)
     if torch is not None:
-        out["torch_file"] = getattr(torch, "__file__", None)
-        out["torch_version"] = _call(errors, "torch.__version__", lambda: str(torch.__version__))
-        out["hip"] = _call(errors, "torch.version.hip", lambda: torch.version.hip)
-        out["cuda"] = _call(errors, "torch.version.cuda", lambda: torch.version.cuda)
-        out["cudnn_available"] = _call(errors, "torch.backends.cudnn.is_available()",
-                                       lambda: bool(torch.backends.cudnn.is_available()))
-        try:
-            out["version_int"] = torch.backends.cudnn.version()
-        except Exception as exc:  # noqa: BLE001
-            out["version_error"] = _exc_text(exc)
-        out["version_int_retry"] = _call(errors, "torch.backends.cudnn.version() (second call)",
-                                         lambda: torch.backends.cudnn.version())
-        out["runtime_version"] = _tuple(_call(errors, "torch._C._cudnn.getRuntimeVersion()",
-                                              lambda: torch._C._cudnn.getRuntimeVersion()))
-        out["compile_version"] = _tuple(_call(errors, "torch._C._cudnn.getCompileVersion()",
-                                              lambda: torch._C._cudnn.getCompileVersion()))
-        out["cuda_available"] = _call(errors, "torch.cuda.is_available()", lambda: bool(torch.cuda.is_available()))
+        _ask_torch(torch, out, errors)
         if smoke:
             out["smoke"] = _smoke(torch, out, errors)
     elif smoke:
         out["smoke"] = {"status": "skipped", "reason": "torch did not import", "node": None}
+    out["libraries"] = _libraries(want_hash, errors)
+    return out
+
+
+def _ask_torch(torch, out, errors):
+    """Fill in what torch says about itself and its MIOpen/cuDNN (every call guarded)."""
+    out["torch_file"] = getattr(torch, "__file__", None)
+    out["torch_version"] = _call(errors, "torch.__version__", lambda: str(torch.__version__))
+    out["hip"] = _call(errors, "torch.version.hip", lambda: torch.version.hip)
+    out["cuda"] = _call(errors, "torch.version.cuda", lambda: torch.version.cuda)
+    out["cudnn_available"] = _call(errors, "torch.backends.cudnn.is_available()",
+                                   lambda: bool(torch.backends.cudnn.is_available()))
+    try:
+        out["version_int"] = torch.backends.cudnn.version()
+    except Exception as exc:  # noqa: BLE001
+        out["version_error"] = _exc_text(exc)
+    out["version_int_retry"] = _call(errors, "torch.backends.cudnn.version() (second call)",
+                                     lambda: torch.backends.cudnn.version())
+    out["runtime_version"] = _tuple(_call(errors, "torch._C._cudnn.getRuntimeVersion()",
+                                          lambda: torch._C._cudnn.getRuntimeVersion()))
+    out["compile_version"] = _tuple(_call(errors, "torch._C._cudnn.getCompileVersion()",
+                                          lambda: torch._C._cudnn.getCompileVersion()))
+    out["cuda_available"] = _call(errors, "torch.cuda.is_available()", lambda: bool(torch.cuda.is_available()))
+
+
+def _libraries(want_hash, errors):
+    """The mapped libraries, each with its sha256 when asked (None otherwise or when not provable)."""
     try:
         libs = read_maps()
     except OSError as exc:
@@ -227,8 +238,7 @@ def probe(want_hash=False, smoke=False):
             lib["sha256"] = digest
             if why:
                 errors["sha256 " + lib["path"]] = why
-    out["libraries"] = libs
-    return out
+    return libs
 
 
 def main(argv=None):

@@ -10,6 +10,8 @@ Decisions:
   else a :class:`TargetError` asking for ``--env``. :func:`resolve` runs the interpreter once
   (``-c 'import sys; print(sys.prefix)'``, no torch) so "this Python does not run" is reported
   before anything else. All of these errors exit 2.
+* :func:`discover` is :func:`resolve` then :func:`discover_at` (one probe); a caller that must do
+  something between the two (recover an interrupted swap first) calls them separately.
 * The prefix keeps the path the user gave (made absolute); comparisons (:meth:`Target.inside_prefix`)
   use fully resolved paths on both sides, because ``/proc/self/maps`` shows resolved paths.
 * :meth:`Target.layout`: "conda" when the real file is reached through at least one symlink in
@@ -40,7 +42,7 @@ class Target:
     prefix: Path
     python: Path
     report: ProbeReport
-    state_dir: Path  # prefix / ".rocmbuild"
+    state_dir: Path  # rocmbuild.home.target_state_dir(prefix)
 
     def library(self, kind: str = "miopen") -> LoadedLibrary | None:
         """The single loaded library of that kind, None if none; TargetError if several."""
@@ -179,24 +181,29 @@ def discover(
     return discover_at(prefix, exe, timeout=timeout, want_hash=want_hash, smoke=smoke)
 
 
-def discover_at(prefix: Path, exe: Path, *, timeout: float = 300, want_hash: bool = False,
+def discover_at(prefix: Path, python: Path, *, timeout: float = 300, want_hash: bool = False,
                 smoke: bool = False) -> Target:
-    """:func:`discover` for a target :func:`resolve` has already resolved: the probe only."""
-    report = run_probe(exe, timeout=timeout, want_hash=want_hash, smoke=smoke)
+    """Probe a target :func:`resolve` already returned (prefix, python) without resolving it again."""
+    report = run_probe(python, timeout=timeout, want_hash=want_hash, smoke=smoke)
     if report.torch_error:
-        missing = report.torch_error.startswith("ModuleNotFoundError") and "'torch'" in report.torch_error
-        if missing:
-            raise TargetError(
-                f"torch is not installed in the target {prefix} (python {exe})",
-                "install PyTorch for ROCm in that environment, or point --env/--python at the one that has it",
-                details={"torch_error": report.torch_error, "prefix": str(prefix)},
-            )
-        tb = (report.raw.get("torch_traceback") or "").strip().splitlines()[-6:]
-        raise TargetError(
-            f"`import torch` fails in the target {prefix}: {report.torch_error}"
-            + ("\n" + "\n".join(tb) if tb else ""),
-            "fix the environment first (run the target's python -c 'import torch' to see the full error); "
-            "nothing was changed",
-            details={"torch_error": report.torch_error, "prefix": str(prefix)},
+        raise _torch_error(report, prefix, python)
+    return Target(prefix=prefix, python=python, report=report, state_dir=target_state_dir(prefix))
+
+
+def _torch_error(report: ProbeReport, prefix: Path, python: Path) -> TargetError:
+    """torch is missing, or ``import torch`` fails, in the target: say which, and that nothing changed."""
+    details = {"torch_error": report.torch_error, "prefix": str(prefix)}
+    if report.torch_error.startswith("ModuleNotFoundError") and "'torch'" in report.torch_error:
+        return TargetError(
+            f"torch is not installed in the target {prefix} (python {python})",
+            "install PyTorch for ROCm in that environment, or point --env/--python at the one that has it",
+            details=details,
         )
-    return Target(prefix=prefix, python=exe, report=report, state_dir=target_state_dir(prefix))
+    tb = (report.raw.get("torch_traceback") or "").strip().splitlines()[-6:]
+    return TargetError(
+        f"`import torch` fails in the target {prefix}: {report.torch_error}"
+        + ("\n" + "\n".join(tb) if tb else ""),
+        "fix the environment first (run the target's python -c 'import torch' to see the full error); "
+        "nothing was changed",
+        details=details,
+    )

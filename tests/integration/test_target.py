@@ -20,7 +20,9 @@ from packaging.version import Version
 
 from rocmbuild.cli import app as cli
 from rocmbuild.errors import EXIT_INPUT, EXIT_OK, EXIT_VERIFY, TargetError
-from rocmbuild.target.probe import compatible, decode_version, judge, run_probe
+from rocmbuild.target.probe import run_probe
+from rocmbuild.target.verify import compatible, judge
+from rocmbuild.target.versions import decode_version
 from rocmbuild.target.target import discover, resolve
 
 pytestmark = pytest.mark.slow

@@ -10,15 +10,9 @@ import pytest
 from packaging.version import Version
 
 from rocmbuild.target import _probe
-from rocmbuild.target.probe import (
-    PROBE_SCRIPT,
-    ProbeReport,
-    _parse_json,
-    compatible,
-    decode_version,
-    encode_version,
-    judge,
-)
+from rocmbuild.target.probe import PROBE_SCRIPT, ProbeReport, parse_output
+from rocmbuild.target.verify import compatible, judge
+from rocmbuild.target.versions import decode_version, encode_version
 
 
 @pytest.mark.parametrize(
@@ -199,9 +193,9 @@ def test_probe_script_is_python38_syntax():
 
 
 def test_parse_json_tolerates_noise():
-    assert _parse_json('noise\n{"a": 1}\n') == {"a": 1}
-    assert _parse_json('{"a": 2}') == {"a": 2}
-    assert _parse_json("nothing") is None
+    assert parse_output('noise\n{"a": 1}\n') == {"a": 1}
+    assert parse_output('{"a": 2}') == {"a": 2}
+    assert parse_output("nothing") is None
 
 
 def test_probe_runs_without_torch_in_this_interpreter_module(monkeypatch):
