@@ -1,7 +1,7 @@
 """Transactions on a target, orchestrated: apply an artifact, rollback, history, recover, and
 what ``status`` reports about rocmbuild's changes.
 
-Decisions (see also rocmbuild.transaction's docstring):
+Decisions (see also docs/transactions.md):
 * Order of apply: resolve the target -> recover unfinished journals (under the lock) -> probe
   (discover) -> refuse an incompatible artifact -> plan -> preflight (artifact intact, lib dir
   writable, free space) -> already applied? -> lock -> recover again, re-plan -> transaction.
@@ -22,6 +22,7 @@ import tempfile as _tempfile
 from pathlib import Path
 from typing import Any
 
+from rocmbuild import swap as _txn
 from rocmbuild import ui
 from rocmbuild.build.artifact import Artifact
 from rocmbuild.disk import nearest_existing
@@ -29,7 +30,6 @@ from rocmbuild.errors import InputError, TargetError, VerifyError
 from rocmbuild.recipe import model as _recipe
 from rocmbuild.swap import plan as _plan
 from rocmbuild.swap import state
-from rocmbuild.swap import transaction as _txn
 
 
 def _verifier(python: Path, *, timeout: float, smoke: bool):
@@ -94,7 +94,7 @@ def _recover_prefix(prefix: Path, *, wait: bool, verify_restored=None) -> list[d
     for d in state.state_dirs_for(prefix):
         if _txn.needs_recovery(d):
             with state.TargetLock(d, wait=wait):
-                out += _txn.recover(d, verify_restored=verify_restored)
+                out += [r.to_json() for r in _txn.recover(d, verify_restored=verify_restored)]
     return out
 
 
@@ -245,7 +245,7 @@ def apply_artifact(artifact: Artifact, *, env: str | None = None, python: str | 
             verdict = probe.judge(t.report, library=exp.library_name, encoding=exp.encoding, expect=exp.version,
                                   expected_file=Path(exp.library))
         if not verdict.ok:
-            fails = _txn._failures(verdict)
+            fails = _txn.failures_json(verdict)
             raise VerifyError(
                 "the artifact is already in place, but verification fails:\n" + "\n".join(
                     f"  - {f['name']}: expected {f['expected']}, found {f['found']}" for f in fails),
@@ -265,7 +265,7 @@ def apply_artifact(artifact: Artifact, *, env: str | None = None, python: str | 
         state.register_outside_target(sdir, Path(the_plan.prefix), Path(the_plan.libdir))
     with state.TargetLock(sdir, wait=wait):
         if _txn.needs_recovery(sdir):
-            recovered += _txn.recover(sdir, verify_restored=verify)
+            recovered += [r.to_json() for r in _txn.recover(sdir, verify_restored=verify)]
         lib_now = t.library(probe.probe_kind(library))
         if recovered or (lib_now is not None and not lib_now.same_file(lib_now.path)):
             t, facts, the_plan = discover_and_plan()  # the target changed while we waited
@@ -277,7 +277,8 @@ def apply_artifact(artifact: Artifact, *, env: str | None = None, python: str | 
         out = _txn.execute(the_plan, verify=verify, verify_restored=verify, keep=keep,
                            meta={"python": str(py), "artifact_path": str(artifact.path)})
     ui.info(f"applied {out.id}: {the_plan.library} verified ({m.version or '?'}); `rocmbuild rollback` undoes it")
-    return _result(the_plan, already_applied=False, txn=out.id, verdict=out.verdict, pruned=out.pruned,
+    return _result(the_plan, already_applied=False, txn=out.id, verdict=_txn.verdict_json(out.verdict),
+                   pruned=[p.to_json() for p in out.pruned],
                    recovered=recovered, artifact=str(artifact.path), copy_bytes=pre["copy_bytes"])
 
 
@@ -317,16 +318,17 @@ def rollback(*, env: str | None = None, python: str | None = None, to: str | Non
         sdir = _pick_state_dir(prefix)
     with state.TargetLock(sdir, wait=wait):
         if _txn.needs_recovery(sdir):
-            recovered += _txn.recover(sdir)
+            recovered += [r.to_json() for r in _txn.recover(sdir)]
         p = _txn.rollback_plan(sdir, to=to, force=force)
         p = replace(p, python=str(py))
         verify = _verifier(py, timeout=probe_timeout, smoke=False)
         ui.info(f"rolling back {', '.join(p.undoes)} on {prefix} ({len(p.pending)} path(s))")
         out = _txn.execute(p, verify=verify, verify_restored=verify, keep=keep, meta={"python": str(py)})
-    warnings = _warnings(out.verdict)
+    verdict = _txn.verdict_json(out.verdict)
+    warnings = _warnings(verdict)
     ui.info(f"rolled back {', '.join(p.undoes)} as {out.id}; {p.library} ({p.version_after or '?'}) verified"
             + (f" (with {len(warnings)} warning(s): " + ", ".join(w["name"] for w in warnings) + ")" if warnings else ""))
-    return _result(p, txn=out.id, undoes=list(p.undoes), verdict=out.verdict, pruned=out.pruned,
+    return _result(p, txn=out.id, undoes=list(p.undoes), verdict=verdict, pruned=[x.to_json() for x in out.pruned],
                    recovered=recovered, forced_drift=list(p.notes))
 
 
@@ -394,7 +396,7 @@ def status_changes(prefix: Path) -> dict[str, Any]:
                                      "version_before": p.version_before, "version_after": p.version_after,
                                      "files": [p.actions[s["index"]].path for s in j.data["steps"]]})
         out["unfinished"] += [{"id": j.id, "verb": j.data["verb"], "state": j.state} for j in _txn.pending(d)]
-        out["drift"] += _txn.drift(d)
+        out["drift"] += [x.to_json() for x in _txn.drift(d)]
         out["backup_bytes"] += _txn.backup_bytes(d)
     return out
 

@@ -34,7 +34,8 @@ import os
 from pathlib import Path
 
 from rocmbuild.disk import fsync_dir, link_or_copy, makedirs_durable, sha256_file
-from rocmbuild.swap.plan import Action, PathState, observe
+from rocmbuild.swap.observe import PathState, observe
+from rocmbuild.swap.plan import Action
 
 
 def staged_name(dest: Path, txn: str) -> Path:
