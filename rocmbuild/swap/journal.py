@@ -99,6 +99,11 @@ class Journal:
         plan = self.plan
         return [plan.actions[s["index"]].path for s in self.data["steps"]]
 
+    @property
+    def backups_pruned(self) -> str | None:
+        """When ``--keep`` removed this transaction's backups (None: they are there)."""
+        return self.data.get("backups_pruned")
+
     def set(self, **kw: Any) -> None:
         self.data.update(kw)
         self.save()
