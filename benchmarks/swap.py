@@ -5,7 +5,7 @@
 
 What is measured (median of ``--runs``), on one filesystem (``--dir``, default a temp dir):
 
-* **rocmbuild**: the install phase of a real :func:`rocmbuild.swap.transaction.execute` -- plan
+* **rocmbuild**: the install phase of a real :func:`rocmbuild.swap.protocol.execute` -- plan
   (``lstat`` only), journal, stage (hardlink from the artifact), backup (hardlink of the
   original), swap (``rename``), commit and history -- with a no-op verification (the probe's
   cost does not depend on the library size and is not part of the swap).
@@ -22,7 +22,7 @@ What is measured (median of ``--runs``), on one filesystem (``--dir``, default a
 The library files are the real fixture libMIOpen (an ELF that dlopen loads) followed by real,
 non-sparse data (a random 1 MiB block repeated) up to the size; the old and the new file differ in
 size by 64 KiB, as two builds do (with equal sizes the "already applied" check would hash the old
-file to rule out identical content -- a fallback documented in rocmbuild.plan).
+file to rule out identical content -- a fallback documented in rocmbuild.swap.plan).
 If the filesystem lacks room (about 5x the size is needed at the peak) a smaller size is used and
 the output says so.
 """
@@ -48,7 +48,7 @@ from benchmarks._common import build_library  # noqa: E402
 from rocmbuild import disk, runner, ui  # noqa: E402
 from rocmbuild.build import artifact  # noqa: E402
 from rocmbuild.build.artifact import Artifact, Manifest  # noqa: E402
-from rocmbuild.swap import plan, transaction  # noqa: E402
+from rocmbuild.swap import journal, plan, protocol  # noqa: E402
 
 MiB = 1 << 20
 REAL = "libMIOpen.so.1.0"
@@ -117,13 +117,13 @@ def facts(prefix: Path) -> plan.TargetFacts:
 
 def rocmbuild_install(art: Artifact, prefix: Path) -> None:
     p = plan.make(art, facts(prefix))
-    transaction.execute(p, verify=None, keep=5)
+    protocol.execute(p, verify=None, keep=5)
 
 
 def backup_copied_bytes(prefix: Path) -> int:
     """Bytes the backups added: files in backups/ that are copies (not the original's inode)."""
     sdir = prefix / ".rocmbuild"
-    (j,) = transaction.journals(sdir)
+    (j,) = journal.journals(sdir)
     total = 0
     for step in j.data["steps"]:
         a = j.plan.actions[step["index"]]

@@ -4,9 +4,9 @@ Decisions:
 * A flow returns one of these; ``to_json()`` gives the verb's keys exactly as docs/json.md lists
   them (the CLI adds ``ok``/``verb``/``exit_code``), and :mod:`rocmbuild.cli.render` turns the
   same value into human text. Nothing here prints.
-* Values made below (a swap ``Plan``, a ``Target``, an ``Artifact``, a ``Verdict``) are held as
-  they are and serialized here; the entries swap/ reports as JSON objects today (recovered,
-  pruned, history rows, drift) are carried through unchanged as read-only mappings.
+* Values made below (a swap ``Plan`` and its records, a ``Target``, an ``Artifact``, a ``Verdict``)
+  are held as they are and serialized here with their own ``to_json()``; only history lines (the
+  open-ended ``history.jsonl`` records) are carried as read-only mappings.
 * ``error`` is ``None`` except for the two verbs whose failure keeps their data beside the error
   (``doctor``'s failed checks, a dry run's refusal); the CLI exits with that error's code.
 """
@@ -21,12 +21,21 @@ from rocmbuild.errors import RequirementError, RocmbuildError
 if TYPE_CHECKING:
     from rocmbuild.build.artifact import Artifact
     from rocmbuild.swap.plan import Plan
+    from rocmbuild.swap.records import Drift, Pruned, Recovered
     from rocmbuild.target.probe import LoadedLibrary
     from rocmbuild.target.target import Target
     from rocmbuild.target.verify import Verdict
 
 Json = Mapping[str, Any]  # a JSON object made by a lower layer, carried through as it is
 BACKUP_BYTES_NOTE = "bytes only the backups keep alive (backup files with no other link)"
+
+
+def _records(items) -> list[dict[str, Any]]:
+    return [x.to_json() for x in items]
+
+
+def _verdict(v: "Verdict | None") -> dict[str, Any] | None:
+    return v.to_json() if v is not None else None
 
 
 class VerbResult:
@@ -183,12 +192,12 @@ class StatusChanges:
     state_dirs: tuple[str, ...] = ()
     in_effect: tuple[InEffect, ...] = ()
     unfinished: tuple[Unfinished, ...] = ()
-    drift: tuple[Json, ...] = ()  # {path, txn, expected, found}
+    drift: tuple["Drift", ...] = ()
     backup_bytes: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {"state_dirs": list(self.state_dirs), "in_effect": [t.to_json() for t in self.in_effect],
-                "unfinished": [u.to_json() for u in self.unfinished], "drift": [dict(d) for d in self.drift],
+                "unfinished": [u.to_json() for u in self.unfinished], "drift": [d.to_json() for d in self.drift],
                 "backup_bytes": self.backup_bytes}
 
 
@@ -290,16 +299,16 @@ class ApplyResult(VerbResult):
     plan: "Plan"
     already_applied: bool
     txn: str | None
-    verdict: Json | None
+    verdict: "Verdict | None"
     artifact: str
-    recovered: tuple[Json, ...] = ()
-    pruned: tuple[Json, ...] = ()
+    recovered: tuple["Recovered", ...] = ()
+    pruned: tuple["Pruned", ...] = ()
     copy_bytes: int | None = None  # None (absent in the JSON) when already applied
 
     def to_json(self) -> dict[str, Any]:
         out = {"target": _plan_target(self.plan), "plan": self.plan.to_json(), "already_applied": self.already_applied,
-               "txn": self.txn, "verdict": self.verdict, "recovered": list(self.recovered),
-               "artifact": self.artifact, "pruned": list(self.pruned)}
+               "txn": self.txn, "verdict": _verdict(self.verdict), "recovered": _records(self.recovered),
+               "artifact": self.artifact, "pruned": _records(self.pruned)}
         if self.copy_bytes is not None:
             out["copy_bytes"] = self.copy_bytes
         return out
@@ -358,19 +367,19 @@ class RollbackResult(VerbResult):
     plan: "Plan"
     txn: str
     undoes: tuple[str, ...]
-    verdict: Json | None
-    pruned: tuple[Json, ...]
-    recovered: tuple[Json, ...]
+    verdict: "Verdict | None"
+    pruned: tuple["Pruned", ...]
+    recovered: tuple["Recovered", ...]
     forced_drift: tuple[str, ...]
 
     @property
     def warnings(self) -> tuple[Json, ...]:
-        return tuple((self.verdict or {}).get("warnings") or ())
+        return tuple(c.to_json() for c in self.verdict.warnings) if self.verdict else ()
 
     def to_json(self) -> dict[str, Any]:
         return {"target": _plan_target(self.plan), "plan": self.plan.to_json(), "txn": self.txn,
-                "undoes": list(self.undoes), "verdict": self.verdict, "pruned": list(self.pruned),
-                "recovered": list(self.recovered), "forced_drift": list(self.forced_drift)}
+                "undoes": list(self.undoes), "verdict": _verdict(self.verdict), "pruned": _records(self.pruned),
+                "recovered": _records(self.recovered), "forced_drift": list(self.forced_drift)}
 
 
 @dataclass(frozen=True)
@@ -389,7 +398,7 @@ class HistoryResult(VerbResult):
 @dataclass(frozen=True)
 class RecoverResult(VerbResult):
     prefix: str
-    recovered: tuple[Json, ...]
+    recovered: tuple["Recovered", ...]
 
     def to_json(self) -> dict[str, Any]:
-        return {"prefix": self.prefix, "recovered": list(self.recovered)}
+        return {"prefix": self.prefix, "recovered": _records(self.recovered)}

@@ -160,9 +160,9 @@ def _apply(r: ApplyResult) -> str:
              f"in {p.prefix} ({p.layout} layout)"]
     lines += [f"  {a.path}" for a in p.pending]
     lines += [f"  note: {n}" for n in p.notes]
-    lines += [f"  pruned the backups of {pr['id']} ({pr['freed_bytes']} bytes)" for pr in r.pruned]
-    verdict = r.verdict or {}
-    passed = [c["name"] for c in verdict.get("checks", []) if c.get("ok") and not c.get("skipped")]
+    lines += [f"  pruned the backups of {pr.id} ({pr.freed_bytes} bytes)" for pr in r.pruned]
+    checks = r.verdict.checks if r.verdict else ()
+    passed = [c.name for c in checks if c.ok and not c.skipped]
     if passed:
         lines.append(f"verified: {', '.join(passed)}")
     lines.append("undo with: rocmbuild rollback" + (f" --env {p.prefix}" if p.prefix else ""))

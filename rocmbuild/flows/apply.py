@@ -41,7 +41,7 @@ from rocmbuild.recipe.model import Overrides, Recipe
 from rocmbuild.results import ApplyResult, BuildPlan, BundleSummary, DryRunResult, TargetPlan
 from rocmbuild.swap import plan as _plan
 from rocmbuild.swap import state
-from rocmbuild.swap import transaction as _txn
+from rocmbuild import swap as _txn
 from rocmbuild.target import probe, target
 from rocmbuild.target import verify as verify_mod
 from rocmbuild.target.target import Target
@@ -206,7 +206,7 @@ def _already(art: Artifact, t: Target, the_plan: _plan.Plan, verify, recovered: 
             details={"failures": fails, "verdict": verdict.to_json()})
     m = art.manifest
     ui.info(f"already applied: {m.recipe} {m.version or ''} is in place in {the_plan.prefix}; nothing changed")
-    return ApplyResult(the_plan, already_applied=True, txn=None, verdict=verdict.to_json(), artifact=str(art.path),
+    return ApplyResult(the_plan, already_applied=True, txn=None, verdict=verdict, artifact=str(art.path),
                        recovered=recovered, pruned=())
 
 

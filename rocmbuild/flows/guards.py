@@ -29,7 +29,7 @@ from rocmbuild.errors import InputError, TargetError
 from rocmbuild.recipe import model as _recipe
 from rocmbuild.swap import plan as _plan
 from rocmbuild.swap import state
-from rocmbuild.swap import transaction as _txn
+from rocmbuild import swap as _txn
 from rocmbuild.target.verify import Check, Verdict
 
 RESTORED_WARN_ONLY = ("compatibility",)

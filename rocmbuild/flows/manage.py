@@ -28,7 +28,7 @@ from rocmbuild.results import (
     VerifyResult,
 )
 from rocmbuild.swap import state
-from rocmbuild.swap import transaction as _txn
+from rocmbuild import swap as _txn
 from rocmbuild.target import target, versions
 from rocmbuild.target import verify as verify_mod
 

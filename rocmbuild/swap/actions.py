@@ -1,29 +1,14 @@
 """File actions: ReplaceFile, AddFile, ReplaceLink, RemoveFile -- stage / backup / apply / revert / discard.
 
-Every step is idempotent (recovery re-runs them after a crash at any point) and every change of a
-destination is one ``rename(2)`` (``os.replace``), so at no moment is a destination missing and a
-process that has the old file mapped keeps its inode, whose bytes are never written.
-
-* **stage**: the new content is placed beside the destination as ``.<name>.rocmbuild-new-<txn>``:
-  a hardlink of the source (the artifact's file, or a backup) when on the same filesystem, else a
-  copy (``copyfile`` + mode/mtime, then the file is fsynced). Links are created under that temp
-  name. After the new name exists its directory is fsynced (a hardlink or symlink is only a
-  directory entry: that fsync is what makes it survive a power cut). Missing parent directories
-  (``Action.create_dirs``) are created first, each followed by an fsync of its parent. Nothing is
-  ever symlinked into the cache.
-* **backup**: a regular file that will be replaced is hardlinked into ``backups/<txn>/NNN-<name>``
-  (copied only across filesystems): O(1), no byte copied, nothing hashed. A link needs no backup
-  file (its text is in the journal); an absent path needs none either. Whether the backup is a
-  copy is journaled (``step["backup_copied"]``): a file restored from a copy is a new inode, so its
-  "is it the before state again?" check compares size + mode instead of the inode and, only when
-  those match, the sha256 against the backup's (:meth:`FileAction.is_before`).
-* **apply**: ``os.replace(staged, dest)`` (``remove`` unlinks the destination instead).
-* **revert**: put the ``before`` state back. A file: hardlink the backup to
-  ``.<name>.rocmbuild-old-<txn>`` and rename it over the destination, so the original *inode* is
-  back (and the backup still exists until the transaction is finished). A link: a new link under
-  the temp name, renamed over. Absent: the destination is unlinked if it is what we placed (same
-  inode, or the link text we wrote); anything else found there is left alone and reported.
-* **discard**: remove the temp names (staged and restore temps).
+Decisions (each step in full: docs/transactions.md, "File actions"):
+* every step is idempotent (recovery re-runs them) and every change of a destination is one
+  ``os.replace``: a destination is never missing, a process that maps the old file keeps its inode;
+* new content is staged beside the destination (a hardlink of the source, a copy only across
+  filesystems), never symlinked into the cache; each new directory entry is fsynced;
+* an original is backed up by hardlink (O(1), nothing hashed); whether a backup is a copy is
+  journaled, since a restore from a copy is a new inode (:meth:`FileAction.is_before`);
+* a revert puts the original inode back by rename; an added path is removed only if it is what
+  rocmbuild placed there.
 """
 
 from __future__ import annotations
@@ -34,7 +19,8 @@ import os
 from pathlib import Path
 
 from rocmbuild.disk import fsync_dir, link_or_copy, makedirs_durable, sha256_file
-from rocmbuild.swap.plan import Action, PathState, observe
+from rocmbuild.swap.observe import PathState, observe
+from rocmbuild.swap.plan import Action
 
 
 def staged_name(dest: Path, txn: str) -> Path:

@@ -1,125 +1,31 @@
-"""Plan: which path becomes what. Artifact + target facts -> :class:`Plan` (changes nothing).
+"""The plan: which path becomes what. Artifact + target facts -> :class:`Plan`; changes nothing.
 
-A plan is a tuple of :class:`Action` values, each naming an absolute destination, what it is now
-(:class:`PathState`: a file with its identity, a link with its text, or absent) and what it
-becomes (a file placed from ``source``, a link with text ``link``, or removed). The plan is
-computed from *observations* made through an :class:`Observer` (``lstat`` and, only in the
-"already there?" fallback, a hash); passing another observer makes :func:`make` testable without
-a filesystem. Nothing here writes anything.
-
-Mapping decisions (the layout of the target wins, never the artifact's):
-
-* **conda-style** (the loaded file is reached through the SONAME chain, e.g.
-  ``PREFIX/lib/libMIOpen.so.1.0``): the artifact's real file goes into the target's lib dir under
-  the *artifact's* basename (``libMIOpen.so.1.0``), and every link of the artifact's chain
-  (``libMIOpen.so.1``, ``libMIOpen.so``) is placed in the lib dir with the artifact's link text.
-  If the target's real file has another name (``libMIOpen.so.1.0.60300``) it is left in place,
-  untouched, and recorded in the plan's notes: after the swap nothing refers to it, and rollback
-  restores the links that did. Replacing it in place under its own name would make the file name
-  lie about the version it holds.
-* **wheel-style** (``torch/lib/libMIOpen.so``, a plain file, RPATH ``$ORIGIN``): that one file
-  receives the artifact's real file content (same name); no links are created.
-* ``[install] data`` dirs (e.g. ``share/miopen/db``, relative to the artifact tree) land at
-  ``<libdir>/../<data path>``, where the library looks for them. Parent directories that do not
-  exist yet are listed in ``Action.create_dirs`` so that a revert removes them again.
-* A library the target loads from outside its prefix (``/opt/rocm/lib``) is refused
-  (:class:`TargetError`, exit 2) unless ``allow_outside_prefix``.
-* An artifact file the manifest lists but the tree lacks is an :class:`InputError` (exit 2).
-* Nothing is ever symlinked into the artifact cache: the transaction hardlinks (same filesystem)
-  or copies ``source``; MIOpen resolves its own path through symlinks to find its database.
-* "Already there" (``Action.done``): the destination is the artifact file itself (same device and
-  inode: a previous apply hardlinked it), or, only then hashed, a regular file of the same size
-  whose sha256 equals the manifest's; a link whose text is already right. A plan whose actions are
-  all done is :attr:`Plan.already_applied`.
+Decisions (the mapping rules in full: docs/transactions.md, "Planning"):
+* the target's layout wins, never the artifact's: conda-style the artifact's real file and its
+  SONAME links go into the lib dir the target loads from (a real file of another name is left in
+  place, noted); wheel-style the one loaded file receives the new bytes under its own name;
+* ``[install] data`` dirs land at ``<libdir>/../<data path>``; missing parents are recorded so a
+  revert removes them again; a library loaded from outside the prefix is refused unless asked;
+* "already there" is decided by identity, hashing only a same-size regular file;
+* everything is observed through an :class:`~rocmbuild.swap.observe.Observer`: pure, testable.
 """
 
 from __future__ import annotations
 
-import os
-import stat
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterable, Protocol
+from typing import TYPE_CHECKING, Any, Iterable
 
-from rocmbuild.disk import sha256_file
 from rocmbuild.errors import InputError, TargetError
 from rocmbuild.home import target_state_dir
+from rocmbuild.swap.observe import FsObserver, Observer, PathState, same_or_same_bytes
+from rocmbuild.swap.records import Drift
+
+if TYPE_CHECKING:
+    from rocmbuild.build.artifact import Artifact, LibraryEntry, Manifest
+    from rocmbuild.target.target import Target
 
 ACTION_KINDS = ("replace_file", "add_file", "replace_link", "remove")
-
-
-@dataclass(frozen=True)
-class PathState:
-    """What a path is: ``file`` (with identity), ``link`` (with text), ``absent``, or ``other``."""
-
-    kind: str
-    dev: int = 0
-    inode: int = 0
-    size: int = 0
-    mtime_ns: int = 0
-    mode: int = 0
-    target: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any] | None) -> "PathState":
-        return cls(**d) if d else cls("absent")
-
-    @classmethod
-    def from_stat(cls, st: os.stat_result, target: str | None = None) -> "PathState":
-        if stat.S_ISLNK(st.st_mode):
-            return cls("link", target=target)
-        if stat.S_ISREG(st.st_mode):
-            return cls("file", st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, stat.S_IMODE(st.st_mode))
-        return cls("other", st.st_dev, st.st_ino, mode=stat.S_IMODE(st.st_mode))
-
-    def same(self, other: "PathState") -> bool:
-        """Same thing: same kind and, for files, same device+inode+size+mtime; for links, same text."""
-        if self.kind != other.kind:
-            return False
-        if self.kind == "file":
-            return (self.dev, self.inode, self.size, self.mtime_ns) == (
-                other.dev, other.inode, other.size, other.mtime_ns)
-        if self.kind == "link":
-            return self.target == other.target
-        return True
-
-    def describe(self) -> str:
-        if self.kind == "file":
-            return f"file (dev {self.dev}, inode {self.inode}, {self.size} bytes, mode {self.mode:o})"
-        if self.kind == "link":
-            return f"link -> {self.target}"
-        return self.kind
-
-
-def observe(path: str | os.PathLike) -> PathState:
-    """``lstat`` a path into a :class:`PathState` (never follows a symlink, never hashes)."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return PathState("absent")
-    except NotADirectoryError:
-        return PathState("absent")
-    target = os.readlink(path) if stat.S_ISLNK(st.st_mode) else None
-    return PathState.from_stat(st, target)
-
-
-class Observer(Protocol):
-    def state(self, path: Path) -> PathState: ...
-
-    def sha256(self, path: Path) -> str: ...
-
-
-class FsObserver:
-    """The real filesystem."""
-
-    def state(self, path: Path) -> PathState:
-        return observe(path)
-
-    def sha256(self, path: Path) -> str:
-        return sha256_file(path)
 
 
 @dataclass(frozen=True)
@@ -235,25 +141,21 @@ class TargetFacts:
         return dict(self.loaded).get(stem, ())
 
 
-def facts_from(target: Any, stems: Iterable[str], version: str | None = None) -> TargetFacts:
-    """Target facts from a :class:`rocmbuild.target.target.Target` (duck-typed: ``prefix``, ``python``,
-    ``report.libraries``, ``inside_prefix``, ``layout``)."""
+def facts_from(target: "Target", stems: Iterable[str], version: str | None = None) -> TargetFacts:
+    """Target facts from a discovered :class:`rocmbuild.target.target.Target`."""
     loaded = []
-    libs = list(getattr(target.report, "libraries", ()) or ())
     for stem in stems:
         copies = []
-        for lib in libs:
-            if Path(lib.path).name.startswith(stem + ".so") and not getattr(lib, "deleted", False):
-                inside = bool(target.inside_prefix(Path(lib.path)))
-                kind = getattr(lib, "kind", None)
+        for lib in target.report.libraries:
+            if Path(lib.path).name.startswith(stem + ".so") and not lib.deleted:
                 try:
-                    layout = target.layout(kind) if kind else "conda"
+                    layout = target.layout(lib.kind)
                 except Exception:  # noqa: BLE001 - a layout we cannot name: treat as a chain
                     layout = "conda"
-                copies.append(LoadedFact(str(lib.path), layout, inside))
+                copies.append(LoadedFact(str(lib.path), layout, bool(target.inside_prefix(Path(lib.path)))))
         loaded.append((stem, tuple(copies)))
     return TargetFacts(str(target.prefix), str(target.python), tuple(loaded), version,
-                       str(getattr(target, "state_dir", "") or ""))
+                       str(target.state_dir or ""))
 
 
 def _missing_dirs(path: Path, obs: Observer) -> tuple[str, ...]:
@@ -315,69 +217,59 @@ def _link_action(dest: Path, text: str, role: str, obs: Observer) -> Action:
     )
 
 
-def make(artifact: Any, facts: TargetFacts, *, allow_outside_prefix: bool = False,
-         expect: str | None = None, observer: Observer | None = None, state_dir: str | None = None) -> Plan:
-    """The plan to place ``artifact`` (an :class:`rocmbuild.build.artifact.Artifact`) into the target."""
-    obs = observer or FsObserver()
-    m = artifact.manifest
-    tree = Path(artifact.tree)
-    if not m.libraries:
-        raise InputError(f"artifact {m.key[:16]} declares no library to install",
-                         "add [install] libraries to the recipe and rebuild")
-    actions: list[Action] = []
-    notes: list[str] = []
-    primary_dest = primary_before = None
-    libdir = layout = None
-    outside = False
-    for lib in m.libraries:
-        copies = facts.copies(lib.name)
-        if not copies:
-            raise TargetError(
-                f"the target's torch does not load {lib.name} (python: {facts.python})",
-                "check that this environment's torch is a ROCm build: `rocmbuild status` shows what it loads",
-            )
-        if len(copies) > 1:
-            raise TargetError(
-                f"the target loads {len(copies)} copies of {lib.name}: " + ", ".join(c.path for c in copies),
-                "remove the stray copy so exactly one is loaded, then run again",
-            )
-        loaded = copies[0]
-        lpath = Path(loaded.path)
-        if not loaded.inside:
-            if not allow_outside_prefix:
-                raise TargetError(
-                    f"{lib.name} is loaded from outside the prefix {facts.prefix}: {lpath}",
-                    "rocmbuild only changes files inside the environment by default; pass "
-                    "--allow-outside-prefix to change that system library anyway (its lock and backups "
-                    "then live in $ROCMBUILD_HOME/targets/)",
-                    details={"library": str(lpath), "prefix": facts.prefix},
-                )
-            outside = True
-        ldir = lpath.parent
-        real_src = tree / lib.file
-        entry = m.file(lib.file)
-        size = entry.size if entry else lib.size
-        sha = (entry.sha256 if entry else None) or lib.sha256 or None
-        if loaded.layout == "wheel":
-            lay = "wheel"
-            dest = lpath
-            actions.append(_file_action(dest, real_src, size, sha, "library", obs))
-        else:
-            lay = "conda"
-            dest = ldir / Path(lib.file).name
-            actions.append(_file_action(dest, real_src, size, sha, "library", obs))
-            for link_rel in lib.links:
-                le = m.file(link_rel)
-                text = le.target if le and le.target else Path(lib.file).name
-                actions.append(_link_action(ldir / Path(link_rel).name, text, "link", obs))
-            if lpath.name != dest.name and lpath.name not in {Path(p).name for p in lib.links}:
-                notes.append(f"{lpath} (the file loaded until now) is kept as it is; the links now point "
-                             f"to {dest.name}, and rollback restores them")
-        if primary_dest is None:
-            primary_dest, primary_before, libdir, layout = dest, lpath, ldir, lay
-    assert libdir is not None and primary_dest is not None and primary_before is not None
-    data_root = libdir.parent
-    seen = {a.path for a in actions}
+def _loaded_copy(name: str, facts: TargetFacts, allow_outside_prefix: bool) -> LoadedFact:
+    """The one copy of library ``name`` the target loads; refuses none, several, or one outside
+    the prefix (unless allowed)."""
+    copies = facts.copies(name)
+    if not copies:
+        raise TargetError(
+            f"the target's torch does not load {name} (python: {facts.python})",
+            "check that this environment's torch is a ROCm build: `rocmbuild status` shows what it loads",
+        )
+    if len(copies) > 1:
+        raise TargetError(
+            f"the target loads {len(copies)} copies of {name}: " + ", ".join(c.path for c in copies),
+            "remove the stray copy so exactly one is loaded, then run again",
+        )
+    loaded = copies[0]
+    if not loaded.inside and not allow_outside_prefix:
+        raise TargetError(
+            f"{name} is loaded from outside the prefix {facts.prefix}: {Path(loaded.path)}",
+            "rocmbuild only changes files inside the environment by default; pass "
+            "--allow-outside-prefix to change that system library anyway (its lock and backups "
+            "then live in $ROCMBUILD_HOME/targets/)",
+            details={"library": str(Path(loaded.path)), "prefix": facts.prefix},
+        )
+    return loaded
+
+
+def _library_actions(m: "Manifest", lib: "LibraryEntry", loaded: LoadedFact, tree: Path,
+                     obs: Observer) -> tuple[list[Action], list[str], Path, str]:
+    """The actions placing one library (wheel: its bytes under the loaded name; conda: the real
+    file under the artifact's name plus its SONAME links), notes, the destination, the layout."""
+    lpath = Path(loaded.path)
+    ldir = lpath.parent
+    entry = m.file(lib.file)
+    size = entry.size if entry else lib.size
+    sha = (entry.sha256 if entry else None) or lib.sha256 or None
+    if loaded.layout == "wheel":
+        return [_file_action(lpath, tree / lib.file, size, sha, "library", obs)], [], lpath, "wheel"
+    dest = ldir / Path(lib.file).name
+    actions = [_file_action(dest, tree / lib.file, size, sha, "library", obs)]
+    for link_rel in lib.links:
+        le = m.file(link_rel)
+        text = le.target if le and le.target else Path(lib.file).name
+        actions.append(_link_action(ldir / Path(link_rel).name, text, "link", obs))
+    notes = []
+    if lpath.name != dest.name and lpath.name not in {Path(p).name for p in lib.links}:
+        notes.append(f"{lpath} (the file loaded until now) is kept as it is; the links now point "
+                     f"to {dest.name}, and rollback restores them")
+    return actions, notes, dest, "conda"
+
+
+def _data_actions(m: "Manifest", data_root: Path, tree: Path, seen: set[str], obs: Observer) -> list[Action]:
+    """The actions placing the ``[install] data`` dirs' files and links under ``data_root``."""
+    actions = []
     for d in m.data:
         d = d.strip("/")
         for f in m.files:
@@ -391,12 +283,39 @@ def make(artifact: Any, facts: TargetFacts, *, allow_outside_prefix: bool = Fals
                 actions.append(_link_action(dest, f.target or "", "data", obs))
             else:
                 actions.append(_file_action(dest, tree / f.path, f.size, f.sha256, "data", obs))
+    return actions
+
+
+def make(artifact: "Artifact", facts: TargetFacts, *, allow_outside_prefix: bool = False,
+         expect: str | None = None, observer: Observer | None = None, state_dir: str | None = None) -> Plan:
+    """The plan to place ``artifact`` into the target described by ``facts``."""
+    obs = observer or FsObserver()
+    m = artifact.manifest
+    tree = Path(artifact.tree)
+    if not m.libraries:
+        raise InputError(f"artifact {m.key[:16]} declares no library to install",
+                         "add [install] libraries to the recipe and rebuild")
+    actions: list[Action] = []
+    notes: list[str] = []
+    primary: tuple[Path, Path, str] | None = None  # (destination, loaded until now, layout)
+    outside = False
+    for lib in m.libraries:
+        loaded = _loaded_copy(lib.name, facts, allow_outside_prefix)
+        outside = outside or not loaded.inside
+        acts, more, dest, lay = _library_actions(m, lib, loaded, tree, obs)
+        actions += acts
+        notes += more
+        primary = primary or (dest, Path(loaded.path), lay)
+    assert primary is not None
+    dest, before, layout = primary
+    libdir = before.parent
+    actions += _data_actions(m, libdir.parent, tree, {a.path for a in actions}, obs)
     if state_dir is None:
         state_dir = str(target_state_dir(Path(facts.prefix), libdir, outside=outside))
     return Plan(
-        verb="apply", prefix=facts.prefix, python=facts.python, libdir=str(libdir), layout=layout or "conda",
-        outside=outside, state_dir=state_dir, actions=tuple(actions), library=str(primary_dest),
-        library_before=str(primary_before), version_before=facts.version,
+        verb="apply", prefix=facts.prefix, python=facts.python, libdir=str(libdir), layout=layout,
+        outside=outside, state_dir=state_dir, actions=tuple(actions), library=str(dest),
+        library_before=str(before), version_before=facts.version,
         version_after=expect if expect is not None else m.expect_version, encoding=m.encoding,
         library_name=m.libraries[0].name, recipe=m.recipe, commit=m.commit, artifact=m.key,
         artifact_path=str(artifact.path), notes=tuple(notes),
@@ -416,20 +335,27 @@ class Undo:
     expected_source: str | None = None  # the file whose bytes ``expected`` holds (artifact or backup)
 
 
-def same_or_same_bytes(now: PathState, expected: PathState, path: str | Path, source: str | None,
-                       obs: "Observer") -> bool:
-    """``now`` is what rocmbuild left there: the same file (identity), or -- after a restore from a
-    copied backup (another filesystem), which makes a new inode -- the same bytes as ``source``.
-    Hashing happens only in that second case, when kind, size and mode already match."""
-    if now.same(expected):
-        return True
-    if not (now.kind == expected.kind == "file" and (now.size, now.mode) == (expected.size, expected.mode)):
-        return False
-    if not source or obs.state(Path(source)).kind != "file":
-        return False
-    return obs.sha256(Path(path)) == obs.sha256(Path(source))
-
-
+def _restore_action(u: Undo, now: PathState, obs: Observer) -> Action:
+    """The action that brings ``u.desired`` back at ``u.path`` (which is ``now``)."""
+    create = _missing_dirs(Path(u.path), obs) if now.kind == "absent" else ()
+    if u.desired.kind == "file":
+        if not u.backup or obs.state(Path(u.backup)).kind != "file":
+            raise TargetError(
+                f"cannot restore {u.path}: the backup of transaction {u.txn} is gone ({u.backup})",
+                "its backups were pruned (--keep); pick a later transaction with --to",
+            )
+        done = now.kind == "file" and (now.dev, now.inode) == (u.desired.dev, u.desired.inode)
+        if not done and u.copied and now.kind == "file" and (now.size, now.mode) == (
+                u.desired.size, u.desired.mode):
+            # restored from a copied backup: a new inode; the same bytes as the backup (hashed
+            # only here: a copied path whose size and mode already match)
+            done = obs.sha256(Path(u.path)) == obs.sha256(Path(u.backup))
+        return Action("replace_file" if now.kind != "absent" else "add_file", u.path, "restore", now,
+                      source=u.backup, size=u.desired.size, done=done, create_dirs=create)
+    if u.desired.kind == "link":
+        return Action("replace_link", u.path, "restore", now, link=u.desired.target,
+                      done=now.kind == "link" and now.target == u.desired.target, create_dirs=create)
+    return Action("remove", u.path, "restore", now, done=now.kind == "absent")
 
 
 def make_rollback(undos: Iterable[Undo], *, prefix: str, python: str, libdir: str, layout: str,
@@ -437,7 +363,7 @@ def make_rollback(undos: Iterable[Undo], *, prefix: str, python: str, libdir: st
                   version_before: str | None, version_after: str | None, encoding: str,
                   library_name: str, recipe: str | None, commit: str | None, undoes: tuple[str, ...],
                   remove_dirs: tuple[str, ...] = (), force: bool = False,
-                  observer: Observer | None = None) -> tuple[Plan, list[dict[str, Any]]]:
+                  observer: Observer | None = None) -> tuple[Plan, list[Drift]]:
     """The plan that restores every ``Undo.desired`` state, and the drift found on the way
     (paths whose current state is not what rocmbuild left there). Drift refuses (TargetError)
     unless ``force``; with force the drifted file is backed up by the rollback like any other."""
@@ -447,35 +373,15 @@ def make_rollback(undos: Iterable[Undo], *, prefix: str, python: str, libdir: st
     for u in undos:
         now = obs.state(Path(u.path))
         if not same_or_same_bytes(now, u.expected, u.path, u.expected_source, obs):
-            drift.append({"path": u.path, "expected": u.expected.describe(), "found": now.describe(), "txn": u.txn})
-        if u.desired.kind == "file":
-            if not u.backup or obs.state(Path(u.backup)).kind != "file":
-                raise TargetError(
-                    f"cannot restore {u.path}: the backup of transaction {u.txn} is gone ({u.backup})",
-                    "its backups were pruned (--keep); pick a later transaction with --to",
-                )
-            done = now.kind == "file" and (now.dev, now.inode) == (u.desired.dev, u.desired.inode)
-            if not done and u.copied and now.kind == "file" and (now.size, now.mode) == (
-                    u.desired.size, u.desired.mode):
-                # restored from a copied backup: a new inode; the same bytes as the backup (hashed
-                # only here: a copied path whose size and mode already match)
-                done = obs.sha256(Path(u.path)) == obs.sha256(Path(u.backup))
-            actions.append(Action("replace_file" if now.kind != "absent" else "add_file", u.path, "restore", now,
-                                  source=u.backup, size=u.desired.size, done=done,
-                                  create_dirs=_missing_dirs(Path(u.path), obs) if now.kind == "absent" else ()))
-        elif u.desired.kind == "link":
-            actions.append(Action("replace_link", u.path, "restore", now, link=u.desired.target,
-                                  done=now.kind == "link" and now.target == u.desired.target,
-                                  create_dirs=_missing_dirs(Path(u.path), obs) if now.kind == "absent" else ()))
-        else:
-            actions.append(Action("remove", u.path, "restore", now, done=now.kind == "absent"))
+            drift.append(Drift(u.path, u.txn, u.expected.describe(), now.describe()))
+        actions.append(_restore_action(u, now, obs))
     if drift and not force:
-        lines = "\n".join(f"  {d['path']}: rocmbuild left {d['expected']}, found {d['found']}" for d in drift)
+        lines = "\n".join(f"  {d.path}: rocmbuild left {d.expected}, found {d.found}" for d in drift)
         raise TargetError(
             f"files rocmbuild installed were changed since (drift):\n{lines}",
             "something else (e.g. a conda or pip update) replaced them; rolling back would overwrite "
             "that change. Pass --force to roll back anyway (the current files are backed up first)",
-            details={"drift": drift},
+            details={"drift": [d.to_json() for d in drift]},
         )
     plan = Plan(
         verb="rollback", prefix=prefix, python=python, libdir=libdir, layout=layout, outside=outside,
@@ -483,6 +389,6 @@ def make_rollback(undos: Iterable[Undo], *, prefix: str, python: str, libdir: st
         version_before=version_before, version_after=version_after, encoding=encoding,
         library_name=library_name, recipe=recipe,
         commit=commit, undoes=undoes, remove_dirs=remove_dirs,
-        notes=tuple(f"drift at {d['path']} (forced)" for d in drift),
+        notes=tuple(f"drift at {d.path} (forced)" for d in drift),
     )
     return plan, drift

@@ -8,8 +8,8 @@ Decisions:
   appended in place: it is small, and a torn last line can never happen.
 * The lock is ``fcntl.flock`` on the ``lock`` file. The holder writes its pid into the file after
   locking; a refused locker reads it to name the holder. A *shared* lock taken on an existing lock
-  file opened read-only (:func:`shared_lock`) excludes writers without writing anything: the
-  "already applied" path uses it so that it writes no file in the target.
+  file opened read-only (``TargetLock(..., shared=True)``) excludes writers without writing
+  anything: the "already applied" path uses it so that it writes no file in the target.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from rocmbuild.home import STATE_DIRNAME, cache_home, target_state_dir, targets_
 
 __all__ = ["STATE_DIRNAME", "target_state_dir", "TargetLock", "register_outside_target", "state_dirs_for",
            "append_history", "read_history"]
+
 
 def register_outside_target(state_dir: Path, prefix: Path, libdir: Path) -> None:
     p = Path(state_dir) / "target.json"

@@ -23,7 +23,8 @@ from rocmbuild import disk
 from rocmbuild.build import artifact
 from rocmbuild.build.artifact import Artifact, Manifest
 from rocmbuild.errors import InputError, LockedError, TargetError, VerifyError
-from rocmbuild.swap import actions, plan, state, transaction
+from rocmbuild import swap as transaction
+from rocmbuild.swap import actions, plan, state
 from tests.support.cli import REPO
 from tests.support.envs import stage_library
 from tests.support.snapshots import inodes, snapshot
@@ -161,7 +162,7 @@ RUNNER = textwrap.dedent("""
     import json, sys
     from pathlib import Path
     from rocmbuild.swap import plan
-    from rocmbuild.swap import transaction
+    from rocmbuild.swap import protocol as transaction
     p = plan.Plan.from_json(json.loads(Path(sys.argv[1]).read_text()))
     class V:
         ok = False
@@ -173,7 +174,7 @@ RUNNER = textwrap.dedent("""
 
 RECOVER = textwrap.dedent("""
     import sys
-    from rocmbuild.swap import transaction
+    from rocmbuild.swap import protocol as transaction
     print(len(transaction.recover(sys.argv[1])))
 """)
 

@@ -10,7 +10,8 @@ import pytest
 from rocmbuild.build.artifact import FileEntry, LibraryEntry, Manifest
 from rocmbuild.errors import InputError, TargetError
 from rocmbuild.swap import plan
-from rocmbuild.swap.plan import LoadedFact, PathState, TargetFacts
+from rocmbuild.swap.observe import PathState
+from rocmbuild.swap.plan import LoadedFact, TargetFacts
 
 ART = Path("/cache/artifacts/k")
 TREE = ART / "tree"

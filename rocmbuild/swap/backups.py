@@ -1,0 +1,160 @@
+"""Backups of a target: ``backups/<txn>/`` (hardlinks of the originals), what they cost, which
+are protected, and pruning them by ``--keep``.
+
+Decisions:
+* cost is ``st_blocks * 512`` of backup files with link count 1: the bytes only the backups keep
+  alive (a backup still linked from the target or the artifact cache costs nothing);
+* pruning keeps, by identity (device + inode), the original pre-rocmbuild files and what a plain
+  ``rollback`` restores, whichever transaction's backup holds them; a copied backup (another
+  filesystem) cannot be matched by inode, so it is always kept; every removal is reported.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from rocmbuild import ui
+from rocmbuild.swap.journal import FINISHED, active, backup_dir, journals, now, seq
+from rocmbuild.swap.observe import PathState
+from rocmbuild.swap.records import Pruned
+
+
+def dir_unique_bytes(d: Path) -> int:
+    """``st_blocks * 512`` of the files under ``d`` that no other name keeps alive (link count 1)."""
+    total = 0
+    if not d.is_dir():
+        return 0
+    for root, _dirs, files in os.walk(d):
+        for f in files:
+            try:
+                st = os.lstat(os.path.join(root, f))
+            except FileNotFoundError:
+                continue
+            if st.st_nlink == 1 and not os.path.islink(os.path.join(root, f)):
+                total += st.st_blocks * 512
+    return total
+
+
+def backup_bytes(state_dir: Path) -> int:
+    """Bytes only the backups keep alive (files with link count 1), in ``st_blocks * 512``."""
+    return dir_unique_bytes(Path(state_dir) / "backups")
+
+
+def _needed_identities(state_dir: Path) -> set[tuple[int, int]]:
+    """(device, inode) of every file a rollback may still have to bring back:
+
+    * for every path rocmbuild ever touched here, the file it held before rocmbuild's first
+      transaction on it (the stock library a user wants back: ``rollback --to`` the oldest apply);
+    * the files the latest apply in effect replaced (what a plain ``rollback`` restores).
+
+    Identity, not transaction ids: after a rollback is itself undone ("redo"), the original inode
+    lives on in the redo's backup, not in the backup of the apply that first replaced it."""
+    needed: set[tuple[int, int]] = set()
+    seen: set[str] = set()
+    for j in journals(state_dir):
+        if j.state not in FINISHED:
+            continue
+        plan = j.plan
+        for step in j.data["steps"]:
+            a = plan.actions[step["index"]]
+            if a.path not in seen:
+                seen.add(a.path)
+                if a.before.kind == "file":
+                    needed.add((a.before.dev, a.before.inode))
+    applies = [j for j in active(state_dir) if j.data["verb"] == "apply"]
+    if applies:
+        j = applies[-1]
+        for step in j.data["steps"]:
+            a = j.plan.actions[step["index"]]
+            if a.before.kind == "file":
+                needed.add((a.before.dev, a.before.inode))
+    return needed
+
+
+def _backup_identities(d: Path) -> set[tuple[int, int]]:
+    out = set()
+    if d.is_dir():
+        for f in d.iterdir():
+            try:
+                st = f.lstat()
+            except FileNotFoundError:
+                continue
+            out.add((st.st_dev, st.st_ino))
+    return out
+
+
+def protected_backups(state_dir: Path) -> set[str]:
+    """The transactions whose backups :func:`prune` never removes: the newest active transaction
+    (what was just done), every transaction whose backup was *copied* (another filesystem: its
+    identity cannot be matched by inode, so it is kept), and, for each file of
+    :func:`_needed_identities` (the original pre-rocmbuild files, and what a plain ``rollback``
+    restores), the newest transaction whose backups hold it (hardlinks of one inode: one is
+    enough, and :func:`rollback_plan` finds it through :func:`find_backup`)."""
+    act = active(state_dir)
+    out = {act[-1].id} if act else set()
+    needed = _needed_identities(state_dir)
+    holder: dict[tuple[int, int], str] = {}  # identity -> the newest transaction whose backups hold it
+    for j in journals(state_dir):  # oldest first
+        d = backup_dir(state_dir, j.id)
+        if not d.is_dir():
+            continue
+        if any(step.get("backup_copied") for step in j.data["steps"]):
+            out.add(j.id)
+        for ident in _backup_identities(d) & needed:
+            holder[ident] = j.id
+    return out | set(holder.values())
+
+
+def find_backup(state_dir: Path, before: PathState) -> Path | None:
+    """Any backup file holding ``before`` (same device and inode), in any transaction's backups:
+    the nominal one may have been pruned while an identical hardlink lives on elsewhere."""
+    if before.kind != "file":
+        return None
+    root = Path(state_dir) / "backups"
+    if not root.is_dir():
+        return None
+    for d in sorted(root.iterdir()):
+        for f in (d.iterdir() if d.is_dir() else ()):
+            try:
+                st = f.lstat()
+            except FileNotFoundError:
+                continue
+            if (st.st_dev, st.st_ino) == (before.dev, before.inode):
+                return f
+    return None
+
+
+def prune(state_dir: Path, keep: int) -> list[Pruned]:
+    """Remove backups so that about ``keep`` transactions keep theirs; say so. ``keep < 1`` is a
+    ValueError.
+
+    The rule: only finished transactions' backups are candidates (an unfinished journal's backups
+    are what its recovery restores). Never removed: the backups :func:`protected_backups` names --
+    those holding the original pre-rocmbuild files (so ``rollback --to <oldest active apply>``
+    always works, however many applies a boot loop made) and the newest active transaction's. The
+    others go, as many as exceed ``keep``: first those of transactions no longer in effect (undone,
+    or rolled back with their backups kept), oldest first, then active ones, oldest first. Protected
+    backups count towards ``keep``, so more than ``keep`` may remain when they alone exceed it."""
+    if keep < 1:
+        raise ValueError(f"keep must be at least 1 (got {keep}): keep 0 would remove the backups of "
+                         "the transaction just made, and those of the original files")
+    state_dir = Path(state_dir)
+    with_backups = [j for j in journals(state_dir)
+                    if j.state in FINISHED and backup_dir(state_dir, j.id).is_dir()]
+    excess = len(with_backups) - keep
+    if excess <= 0:
+        return []
+    protected = protected_backups(state_dir)
+    in_effect = {j.id for j in active(state_dir)}
+    candidates = sorted((j for j in with_backups if j.id not in protected),
+                        key=lambda j: (j.id in in_effect, seq(j.id), j.id))
+    out = []
+    for j in candidates[:excess]:
+        freed = dir_unique_bytes(backup_dir(state_dir, j.id))
+        shutil.rmtree(backup_dir(state_dir, j.id), ignore_errors=True)
+        j.set(backups_pruned=now())
+        out.append(Pruned(j.id, freed))
+        ui.warn(f"pruned the backups of {j.id} (--keep {keep}; {freed} bytes freed): it can no longer be rolled back")
+    return out

@@ -1,0 +1,387 @@
+"""The transaction protocol: journal, stage, back up, swap, verify, commit -- or roll back; and
+recovery of what an interrupted run left (the steps and their guarantees: docs/transactions.md).
+
+Decisions:
+* the caller holds the target's lock and has recovered first; verification is the caller's
+  :class:`Verify` callback (the flows run the probe in the target's Python);
+* on a failed verification, any exception or Ctrl-C after the first rename, every path is
+  reverted from its backup and the old state is verified again; before it, only cleaned up;
+* the reverts never depend on the journal: each journal write of a rollback is attempted and a
+  failure (ENOSPC, EIO: often why we roll back) is reported, never raised; the backups stay until
+  the journal says ``rolled_back`` and every path is confirmed to be its old self;
+* recovery rolls back every unfinished journal, ``verified`` included (a commit the user never
+  saw succeed is not kept), and writes a missing history line once.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+from rocmbuild import disk, ui
+from rocmbuild.errors import RocmbuildError, TargetError, VerifyError
+from rocmbuild.swap.actions import FileAction
+from rocmbuild.swap.backups import prune
+from rocmbuild.swap.history import history_missing, write_history
+from rocmbuild.swap.journal import (FINISHED, JOURNAL_SCHEMA, Journal, backup_dir, failpoint, journal_dir,
+                                    journals, new_id, now, pending)
+from rocmbuild.swap.observe import PathState, observe
+from rocmbuild.swap.plan import Plan
+from rocmbuild.swap.records import Pruned, Recovered, Restored
+from rocmbuild.target.verify import Check, Verdict
+
+Steps = list[tuple[FileAction, dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """What verification must find: the library loaded from ``library`` at ``version``."""
+
+    library: str
+    version: str | None
+    encoding: str
+    restored: bool = False  # True: checking that an old state is back
+    library_name: str = "libMIOpen"  # the stem to look for in the target process
+
+
+class Verify(Protocol):
+    """Judges the target against an expectation (the flows: the probe in the target's Python)."""
+
+    def __call__(self, expectation: Expectation) -> Verdict: ...
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A committed transaction."""
+
+    id: str
+    verb: str
+    state: str
+    plan: Plan
+    verdict: Verdict | None = None
+    pruned: tuple[Pruned, ...] = ()
+    messages: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "verb": self.verb, "state": self.state, "verdict": verdict_json(self.verdict),
+                "pruned": [p.to_json() for p in self.pruned], "messages": list(self.messages),
+                "files": [a.path for a in self.plan.pending]}
+
+
+def verdict_json(verdict: Verdict | None) -> dict[str, Any] | None:
+    return verdict.to_json() if verdict is not None else None
+
+
+def _failure_json(c: Check | dict[str, Any]) -> dict[str, Any]:
+    if isinstance(c, dict):  # already a JSON object (a verify callback may give its failures so)
+        return dict(c)
+    return {"name": c.name, "expected": c.expected, "found": c.found, "message": c.message}
+
+
+def failures_json(verdict: Verdict | None) -> list[dict[str, Any]]:
+    """The failed checks of ``verdict`` as JSON objects ``{name, expected, found, message}`` (the
+    ``failures`` of a VerifyError's details)."""
+    return [] if verdict is None else [_failure_json(c) for c in verdict.failures()]
+
+
+def expectation_after(plan: Plan) -> Expectation:
+    # a rollback's "after" is an earlier state: checked like a restored one (identity and version;
+    # an incompatibility it always had is a warning, not a reason to undo the rollback)
+    return Expectation(plan.library, plan.version_after, plan.encoding, restored=plan.verb == "rollback",
+                       library_name=plan.library_name)
+
+
+def expectation_before(plan: Plan) -> Expectation:
+    return Expectation(plan.library_before, plan.version_before, plan.encoding, restored=True,
+                       library_name=plan.library_name)
+
+
+# --------------------------------------------------------------------------------------------
+# execute
+
+
+def _fsync_dirs(fas: Steps) -> None:
+    for d in {fa.dest.parent for fa, _ in fas}:
+        if d.exists():
+            disk.fsync_dir(d)
+
+
+def _stage(j: Journal, fas: Steps) -> None:
+    for fa, step in fas:
+        step["after"] = fa.stage().to_json()
+    _fsync_dirs(fas)
+    j.set(state="staged")
+    failpoint("after-stage")
+
+
+def _backup(j: Journal, fas: Steps) -> None:
+    copied = 0
+    for fa, step in fas:
+        copied += int(fa.backup())
+        if fa.backup_copied:
+            step["backup_copied"] = True  # restores from it make a new inode (see FileAction.is_before)
+    bdir = backup_dir(Path(j.plan.state_dir), j.id)
+    if fas and bdir.is_dir():
+        disk.fsync_dir(bdir)
+    j.set(state="backed_up", backup_copies=copied)
+    failpoint("after-backup")
+
+
+def _swap(j: Journal, fas: Steps, plan: Plan) -> None:
+    j.set(state="swapping")
+    for n, (fa, step) in enumerate(fas):
+        fa.apply()
+        step["swapped"] = True
+        j.save()
+        if n == 0 and len(fas) > 1:
+            failpoint("mid-swap")
+    for d in plan.remove_dirs:  # rollback: dirs the undone transactions created, if now empty
+        try:
+            os.rmdir(d)
+        except OSError:
+            pass
+    _fsync_dirs(fas)
+    j.set(state="swapped")
+    failpoint("after-swap")
+
+
+def execute(plan: Plan, *, verify: Verify | None, verify_restored: Verify | None = None,
+            keep: int | None = 5, meta: dict[str, Any] | None = None, txn: str | None = None) -> Outcome:
+    """Run ``plan`` as one transaction. The caller holds the lock and has recovered first."""
+    sdir = Path(plan.state_dir)
+    txn = txn or new_id(sdir)
+    todo = [i for i, a in enumerate(plan.actions) if not a.done]
+    j = Journal(journal_dir(sdir) / f"{txn}.json", {
+        "schema": JOURNAL_SCHEMA, "id": txn, "verb": plan.verb, "state": "planned", "created": now(),
+        "pid": os.getpid(), "plan": plan.to_json(), "meta": meta or {},
+        "steps": [{"index": i, "after": None, "swapped": False} for i in todo],
+    })
+    j.save()
+    failpoint("after-journal")
+    fas = j.file_actions()
+    try:
+        _stage(j, fas)
+        _backup(j, fas)
+        _swap(j, fas, plan)
+        verdict = verify(expectation_after(plan)) if verify is not None else None
+        if verdict is not None and not verdict.ok:
+            raise _VerifyFailed(verdict)
+        j.set(state="verified", verdict=verdict_json(verdict))
+        failpoint("after-verify")
+        # commit: inside the try, so a journal that cannot be written (ENOSPC, EIO) reverts the
+        # change now instead of leaving it for the next command's recovery
+        j.set(state="committed", committed=now(), history_outcome="committed", history_written=False)
+    except BaseException as exc:  # noqa: BLE001 - also Ctrl-C: the target must not stay half-changed
+        err = _undo_failed(j, plan, exc, any(step["swapped"] for _, step in fas), verify_restored)
+        if err is None:
+            raise
+        raise err from (None if isinstance(exc, _VerifyFailed) else exc)
+    failpoint("after-commit")
+    try:
+        write_history(j)
+    except OSError as exc:  # committed all the same: the next command's recovery writes the line
+        ui.warn(f"{plan.verb} {txn} is committed, but its history line could not be written ({exc}); "
+                "the next rocmbuild command on this target writes it")
+    pruned = tuple(prune(sdir, keep)) if keep is not None else ()
+    return Outcome(txn, plan.verb, "committed", plan, verdict, pruned)
+
+
+class _VerifyFailed(Exception):
+    def __init__(self, verdict: Verdict) -> None:
+        super().__init__("verification failed")
+        self.verdict = verdict
+        self.failures = failures_json(verdict)
+
+
+def _undo_failed(j: Journal, plan: Plan, exc: BaseException, swapped_any: bool,
+                 verify_restored: Verify | None) -> BaseException | None:
+    """Roll ``j`` back after ``exc``; the error to raise instead (None: re-raise ``exc``)."""
+    if not swapped_any and not isinstance(exc, _VerifyFailed):
+        finish_rollback(j, reason=f"{type(exc).__name__}: {exc}", verify_restored=None, quiet=True)
+        if isinstance(exc, OSError):
+            return TargetError(f"could not prepare the change: {exc}", "nothing was changed; fix the cause "
+                               "(permissions, disk space) and run again")
+        return None
+    restored = finish_rollback(j, reason=_reason(exc), verify_restored=verify_restored)
+    return _verify_error(j, plan, exc, restored)
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, _VerifyFailed):
+        return "verification failed"
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted (Ctrl-C)"
+    if isinstance(exc, RocmbuildError):
+        return exc.message
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _verify_error(j: Journal, plan: Plan, exc: BaseException, restored: Restored) -> VerifyError:
+    failures = exc.failures if isinstance(exc, _VerifyFailed) else []
+    lines = [f"  - {f.get('name')}: expected {f.get('expected')}, found {f.get('found')}"
+             + (f" ({f.get('message')})" if f.get("message") else "") for f in failures]
+    head = (f"{plan.verb} {j.id}: verification failed; every change was rolled back"
+            if isinstance(exc, _VerifyFailed)
+            else f"{plan.verb} {j.id}: {_reason(exc)}; every change was rolled back")
+    back = ("the old state verifies again" if restored.ok
+            else "WARNING: the restored old state did not verify: " + "; ".join(
+                [f"{f.get('name')}: {f.get('found')}" for f in restored.failures] + list(restored.paths or ())))
+    extra = [f"warning: the restored old state: {w.get('name')}: {w.get('found')}" for w in restored.warnings()]
+    if restored.backups_kept:
+        extra.append(f"the backups are kept in {restored.backups_kept}")
+    if restored.journal_errors:
+        extra.append("the journal could not be updated (" + "; ".join(restored.journal_errors)
+                     + "): the next rocmbuild command (or `rocmbuild recover`) finishes it")
+    return VerifyError(
+        "\n".join([head, *lines, back, *extra]),
+        "read the failed checks above; `rocmbuild status` shows what the environment loads now",
+        details={"txn": j.id, "failures": failures, "restored": restored.to_json(),
+                 "verdict": verdict_json(exc.verdict if isinstance(exc, _VerifyFailed) else None)},
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# rolling back
+
+
+class _JournalWrites:
+    """The journal writes of a rollback: each attempted; a failure is recorded, never raised."""
+
+    def __init__(self, j: Journal) -> None:
+        self.j = j
+        self.errors: list[str] = []
+
+    def set(self, **kw: Any) -> bool:
+        try:
+            self.j.set(**kw)
+            return True
+        except OSError as exc:
+            self.errors.append(f"{type(exc).__name__}: {exc}")
+            return False
+
+
+def _revert_all(fas: Steps, errors: list[str]) -> list[str]:
+    """Revert every path (newest first), remove temps and created dirs; the messages. Raises the
+    first revert error once every other path is done (the journal stays unfinished: the next
+    recovery retries)."""
+    messages = []
+    revert_errors: list[BaseException] = []
+    for fa, step in reversed(fas):
+        after = PathState.from_json(step.get("after")) if step.get("after") else None
+        try:
+            msg = fa.revert(after)
+        except OSError as exc:  # e.g. a missing backup: still revert every other path
+            revert_errors.append(exc)
+            continue
+        if msg:
+            messages.append(msg)
+            if len(messages) == 1 and len(fas) > 1:
+                failpoint("mid-rollback")
+    for fa, _ in fas:
+        fa.discard()
+    for fa, _ in fas:
+        fa.remove_created_dirs()
+    for d in {fa.dest.parent for fa, _ in fas}:
+        if d.exists():
+            try:
+                disk.fsync_dir(d)
+            except OSError as exc:
+                errors.append(f"fsync {d}: {exc}")
+    if revert_errors:
+        raise revert_errors[0]
+    return messages
+
+
+def _judge_restored(j: Journal, fas: Steps, verify_restored: Verify | None) -> Restored:
+    """Confirm by identity that every path is its before state again (a restore from a copied
+    backup is a new inode: see FileAction.is_before); then, if given, the verify callback."""
+    wrong = []
+    for fa, _ in fas:
+        now_ = observe(fa.dest)
+        if not fa.is_before(now_):
+            wrong.append(f"{fa.dest}: expected {fa.before.describe()}, found {now_.describe()}")
+    if wrong or verify_restored is None:
+        return Restored(ok=not wrong, paths=tuple(wrong))
+    try:
+        v = verify_restored(expectation_before(j.plan))
+        return Restored(ok=bool(v.ok), failures=tuple(failures_json(v)), verdict=v)
+    except Exception as exc:  # noqa: BLE001 - report, never mask the rollback
+        return Restored(ok=False, failures=({"name": "probe", "found": str(exc)},))
+
+
+def finish_rollback(j: Journal, *, reason: str, verify_restored: Verify | None, quiet: bool = False,
+                    recovered: bool = False) -> Restored:
+    """Revert every path of ``j`` to its before state, clean up, mark rolled back, write history.
+    The backups are removed only when every path is confirmed *and* the journal says
+    ``rolled_back``; else they are kept (``backups_kept``) for a later recovery or by hand."""
+    was = j.state
+    writes = _JournalWrites(j)
+    writes.set(state="rolling_back", reason=reason, state_before_rollback=j.data.get("state_before_rollback", was))
+    fas = j.file_actions()
+    messages = _revert_all(fas, writes.errors)
+    restored = _judge_restored(j, fas, verify_restored)
+    bdir = backup_dir(Path(j.plan.state_dir), j.id)
+    if not restored.ok and restored.paths and bdir.is_dir():
+        restored = replace(restored, backups_kept=str(bdir))
+        msg = (f"the backups of {j.id} are kept in {bdir}: {len(restored.paths)} path(s) were not confirmed "
+               "to be their old selves again")
+        messages.append(msg)
+        if quiet:
+            ui.warn(msg)
+    needs_history = was != "planned" or recovered
+    outcome = (f"recovered: rolled back (interrupted at '{was}')" if recovered else f"rolled back: {reason}")
+    marked = writes.set(state="rolled_back", rolled_back=now(), restored=restored.to_json(), revert_messages=messages,
+                        history_outcome=outcome if needs_history else None, history_written=not needs_history)
+    if marked and not restored.paths:
+        shutil.rmtree(bdir, ignore_errors=True)
+    elif not marked and bdir.is_dir():
+        restored = replace(restored, backups_kept=str(bdir))
+    if marked and needs_history:
+        try:
+            write_history(j)
+        except OSError as exc:
+            writes.errors.append(f"history: {type(exc).__name__}: {exc}")
+    if not quiet:
+        for m in messages:
+            ui.info(m)
+    return replace(restored, journal_errors=tuple(writes.errors))
+
+
+# --------------------------------------------------------------------------------------------
+# recovery
+
+
+def needs_recovery(state_dir: Path) -> bool:
+    """Something for :func:`recover` to do: an unfinished journal, or a finished one whose history
+    line was never written."""
+    return any(j.state not in FINISHED or j.data.get("history_written") is False for j in journals(state_dir))
+
+
+def recover(state_dir: Path, *, verify_restored: Verify | None = None) -> list[Recovered]:
+    """Roll back every unfinished transaction in ``state_dir`` (caller holds the lock), and write
+    the missing history line of any finished one. Returns the rolled-back transactions."""
+    done = []
+    journal_errors: list[str] = []
+    for j in pending(state_dir):
+        was = j.data.get("state_before_rollback") if j.state == "rolling_back" else j.state
+        restored = finish_rollback(j, reason=f"recovered after an interruption at '{was}'",
+                                   verify_restored=verify_restored, quiet=True, recovered=True)
+        journal_errors += restored.journal_errors
+        done.append(Recovered(j.id, j.verb, was, restored, tuple(j.data.get("revert_messages", []))))
+        ui.warn(f"recovered interrupted {j.verb} {j.id} (stopped at '{was}'): rolled back to the "
+                f"state before it" + (f"; {len(j.data.get('revert_messages', []))} path(s) restored"))
+    for j in history_missing(state_dir):
+        try:
+            if write_history(j):
+                ui.warn(f"wrote the missing history line of {j.verb} {j.id} ({j.state})")
+        except OSError as exc:
+            journal_errors.append(f"history of {j.id}: {exc}")
+    if journal_errors:
+        raise TargetError(
+            "recovery restored the files but could not record it: " + "; ".join(journal_errors),
+            "free some space (or fix the disk) and run `rocmbuild recover` again; it is safe to repeat",
+            details={"recovered": [r.to_json() for r in done], "journal_errors": journal_errors})
+    return done

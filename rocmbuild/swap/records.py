@@ -1,0 +1,104 @@
+"""The small results swap hands out: drift found, backups pruned, an old state restored, a
+transaction recovered. Frozen values with ``to_json()`` (the objects docs/json.md names).
+
+Decision: each record is also a read-only mapping of its JSON form (``rec["id"]``), so code
+written against the documented JSON objects reads the records unchanged; ``to_json()`` is what
+goes into a JSON document (``json`` does not serialise a mapping that is not a dict).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from rocmbuild.target.verify import Verdict
+
+
+class Record(Mapping):
+    """A frozen value that reads like its JSON object."""
+
+    def to_json(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def __getitem__(self, key: str) -> Any:
+        return self.to_json()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.to_json())
+
+    def __len__(self) -> int:
+        return len(self.to_json())
+
+
+@dataclass(frozen=True)
+class Drift(Record):
+    """A path rocmbuild placed that is no longer what it left there."""
+
+    path: str
+    txn: str
+    expected: str  # PathState.describe() of what rocmbuild left
+    found: str  # ... and of what is there now
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "txn": self.txn, "expected": self.expected, "found": self.found}
+
+
+@dataclass(frozen=True)
+class Pruned(Record):
+    """A transaction whose backups ``--keep`` removed (it can no longer be rolled back)."""
+
+    id: str
+    freed_bytes: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "freed_bytes": self.freed_bytes}
+
+
+@dataclass(frozen=True)
+class Restored(Record):
+    """Did the old state come back after a rollback of a transaction?
+
+    Either confirmed by identity only (``paths``: the paths that are not their old selves), or
+    judged by the verify callback (``verdict``); ``failures`` are the failed checks as JSON
+    objects ``{name, expected, found, message}``."""
+
+    ok: bool
+    failures: tuple[dict[str, Any], ...] = ()
+    paths: tuple[str, ...] | None = None  # None: judged by the verify callback (or it raised)
+    verdict: Verdict | None = None
+    backups_kept: str | None = None  # the backup dir kept for a later recovery or by hand
+    journal_errors: tuple[str, ...] = ()  # journal writes that failed (ENOSPC, EIO)
+
+    def warnings(self) -> list[dict[str, Any]]:
+        """The checks the restored state failed that only warn (they failed before, too)."""
+        return list((self.verdict.to_json().get("warnings") or []) if self.verdict is not None else [])
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"ok": self.ok, "failures": list(self.failures)}
+        if self.paths is not None:
+            out["paths"] = list(self.paths)
+        if self.verdict is not None:
+            out["verdict"] = vj = self.verdict.to_json()
+            if vj.get("warnings"):
+                out["warnings"] = list(vj["warnings"])
+        if self.backups_kept:
+            out["backups_kept"] = self.backups_kept
+        if self.journal_errors:
+            out["journal_errors"] = list(self.journal_errors)
+        return out
+
+
+@dataclass(frozen=True)
+class Recovered(Record):
+    """An unfinished transaction that recovery rolled back."""
+
+    id: str
+    verb: str
+    interrupted_at: str
+    restored: Restored
+    actions: tuple[str, ...]  # what the revert did, one message per path
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "verb": self.verb, "interrupted_at": self.interrupted_at,
+                "restored": self.restored.to_json(), "actions": list(self.actions)}
