@@ -114,7 +114,7 @@ def _target(p: argparse.ArgumentParser) -> None:
 
 
 def overrides_from(args: argparse.Namespace):
-    from rocmbuild.recipe.model import Overrides
+    from rocmbuild.recipe import Overrides
 
     return Overrides(
         ref=getattr(args, "ref", None),
@@ -137,7 +137,7 @@ def _add_recipes(sub) -> None:
 
 
 def _cmd_recipes(args) -> Result:
-    from rocmbuild.recipe import model as recipe
+    from rocmbuild import recipe
 
     found = recipe.available(args.recipes_dir)
     rows = []
@@ -163,7 +163,7 @@ def _add_show(sub) -> None:
 
 
 def _cmd_show(args) -> Result:
-    from rocmbuild.recipe import model as recipe
+    from rocmbuild import recipe
 
     r = recipe.apply_overrides(recipe.load(args.recipe, args.recipes_dir), overrides_from(args))
     data = {"name": r.name, "path": str(r.path), "description": r.description, "recipe": r.canonical(),
@@ -279,7 +279,7 @@ def _add_doctor(sub) -> None:
 
 def _cmd_doctor(args) -> Result:
     from rocmbuild import doctor
-    from rocmbuild.recipe import model as recipe
+    from rocmbuild import recipe
 
     r = recipe.load(args.recipe, args.recipes_dir) if args.recipe else None
     checks = doctor.run(r, args.env, args.python, timeout=args.probe_timeout)

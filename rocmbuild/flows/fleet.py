@@ -22,14 +22,13 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from rocmbuild import ui
-from rocmbuild.build import builder as _build
-from rocmbuild.build import bundle
+from rocmbuild.build import bundle, cache
 from rocmbuild.build.artifact import Artifact
 from rocmbuild.errors import InputError, RocmbuildError
 from rocmbuild.flows import txnflow, workflow
 from rocmbuild.home import artifacts_dir, cache_home
 from rocmbuild.recipe import lockfile
-from rocmbuild.recipe.model import Overrides
+from rocmbuild.recipe import Overrides
 
 _HEX = re.compile(r"^[0-9a-f]{8,64}$")
 
@@ -46,7 +45,7 @@ def find_cached(key_prefix: str) -> Artifact | None:
                          "give more digits of the key")
     if not matches:
         return None
-    art = _build.lookup(matches[0], home)
+    art = cache.lookup(matches[0], home)
     if art is None:
         raise InputError(f"cached artifact {matches[0]} is damaged and was set aside", "build it again")
     return art
@@ -55,23 +54,23 @@ def find_cached(key_prefix: str) -> Artifact | None:
 def export(what: str, out: str, recipes_dirs: Sequence[str] = (), overrides: Overrides = Overrides()) -> dict[str, Any]:
     art = find_cached(what) or workflow.build(what, recipes_dirs, overrides)
     info = bundle.export(art, Path(out))
-    ui.info(f"exported {info['recipe']} {info['version'] or ''} ({info['key'][:16]}) to {info['file']}")
-    return info
+    ui.info(f"exported {info.recipe} {info.version or ''} ({info.key[:16]}) to {info.file}")
+    return info.to_json()
 
 
 def lock(name: str, out: str | None, recipes_dirs: Sequence[str] = (), overrides: Overrides = Overrides()) -> dict[str, Any]:
     r = workflow.load_recipe(name, recipes_dirs, overrides, resolve_auto=False)
     commit = workflow.resolve_commit(r)
     data = lockfile.create(name, recipes_dirs, overrides, commit)
-    path = Path(out) if out else Path.cwd() / f"{data['recipe']}.lock.json"
+    path = Path(out) if out else Path.cwd() / f"{data.recipe}.lock.json"
     lockfile.write(data, path)
-    ui.info(f"locked {data['recipe']} at {commit or 'its tarball'} in {path}")
-    return {"lock_file": str(path), "lock": data}
+    ui.info(f"locked {data.recipe} at {commit or 'its tarball'} in {path}")
+    return {"lock_file": str(path), "lock": data.to_json()}
 
 
 def from_lock(path: str, recipes_dirs: Sequence[str] = ()) -> tuple[str, Overrides]:
     name, ov, data = lockfile.load(path, recipes_dirs)
-    ui.info(f"using lock {path}: {data['recipe']} at {data.get('commit') or 'tarball'}")
+    ui.info(f"using lock {path}: {data.recipe} at {data.commit or 'tarball'}")
     return name, ov
 
 
@@ -97,7 +96,7 @@ def dry_run(*, recipe: str | None, artifact: str | None, sha256: str | None, rec
             bp = workflow.build_plan(recipe, recipes_dirs, overrides)
             out["build"] = bp
             if bp["cache"]["cached"]:
-                art = _build.lookup(bp["cache"]["key"], cache_home())
+                art = cache.lookup(bp["cache"]["key"], cache_home())
         if art is not None:
             try:
                 out["target_plan"] = txnflow.plan_artifact(art, env=env, python=python,

@@ -11,13 +11,12 @@ from typing import Any, Callable, Sequence
 
 from rocmbuild import home as home_layout
 from rocmbuild import runner, ui
-from rocmbuild.build import builder as _build
-from rocmbuild.build import cmake, source
+from rocmbuild.build import builder, cache, cmake, source
 from rocmbuild.build.artifact import Artifact
 from rocmbuild.errors import InputError, RequirementError, RocmbuildError
 from rocmbuild.home import artifacts_dir, cache_home
-from rocmbuild.recipe import model as _recipe
-from rocmbuild.recipe.model import Overrides, Recipe
+from rocmbuild import recipe as _recipe
+from rocmbuild.recipe import Overrides, Recipe
 from rocmbuild.target import gpu
 
 
@@ -35,14 +34,9 @@ def requirement_checks(r: Recipe) -> list[dict[str, Any]]:
     from rocmbuild import doctor
 
     checks = [c.to_json() if hasattr(c, "to_json") else dict(c) for c in doctor.check_requirements(r)]
-    if r.build.launcher:
-        found = runner.which(r.build.launcher)
-        checks.append({
-            "name": f"launcher {r.build.launcher}",
-            "status": "ok" if found else "fail",
-            "detail": found or "not found on PATH",
-            "fix": "" if found else f"install {r.build.launcher} or drop --launcher",
-        })
+    launcher = builder.launcher_check(r)
+    if launcher is not None:
+        checks.append(launcher.to_json())
     return checks
 
 
@@ -74,9 +68,9 @@ def build_recipe(r: Recipe, before_build: Callable[[str | None], None] | None = 
     require(r)
     home = cache_home()
     commit = resolve_commit(r)
-    inp = _build.inputs(r, commit=commit, home=home)
-    key = _build.cache_key(inp)
-    hit = _build.lookup(key, home)
+    inp = cache.inputs(r, commit=commit, home=home)
+    key = cache.cache_key(inp)
+    hit = cache.lookup(key, home)
     if hit is not None:
         ui.info(f"{r.name}: cache hit {key[:16]} (no configure, no compile)")
         if before_build is not None:
@@ -85,17 +79,17 @@ def build_recipe(r: Recipe, before_build: Callable[[str | None], None] | None = 
     # hold the source lock across fetch + build: the work tree is shared per remote, and another
     # rocmbuild must not check out a different ref under our running compiler
     with source.source_lock(r, home=home):
-        checkout = source.fetch(r, home=home, log=_build.log_path(home, key), locked=True)
+        checkout = source.fetch(r, home=home, log=cache.log_path(home, key), locked=True)
         if checkout.commit != commit:
             # the ref moved between ls-remote and fetch: key the build on what was really fetched
-            inp = _build.inputs(r, commit=checkout.commit, home=home)
-            key = _build.cache_key(inp)
-            hit = _build.lookup(key, home)
+            inp = cache.inputs(r, commit=checkout.commit, home=home)
+            key = cache.cache_key(inp)
+            hit = cache.lookup(key, home)
             if hit is not None:
                 return hit
         if before_build is not None:
             before_build(checkout.version)
-        return _build.build(r, checkout, home=home, key=key, inp=inp)
+        return builder.build(r, checkout, home=home, key=key, inp=inp)
 
 
 def build(name: str, recipes_dirs: Sequence[str] = (), overrides: Overrides = Overrides()) -> Artifact:
@@ -127,8 +121,8 @@ def build_plan(name: str, recipes_dirs: Sequence[str] = (), overrides: Overrides
                 commit = resolve_commit(r)
             except RocmbuildError as exc:
                 ref_error = exc.message
-    inp = _build.inputs(r, commit=commit, home=home)
-    key = _build.cache_key(inp) if (commit or r.source.tarball) else None
+    inp = cache.inputs(r, commit=commit, home=home)
+    key = cache.cache_key(inp) if (commit or r.source.tarball) else None
     cached = bool(key and (artifacts_dir(home) / key / "manifest.json").is_file())
     src_dir = source.checkout_path(r, home) / (r.source.subdir or "")
     build_dir = home_layout.build_dir(home) / (key or "<key>")
@@ -158,7 +152,7 @@ def build_plan(name: str, recipes_dirs: Sequence[str] = (), overrides: Overrides
         },
         "env": {**dict(r.build.env)},
         "install_env": {"DESTDIR": str(destdir)},
-        "cache": {"key": key, "cached": cached, "inputs": inp},
+        "cache": {"key": key, "cached": cached, "inputs": inp.to_json()},
         "requirements": checks,
         "missing": missing,
         "notes": notes,

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from rocmbuild.errors import EXIT_INPUT, InputError, RecipeError
-from rocmbuild.recipe import model as recipe
+from rocmbuild import recipe
 
 GOOD = """
 name = "mini"
