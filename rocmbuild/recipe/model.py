@@ -1,6 +1,6 @@
 """The recipe model: frozen values parsed once from a recipe file, and the closed vocabularies.
 
-The format is a public contract (``docs/recipes.md``); :mod:`rocmbuild.recipe.parse` turns TOML
+The format is a public contract (``docs/recipes.md``); :mod:`rocmbuild.recipe.parsing` turns TOML
 into these values and is the only place that reports what a user got wrong. Decision: defines
 are typed values (bool, int, float, str, tuple of str) so ``cmake.define_arg`` can spell them;
 the literal ``GPU_TARGETS = "auto"`` stays in the recipe and is resolved against the machine

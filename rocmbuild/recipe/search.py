@@ -15,7 +15,7 @@ from typing import Sequence
 
 from rocmbuild.errors import RecipeError
 from rocmbuild.recipe.model import Recipe
-from rocmbuild.recipe.parse import parse
+from rocmbuild.recipe.parsing import parse
 
 
 def bundled_dir() -> Path:

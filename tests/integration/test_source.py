@@ -1,4 +1,4 @@
-"""rocmbuild.source against real git repositories and real tarballs (nothing mocked)."""
+"""rocmbuild.build.source against real git repositories and real tarballs (nothing mocked)."""
 
 from __future__ import annotations
 

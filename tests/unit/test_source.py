@@ -1,4 +1,4 @@
-"""Pure helpers of rocmbuild.source (no git, no network)."""
+"""Pure helpers of rocmbuild.build.source, .git, .patches and .archive (no git, no network)."""
 
 from __future__ import annotations
 
