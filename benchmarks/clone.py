@@ -68,7 +68,7 @@ def run(big_mb: int, history: int) -> dict:
 
     from rocmbuild import ui
     from rocmbuild.build import source
-    from rocmbuild.recipe import model as recipe
+    from rocmbuild import recipe
 
     ui.set_quiet(True)
     with tempfile.TemporaryDirectory(prefix="rocmbuild-bench-") as tmp:

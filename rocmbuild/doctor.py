@@ -260,7 +260,7 @@ def check_requirements(recipe) -> list[DoctorCheck]:
 
     The build step calls this before fetching and raises RequirementError for failures.
     """
-    from rocmbuild.recipe.model import split_requirement
+    from rocmbuild.recipe import split_requirement
 
     out = []
     for spec in recipe.requires.programs:

@@ -1,6 +1,6 @@
 """Downloads and archives: streamed, checksummed downloads and safe extraction.
 
-Used for source tarballs (:mod:`rocmbuild.source`) and artifact bundles (:mod:`rocmbuild.bundle`).
+Used for source tarballs (:mod:`rocmbuild.build.tarball`) and artifact bundles (:mod:`rocmbuild.build.bundle`).
 
 * :func:`download` fetches an https/http URL (``requests``, streamed, with a progress bar), a
   ``file://`` URL or a plain path to ``dest`` through ``dest.part``, hashing as it goes; a sha256

@@ -24,20 +24,37 @@ import shutil
 import tarfile
 import tempfile
 import urllib.parse
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from rocmbuild import ui
 from rocmbuild.build.archive import download, safe_extract
 from rocmbuild.build.artifact import MANIFEST, TREE, Artifact, Manifest, fsync_tree
-from rocmbuild.disk import sha256_file
-from rocmbuild.home import artifacts_dir, downloads_dir
+from rocmbuild.disk import atomic_write_bytes, fsync_dir, read_json, sha256_file
 from rocmbuild.errors import FetchError, InputError
-from rocmbuild.disk import atomic_write_bytes, fsync_dir, read_json
+from rocmbuild.home import artifacts_dir, downloads_dir
 
 TOP = "rocmbuild-artifact"
 
 
-def export(art: Artifact, out: Path) -> dict:
+@dataclass(frozen=True)
+class Export:
+    """What :func:`export` wrote (``to_json()``: the keys of the ``export`` verb)."""
+
+    file: str
+    sha256: str
+    sha256_file: str
+    size: int
+    key: str
+    recipe: str
+    version: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def export(art: Artifact, out: Path) -> Export:
     """Write ``out`` (a .tar.gz) and ``out.sha256``; returns what was written."""
     out = Path(out).expanduser().absolute()
     if out.is_dir():
@@ -58,8 +75,8 @@ def export(art: Artifact, out: Path) -> dict:
         raise
     side = out.with_name(out.name + ".sha256")
     atomic_write_bytes(side, f"{digest}  {out.name}\n".encode())
-    return {"file": str(out), "sha256": digest, "sha256_file": str(side), "size": out.stat().st_size,
-            "key": art.key, "recipe": art.manifest.recipe, "version": art.manifest.version}
+    return Export(file=str(out), sha256=digest, sha256_file=str(side), size=out.stat().st_size,
+                  key=art.key, recipe=art.manifest.recipe, version=art.manifest.version)
 
 
 def _parse_sha256_file(text: str) -> str | None:

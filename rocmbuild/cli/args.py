@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 
 from rocmbuild.errors import InputError
-from rocmbuild.recipe.model import Overrides
+from rocmbuild.recipe import Overrides
 
 
 def positive_float(text: str) -> float:

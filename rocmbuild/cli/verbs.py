@@ -22,7 +22,7 @@ def _add_recipes(sub) -> None:
 
 
 def _cmd_recipes(args) -> VerbResult:
-    from rocmbuild.recipe import model as recipe
+    from rocmbuild import recipe
 
     rows = []
     for name, path in recipe.available(args.recipes_dir):
@@ -41,7 +41,7 @@ def _add_show(sub) -> None:
 
 
 def _cmd_show(args) -> VerbResult:
-    from rocmbuild.recipe import model as recipe
+    from rocmbuild import recipe
 
     r = recipe.apply_overrides(recipe.load(args.recipe, args.recipes_dir), a.overrides_from(args))
     return ShowResult(r.name, str(r.path), r.description, r.canonical(), tuple(str(p) for p in r.patch_files),
@@ -128,7 +128,7 @@ def _add_doctor(sub) -> None:
 
 def _cmd_doctor(args) -> VerbResult:
     from rocmbuild import doctor
-    from rocmbuild.recipe import model as recipe
+    from rocmbuild import recipe
 
     r = recipe.load(args.recipe, args.recipes_dir) if args.recipe else None
     return DoctorResult(tuple(doctor.run(r, args.env, args.python, timeout=args.probe_timeout)))

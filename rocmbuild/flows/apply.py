@@ -31,13 +31,12 @@ from pathlib import Path
 from typing import Iterator, Union
 
 from rocmbuild import ui
-from rocmbuild.build import builder as _build
-from rocmbuild.build import bundle
+from rocmbuild.build import bundle, cache
 from rocmbuild.build.artifact import Artifact
 from rocmbuild.errors import RocmbuildError, VerifyError
 from rocmbuild.flows import build, export, guards
 from rocmbuild.home import cache_home
-from rocmbuild.recipe.model import Overrides, Recipe
+from rocmbuild.recipe import Overrides, Recipe
 from rocmbuild.results import ApplyResult, BuildPlan, BundleSummary, DryRunResult, TargetPlan
 from rocmbuild.swap import plan as _plan
 from rocmbuild.swap import state
@@ -220,7 +219,7 @@ def _dry_artifact(source: RecipeSource | BundleSource) -> Iterator[tuple[Artifac
     """(the artifact if at hand, the build plan, the bundle checked) without changing the cache."""
     if isinstance(source, RecipeSource):
         bp = build.build_plan(source.name, source.recipes_dirs, source.overrides)
-        yield (_build.lookup(bp.cache_key, cache_home()) if bp.cached else None), bp, None
+        yield (cache.lookup(bp.cache_key, cache_home()) if bp.cached else None), bp, None
         return
     tmp = Path(tempfile.mkdtemp(prefix="rocmbuild-dry-run-"))
     try:

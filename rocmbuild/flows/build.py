@@ -12,14 +12,14 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from rocmbuild import home as home_layout
-from rocmbuild import runner, ui
-from rocmbuild.build import builder as _build
+from rocmbuild import ui
+from rocmbuild.build import builder, cache
 from rocmbuild.build import cmake, source
 from rocmbuild.build.artifact import Artifact
 from rocmbuild.errors import InputError, RequirementError, RocmbuildError
 from rocmbuild.home import artifacts_dir, cache_home
-from rocmbuild.recipe import model as _recipe
-from rocmbuild.recipe.model import Overrides, Recipe
+from rocmbuild import recipe as _recipe
+from rocmbuild.recipe import Overrides, Recipe
 from rocmbuild.results import BuildPlan, BuildResult, Requirement, SourcePlan
 from rocmbuild.target import gpu
 
@@ -38,11 +38,9 @@ def requirement_checks(r: Recipe) -> tuple[Requirement, ...]:
     from rocmbuild import doctor
 
     checks = [Requirement(c.name, c.status, c.detail, c.fix) for c in doctor.check_requirements(r)]
-    if r.build.launcher:
-        found = runner.which(r.build.launcher)
-        checks.append(Requirement(f"launcher {r.build.launcher}", "ok" if found else "fail",
-                                  found or "not found on PATH",
-                                  "" if found else f"install {r.build.launcher} or drop --launcher"))
+    launcher = builder.launcher_check(r)
+    if launcher is not None:
+        checks.append(Requirement(**launcher.to_json()))
     return tuple(checks)
 
 
@@ -74,26 +72,26 @@ def build_recipe(r: Recipe, before_build: Callable[[str | None], None] | None = 
     require(r)
     home = cache_home()
     commit = resolve_commit(r)
-    inp = _build.inputs(r, commit=commit, home=home)
-    key = _build.cache_key(inp)
-    hit = _build.lookup(key, home)
+    inp = cache.inputs(r, commit=commit, home=home)
+    key = cache.cache_key(inp)
+    hit = cache.lookup(key, home)
     if hit is not None:
         ui.info(f"{r.name}: cache hit {key[:16]} (no configure, no compile)")
         if before_build is not None:
             before_build(hit.manifest.version)
         return hit
     with source.source_lock(r, home=home):
-        checkout = source.fetch(r, home=home, log=_build.log_path(home, key), locked=True)
+        checkout = source.fetch(r, home=home, log=cache.log_path(home, key), locked=True)
         if checkout.commit != commit:
             # the ref moved between ls-remote and fetch: key the build on what was really fetched
-            inp = _build.inputs(r, commit=checkout.commit, home=home)
-            key = _build.cache_key(inp)
-            hit = _build.lookup(key, home)
+            inp = cache.inputs(r, commit=checkout.commit, home=home)
+            key = cache.cache_key(inp)
+            hit = cache.lookup(key, home)
             if hit is not None:
                 return hit
         if before_build is not None:
             before_build(checkout.version)
-        return _build.build(r, checkout, home=home, key=key, inp=inp)
+        return builder.build(r, checkout, home=home, key=key, inp=inp)
 
 
 def build(name: str, recipes_dirs: Sequence[str] = (), overrides: Overrides = Overrides()) -> Artifact:
@@ -150,8 +148,8 @@ def build_plan(name: str, recipes_dirs: Sequence[str] = (), overrides: Overrides
     r, gpu_targets = _soft_gpu_targets(load_recipe(name, recipes_dirs, overrides, resolve_auto=False), notes)
     home = cache_home()
     commit, ref_error = _soft_commit(r, offline)
-    inp = _build.inputs(r, commit=commit, home=home)
-    key = _build.cache_key(inp) if (commit or r.source.tarball) else None
+    inp = cache.inputs(r, commit=commit, home=home)
+    key = cache.cache_key(inp) if (commit or r.source.tarball) else None
     src_dir = source.checkout_path(r, home) / (r.source.subdir or "")
     build_dir = home_layout.build_dir(home) / (key or "<key>")
     checks = requirement_checks(r)
@@ -164,5 +162,5 @@ def build_plan(name: str, recipes_dirs: Sequence[str] = (), overrides: Overrides
         env=dict(r.build.env),
         destdir=str(artifacts_dir(home) / f".tmp-{key or '<key>'}-<pid>" / "destdir"),
         cache_key=key, cached=bool(key and (artifacts_dir(home) / key / "manifest.json").is_file()),
-        inputs=inp, requirements=checks, notes=tuple(notes),
+        inputs=inp.to_json(), requirements=checks, notes=tuple(notes),
     )

@@ -13,14 +13,14 @@ from pathlib import Path
 from typing import Sequence
 
 from rocmbuild import ui
-from rocmbuild.build import builder as _build
+from rocmbuild.build import cache
 from rocmbuild.build import bundle
 from rocmbuild.build.artifact import Artifact
 from rocmbuild.errors import InputError
 from rocmbuild.flows import build
 from rocmbuild.home import artifacts_dir, cache_home
 from rocmbuild.recipe import lockfile
-from rocmbuild.recipe.model import Overrides
+from rocmbuild.recipe import Overrides
 from rocmbuild.results import ExportResult, LockResult
 
 _HEX = re.compile(r"^[0-9a-f]{8,64}$")
@@ -38,7 +38,7 @@ def find_cached(key_prefix: str) -> Artifact | None:
                          "give more digits of the key")
     if not matches:
         return None
-    art = _build.lookup(matches[0], home)
+    art = cache.lookup(matches[0], home)
     if art is None:
         raise InputError(f"cached artifact {matches[0]} is damaged and was set aside", "build it again")
     return art
@@ -46,7 +46,7 @@ def find_cached(key_prefix: str) -> Artifact | None:
 
 def export(what: str, out: str, recipes_dirs: Sequence[str] = (), overrides: Overrides = Overrides()) -> ExportResult:
     art = find_cached(what) or build.build(what, recipes_dirs, overrides)
-    info = ExportResult(**bundle.export(art, Path(out)))
+    info = ExportResult(**bundle.export(art, Path(out)).to_json())
     ui.info(f"exported {info.recipe} {info.version or ''} ({info.key[:16]}) to {info.file}")
     return info
 
@@ -55,14 +55,14 @@ def lock(name: str, out: str | None, recipes_dirs: Sequence[str] = (), overrides
     r = build.load_recipe(name, recipes_dirs, overrides, resolve_auto=False)
     commit = build.resolve_commit(r)
     data = lockfile.create(name, recipes_dirs, overrides, commit)
-    path = Path(out) if out else Path.cwd() / f"{data['recipe']}.lock.json"
+    path = Path(out) if out else Path.cwd() / f"{data.recipe}.lock.json"
     lockfile.write(data, path)
-    ui.info(f"locked {data['recipe']} at {commit or 'its tarball'} in {path}")
-    return LockResult(str(path), data)
+    ui.info(f"locked {data.recipe} at {commit or 'its tarball'} in {path}")
+    return LockResult(str(path), data.to_json())
 
 
 def from_lock(path: str, recipes_dirs: Sequence[str] = ()) -> tuple[str, Overrides]:
     """(recipe name, overrides) a lock file pins."""
     name, ov, data = lockfile.load(path, recipes_dirs)
-    ui.info(f"using lock {path}: {data['recipe']} at {data.get('commit') or 'tarball'}")
+    ui.info(f"using lock {path}: {data.recipe} at {data.commit or 'tarball'}")
     return name, ov

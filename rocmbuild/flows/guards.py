@@ -26,7 +26,7 @@ from rocmbuild import ui
 from rocmbuild.build.artifact import Artifact
 from rocmbuild.disk import nearest_existing
 from rocmbuild.errors import InputError, TargetError
-from rocmbuild.recipe import model as _recipe
+from rocmbuild import recipe as _recipe
 from rocmbuild.swap import plan as _plan
 from rocmbuild.swap import state
 from rocmbuild import swap as _txn

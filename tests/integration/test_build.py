@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
 import pytest
 
-from rocmbuild import disk
+from rocmbuild import disk, runner
 from rocmbuild.build import builder as build
+from rocmbuild.build import cache
 from rocmbuild.build.artifact import Manifest, read_soname
 from rocmbuild.errors import EXIT_BUILD, EXIT_INPUT, BuildError, RequirementError
 from rocmbuild.home import cache_home
-from rocmbuild.recipe import model as recipe
+from rocmbuild import recipe
 from tests.support.builds import do_build, make_checkout, make_recipe
 
 
@@ -32,13 +34,13 @@ def test_build_end_to_end_with_both_generators(tmp_path, generator):
     assert real.is_file() and read_soname(real) == "libMIOpen.so.1"
     by_path = {f.path: f for f in m.files}
     assert by_path["lib/libMIOpen.so.1"].type == "link" and by_path["lib/libMIOpen.so.1"].target == "libMIOpen.so.1.0"
-    assert by_path["share/miopen/db/gfx1151.db.txt"].sha256 == build.hashlib.sha256(b"fixture perf db\n").hexdigest()
+    assert by_path["share/miopen/db/gfx1151.db.txt"].sha256 == hashlib.sha256(b"fixture perf db\n").hexdigest()
     assert by_path[lib.file].size == real.stat().st_size and len(by_path[lib.file].sha256) == 64
     # the manifest on disk is the same manifest
     assert Manifest.from_json(disk.read_json(art.path / "manifest.json")) == m
     # the build tree is gone after success; the log is kept; no temp dirs remain
     assert not (home / "build" / key).exists()
-    assert build.log_path(home, key).is_file()
+    assert cache.log_path(home, key).is_file()
     assert not list((home / "artifacts").glob(".tmp-*"))
     assert art.intact() == []
 
@@ -46,13 +48,13 @@ def test_build_end_to_end_with_both_generators(tmp_path, generator):
 def test_cache_lookup_and_changed_artifact_is_not_reused(tmp_path):
     r = make_recipe(tmp_path)
     art, home, key = do_build(r, make_checkout(tmp_path))
-    hit = build.lookup(key, home)
+    hit = cache.lookup(key, home)
     assert hit is not None and hit.cached and hit.manifest == art.manifest
     # someone writes a cached file in place: it must never be reused
     f = art.file("share/miopen/db/gfx1151.db.txt")
     os.chmod(f, 0o644)
     f.write_text("tampered\n")
-    assert build.lookup(key, home) is None
+    assert cache.lookup(key, home) is None
     assert not (home / "artifacts" / key).exists()
 
 
@@ -60,21 +62,21 @@ def test_key_depends_on_inputs(tmp_path):
     home = cache_home()
     r1 = make_recipe(tmp_path)
     r2 = make_recipe(tmp_path, defines={"MIOPEN_FIXTURE_PAD_MB": 1})
-    k1 = build.cache_key(build.inputs(r1, commit="a" * 40, home=home))
-    assert k1 == build.cache_key(build.inputs(r1, commit="a" * 40, home=home))
-    assert k1 != build.cache_key(build.inputs(r1, commit="b" * 40, home=home))
-    assert k1 != build.cache_key(build.inputs(r2, commit="a" * 40, home=home))
-    assert k1 != build.cache_key(build.inputs(recipe.apply_overrides(r1, recipe.Overrides(defines=("X=1",))),
+    k1 = cache.cache_key(cache.inputs(r1, commit="a" * 40, home=home))
+    assert k1 == cache.cache_key(cache.inputs(r1, commit="a" * 40, home=home))
+    assert k1 != cache.cache_key(cache.inputs(r1, commit="b" * 40, home=home))
+    assert k1 != cache.cache_key(cache.inputs(r2, commit="a" * 40, home=home))
+    assert k1 != cache.cache_key(cache.inputs(recipe.apply_overrides(r1, recipe.Overrides(defines=("X=1",))),
                                               commit="a" * 40, home=home))
 
 
 def test_tool_versions_are_remembered(tmp_path, mocker):
     home = cache_home()
     r = make_recipe(tmp_path)
-    first = build.inputs(r, commit=None, home=home)
-    assert "cmake version" in first["tools"]["cmake"]
-    spy = mocker.spy(build.runner, "capture")
-    assert build.inputs(r, commit=None, home=home) == first
+    first = cache.inputs(r, commit=None, home=home)
+    assert "cmake version" in first.tools.cmake
+    spy = mocker.spy(runner, "capture")
+    assert cache.inputs(r, commit=None, home=home) == first
     assert spy.call_count == 0  # no `cc --version` again: nothing is started on a cache hit
 
 
@@ -123,7 +125,8 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 from rocmbuild.build import builder as build
-from rocmbuild.recipe import model as recipe
+from rocmbuild.build import cache
+from rocmbuild import recipe
 from rocmbuild import disk
 from rocmbuild.home import cache_home
 from rocmbuild.swap import state
@@ -132,9 +135,9 @@ src = Path(sys.argv[2])
 co = SimpleNamespace(root=src, source_dir=src, url="file:///unused", ref="develop", commit="c" * 40,
                      version="3.5.1", patches=(), cherry_picks=(), tarball_sha256=None)
 home = cache_home()
-inp = build.inputs(r, commit=co.commit, home=home)
+inp = cache.inputs(r, commit=co.commit, home=home)
 try:
-    build.build(r, co, home=home, key=build.cache_key(inp), inp=inp)
+    build.build(r, co, home=home, key=cache.cache_key(inp), inp=inp)
 except KeyboardInterrupt:
     sys.exit(130)
 """
@@ -180,6 +183,6 @@ def test_ctrl_c_stops_the_build_cleanly(tmp_path):
 def test_jobs_and_launcher_do_not_change_the_key(tmp_path):
     home = cache_home()
     r = make_recipe(tmp_path)
-    k = build.cache_key(build.inputs(r, commit="a" * 40, home=home))
+    k = cache.cache_key(cache.inputs(r, commit="a" * 40, home=home))
     other = recipe.apply_overrides(r, recipe.Overrides(jobs=7, launcher="ccache"))
-    assert build.cache_key(build.inputs(other, commit="a" * 40, home=home)) == k
+    assert cache.cache_key(cache.inputs(other, commit="a" * 40, home=home)) == k

@@ -13,11 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from rocmbuild.build import builder as build
-from rocmbuild.build import bundle
+from rocmbuild.build import bundle, cache
 from rocmbuild.errors import EXIT_BUILD, EXIT_INPUT, FetchError, InputError
 from rocmbuild.recipe import lockfile
-from rocmbuild.recipe import model as recipe
+from rocmbuild import recipe
 from tests.support.builds import do_build, make_checkout, make_recipe
 
 
@@ -35,31 +34,31 @@ def other_home(tmp_path, monkeypatch) -> Path:
 
 def test_export_import_roundtrip(tmp_path, monkeypatch, artifact):
     out = bundle.export(artifact, tmp_path / "out" / "mini.tar.gz")
-    assert Path(out["file"]).is_file()
-    side = Path(out["sha256_file"]).read_text()
-    assert side.startswith(out["sha256"]) and side.strip().endswith("mini.tar.gz")
+    assert Path(out.file).is_file()
+    side = Path(out.sha256_file).read_text()
+    assert side.startswith(out.sha256) and side.strip().endswith("mini.tar.gz")
     home_b = other_home(tmp_path, monkeypatch)
-    imported = bundle.import_bundle(out["file"], home=home_b)
+    imported = bundle.import_bundle(out.file, home=home_b)
     assert imported.path == home_b / "artifacts" / artifact.key
     assert imported.manifest == artifact.manifest
     assert imported.intact() == []  # sizes, mtimes and links as the manifest says
-    assert build.lookup(artifact.key, home_b) is not None  # a cache hit on machine B now
-    again = bundle.import_bundle(out["file"], home=home_b)  # idempotent
+    assert cache.lookup(artifact.key, home_b) is not None  # a cache hit on machine B now
+    again = bundle.import_bundle(out.file, home=home_b)  # idempotent
     assert again.path == imported.path
 
 
 def test_export_to_a_directory_names_the_file(tmp_path, artifact):
     out = bundle.export(artifact, tmp_path)
-    assert Path(out["file"]).parent == tmp_path and out["file"].endswith(".tar.gz")
-    assert artifact.key[:12] in out["file"]
+    assert Path(out.file).parent == tmp_path and out.file.endswith(".tar.gz")
+    assert artifact.key[:12] in out.file
 
 
 def test_bad_checksum_is_refused(tmp_path, monkeypatch, artifact):
     out = bundle.export(artifact, tmp_path / "mini.tar.gz")
-    Path(out["sha256_file"]).write_text("0" * 64 + "  mini.tar.gz\n")
+    Path(out.sha256_file).write_text("0" * 64 + "  mini.tar.gz\n")
     home_b = other_home(tmp_path, monkeypatch)
     with pytest.raises(FetchError) as ei:
-        bundle.import_bundle(out["file"], home=home_b)
+        bundle.import_bundle(out.file, home=home_b)
     assert ei.value.exit_code == EXIT_BUILD and "sha256 mismatch" in ei.value.message
     assert not (home_b / "artifacts").exists() or not [p for p in (home_b / "artifacts").iterdir()
                                                          if not p.name.startswith(".")]
@@ -78,7 +77,7 @@ def _repack(src: Path, dst: Path, change: dict[str, bytes]) -> None:
 def test_tampered_file_inside_is_refused(tmp_path, monkeypatch, artifact):
     out = bundle.export(artifact, tmp_path / "mini.tar.gz")
     evil = tmp_path / "evil.tar.gz"
-    _repack(Path(out["file"]), evil, {"rocmbuild-artifact/tree/share/miopen/db/gfx1151.db.txt": b"evil\n"})
+    _repack(Path(out.file), evil, {"rocmbuild-artifact/tree/share/miopen/db/gfx1151.db.txt": b"evil\n"})
     home_b = other_home(tmp_path, monkeypatch)
     with pytest.raises(FetchError) as ei:
         bundle.import_bundle(str(evil), home=home_b)  # no .sha256 beside: per-file checks still catch it
@@ -132,13 +131,13 @@ def test_import_from_url_checks_sha256(tmp_path, monkeypatch, artifact, http_dir
     imported = bundle.import_bundle(f"{base}/mini.tar.gz", home=home_b)
     assert imported.manifest.key == artifact.key
     # without a .sha256 beside it and no --sha256: refused, nothing downloaded into the cache
-    os.unlink(out["sha256_file"])
+    os.unlink(out.sha256_file)
     home_c = tmp_path / "machine-c"
     with pytest.raises(InputError) as ei:
         bundle.import_bundle(f"{base}/mini.tar.gz", home=home_c)
     assert "--sha256" in ei.value.hint
     # with an explicit --sha256 it works
-    assert bundle.import_bundle(f"{base}/mini.tar.gz", home=home_c, sha256=out["sha256"]).key == artifact.key
+    assert bundle.import_bundle(f"{base}/mini.tar.gz", home=home_c, sha256=out.sha256).key == artifact.key
     # a wrong --sha256: exit 3, the download deleted
     with pytest.raises(FetchError):
         bundle.import_bundle(f"{base}/mini.tar.gz", home=tmp_path / "machine-d", sha256="1" * 64)
@@ -191,7 +190,7 @@ def test_malicious_manifest_is_refused(tmp_path, monkeypatch, artifact, change):
         else:
             manifest[k] = v
     evil = tmp_path / "evil.tar.gz"
-    _repack(Path(out["file"]), evil, {"rocmbuild-artifact/manifest.json": json.dumps(manifest).encode()})
+    _repack(Path(out.file), evil, {"rocmbuild-artifact/manifest.json": json.dumps(manifest).encode()})
     home_b = other_home(tmp_path, monkeypatch)
     with pytest.raises(InputError) as ei:
         bundle.import_bundle(str(evil), home=home_b)

@@ -13,7 +13,7 @@ from rocmbuild.build import cmake
 from rocmbuild.cli import app as cli
 from rocmbuild.errors import EXIT_INPUT, InputError
 from rocmbuild.flows import build as workflow
-from rocmbuild.recipe import model as recipe
+from rocmbuild import recipe
 
 BUNDLED = ("miopen-develop", "miopen-3.5.1")
 

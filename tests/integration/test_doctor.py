@@ -14,7 +14,7 @@ import pytest
 from rocmbuild import doctor
 from rocmbuild.cli import app as cli
 from rocmbuild.errors import EXIT_INPUT, EXIT_OK
-from rocmbuild.recipe import model as recipe
+from rocmbuild import recipe
 from tests.support.machine import make_rocm_tree
 
 pytestmark = pytest.mark.slow

@@ -1,4 +1,4 @@
-"""rocmbuild.source against real git repositories and real tarballs (nothing mocked)."""
+"""rocmbuild.build.source against real git repositories and real tarballs (nothing mocked)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,9 @@ import pytest
 
 from rocmbuild.disk import sha256_file
 from rocmbuild.build import source
+from rocmbuild.build.git import remote_key
 from rocmbuild.errors import FetchError, RecipeError
-from rocmbuild.recipe import model as recipe_mod
+from rocmbuild import recipe as recipe_mod
 from tests.support.project import MIOPEN_SRC, set_marker, set_version
 from tests.support.recipes import fixture_recipe
 
@@ -103,7 +104,7 @@ def test_fetch_branch_tag_head(tmp_path, home, monorepo, ref, attr, version):
     assert co.version == version
     assert co.ref == ref
     assert co.url == monorepo.url
-    assert co.root == home / "src" / source.cache_key(monorepo.url)
+    assert co.root == home / "src" / remote_key(monorepo.url)
     assert co.source_dir == co.root / "projects" / "miopen"
     assert git.Repo(co.root).head.commit.hexsha == co.commit
     assert co.patches == () and co.cherry_picks == () and co.tarball_sha256 is None
@@ -278,7 +279,7 @@ def test_conflicting_cherry_pick(tmp_path, home, monorepo):
     assert err.exit_code == 3
     assert monorepo.c_fix in err.message
     assert "projects/miopen/src/miopen.c" in err.message
-    root = home / "src" / source.cache_key(monorepo.url)
+    root = home / "src" / remote_key(monorepo.url)
     assert not (root / ".git" / "CHERRY_PICK_HEAD").exists()
     assert status(root) == ""
     # and the cache is still usable
@@ -320,7 +321,7 @@ def test_patch_that_does_not_apply_changes_nothing(tmp_path, home, monorepo):
     assert "0002-bad.patch" in err.message
     assert "0001-good.patch" not in err.message
     assert "src/miopen.c" in err.message
-    root = home / "src" / source.cache_key(monorepo.url)
+    root = home / "src" / remote_key(monorepo.url)
     assert status(root) == ""  # the good patch was not applied either
     assert 'return "stock"' in (root / "projects" / "miopen" / "src" / "miopen.c").read_text()
 
@@ -412,7 +413,7 @@ def test_fetch_annotated_tag(tmp_path, home, monorepo):
 
 def test_fetch_waits_for_the_lock(tmp_path, home, monorepo):
     r = git_recipe(tmp_path, monorepo.url, "develop")
-    lock = home / "src" / f"{source.cache_key(monorepo.url)}.lock"
+    lock = home / "src" / f"{remote_key(monorepo.url)}.lock"
     lock.parent.mkdir(parents=True)
     results: list = []
     with open(lock, "a+") as f:
@@ -421,7 +422,7 @@ def test_fetch_waits_for_the_lock(tmp_path, home, monorepo):
         t.start()
         time.sleep(0.7)
         assert results == [] and t.is_alive()
-        assert not (home / "src" / source.cache_key(monorepo.url)).exists()
+        assert not (home / "src" / remote_key(monorepo.url)).exists()
         fcntl.flock(f.fileno(), fcntl.LOCK_UN)
     t.join(60)
     assert results and results[0].commit == monorepo.c_develop
@@ -448,7 +449,7 @@ def test_two_processes_fetching_the_same_remote(tmp_path, home, monorepo):
         p.join(120)
     got = sorted(q.get(timeout=5) for _ in procs)
     assert got == sorted([monorepo.c_develop, monorepo.c1, monorepo.c_release, monorepo.c_develop])
-    root = home / "src" / source.cache_key(monorepo.url)
+    root = home / "src" / remote_key(monorepo.url)
     git.Repo(root).git.fsck("--connectivity-only")
     co = source.fetch(recipes[2], home=home)
     assert co.version == "3.5.0" and status(co.root) == ""

@@ -11,9 +11,9 @@ import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
-from rocmbuild.build import builder
+from rocmbuild.build import builder, cache
 from rocmbuild.home import cache_home
-from rocmbuild.recipe import model as recipe
+from rocmbuild import recipe
 from tests.support.project import MIOPEN_SRC, set_version
 from tests.support.recipes import fixture_recipe
 
@@ -36,6 +36,6 @@ def make_checkout(tmp_path: Path, version: str = "3.5.1") -> SimpleNamespace:
 def do_build(r, co):
     """``builder.build`` of ``co`` in the current ``ROCMBUILD_HOME``: (artifact, home, key)."""
     home = cache_home()
-    inp = builder.inputs(r, commit=co.commit, home=home)
-    key = builder.cache_key(inp)
+    inp = cache.inputs(r, commit=co.commit, home=home)
+    key = cache.cache_key(inp)
     return builder.build(r, co, home=home, key=key, inp=inp), home, key

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from rocmbuild.build import cmake
 from rocmbuild.build.builder import parse_progress
-from rocmbuild.recipe.model import Build
+from rocmbuild.recipe import Build
 
 
 def test_typed_defines():

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from rocmbuild.errors import EXIT_INPUT, InputError, RecipeError
-from rocmbuild.recipe import model as recipe
+from rocmbuild import recipe
 from tests.support.recipes import fixture_recipe
 
 GOOD = fixture_recipe(

@@ -1,4 +1,4 @@
-"""Pure helpers of rocmbuild.source (no git, no network)."""
+"""Pure helpers of rocmbuild.build.source, .git, .patches and .archive (no git, no network)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from rocmbuild.build import source
+from rocmbuild.build import archive, git, patches, source
 from rocmbuild.disk import sha256_file
 from rocmbuild.errors import RecipeError
-from rocmbuild.recipe import model as recipe_mod
+from rocmbuild import recipe as recipe_mod
 
 SHA_A = "a" * 40
 SHA_B = "b" * 40
@@ -19,28 +19,28 @@ SHA_C = "ab" + "c" * 38
 
 
 def test_normalize_url(tmp_path):
-    assert source.normalize_url("https://github.com/ROCm/rocm-libraries.git") == "https://github.com/ROCm/rocm-libraries.git"
-    assert source.normalize_url("file:///srv/git/x") == "file:///srv/git/x"
-    assert source.normalize_url("ssh://git@host/x.git") == "ssh://git@host/x.git"
-    assert source.normalize_url("git@github.com:ROCm/rocm-libraries.git") == "git@github.com:ROCm/rocm-libraries.git"
-    assert source.normalize_url("/srv/git/rocm libraries") == "file:///srv/git/rocm%20libraries"
-    assert source.normalize_url("repo/../mirror", cwd=tmp_path) == (tmp_path / "mirror").as_uri()
-    assert source.normalize_url("~/x").startswith("file:///") and "~" not in source.normalize_url("~/x")
+    assert git.normalize_url("https://github.com/ROCm/rocm-libraries.git") == "https://github.com/ROCm/rocm-libraries.git"
+    assert git.normalize_url("file:///srv/git/x") == "file:///srv/git/x"
+    assert git.normalize_url("ssh://git@host/x.git") == "ssh://git@host/x.git"
+    assert git.normalize_url("git@github.com:ROCm/rocm-libraries.git") == "git@github.com:ROCm/rocm-libraries.git"
+    assert git.normalize_url("/srv/git/rocm libraries") == "file:///srv/git/rocm%20libraries"
+    assert git.normalize_url("repo/../mirror", cwd=tmp_path) == (tmp_path / "mirror").as_uri()
+    assert git.normalize_url("~/x").startswith("file:///") and "~" not in git.normalize_url("~/x")
 
 
 def test_cache_key_is_stable_and_distinct():
-    a = source.cache_key("https://github.com/ROCm/rocm-libraries.git")
-    assert a == source.cache_key("https://github.com/ROCm/rocm-libraries.git")
+    a = git.remote_key("https://github.com/ROCm/rocm-libraries.git")
+    assert a == git.remote_key("https://github.com/ROCm/rocm-libraries.git")
     assert len(a) == 16 and int(a, 16) >= 0
-    assert a != source.cache_key("https://github.com/ROCm/MIOpen.git")
+    assert a != git.remote_key("https://github.com/ROCm/MIOpen.git")
 
 
 def test_is_full_sha():
-    assert source.is_full_sha(SHA_A)
-    assert not source.is_full_sha(SHA_A[:39])
-    assert not source.is_full_sha("develop")
-    assert not source.is_full_sha(None)
-    assert not source.is_full_sha("A" * 40)  # callers lower-case first
+    assert git.is_full_sha(SHA_A)
+    assert not git.is_full_sha(SHA_A[:39])
+    assert not git.is_full_sha("develop")
+    assert not git.is_full_sha(None)
+    assert not git.is_full_sha("A" * 40)  # callers lower-case first
 
 
 LS_REMOTE = f"""{SHA_A}\tHEAD
@@ -54,7 +54,7 @@ not a line
 
 
 def test_parse_ls_remote_peels_annotated_tags():
-    refs = source.parse_ls_remote(LS_REMOTE)
+    refs = git.parse_ls_remote(LS_REMOTE)
     assert refs["HEAD"] == SHA_A
     assert refs["refs/heads/release/rocm-rel-7.0"] == SHA_B
     assert refs["refs/tags/rocm-7.1.0"] == SHA_C  # the commit, not the tag object
@@ -63,37 +63,37 @@ def test_parse_ls_remote_peels_annotated_tags():
 
 
 def test_match_ref():
-    refs = source.parse_ls_remote(LS_REMOTE)
-    assert source.match_ref(None, refs) == SHA_A
-    assert source.match_ref("HEAD", refs) == SHA_A
-    assert source.match_ref("release/rocm-rel-7.0", refs) == SHA_B
-    assert source.match_ref("refs/heads/develop", refs) == SHA_A
-    assert source.match_ref("develop", refs) == SHA_B  # tags win, as in git's DWIM
-    assert source.match_ref("rocm-7.1.0", refs) == SHA_C
-    assert source.match_ref("bbbbbbb", refs) == SHA_B  # short sha of a tip
-    assert source.match_ref("abcc", refs) == SHA_C
-    assert source.match_ref("aaaa", refs) == SHA_A
-    assert source.match_ref("dddddddd", refs) is None  # not a tip: needs history
-    assert source.match_ref("nope", refs) is None
-    assert source.match_ref("e" * 40, refs) == "e" * 40
+    refs = git.parse_ls_remote(LS_REMOTE)
+    assert git.match_ref(None, refs) == SHA_A
+    assert git.match_ref("HEAD", refs) == SHA_A
+    assert git.match_ref("release/rocm-rel-7.0", refs) == SHA_B
+    assert git.match_ref("refs/heads/develop", refs) == SHA_A
+    assert git.match_ref("develop", refs) == SHA_B  # tags win, as in git's DWIM
+    assert git.match_ref("rocm-7.1.0", refs) == SHA_C
+    assert git.match_ref("bbbbbbb", refs) == SHA_B  # short sha of a tip
+    assert git.match_ref("abcc", refs) == SHA_C
+    assert git.match_ref("aaaa", refs) == SHA_A
+    assert git.match_ref("dddddddd", refs) is None  # not a tip: needs history
+    assert git.match_ref("nope", refs) is None
+    assert git.match_ref("e" * 40, refs) == "e" * 40
 
 
 def test_match_ref_ambiguous_short_sha():
     refs = {"refs/heads/a": "abc1" + "0" * 36, "refs/heads/b": "abc2" + "0" * 36}
-    assert source.match_ref("abc", refs) is None  # too short anyway
-    assert source.match_ref("abc1", refs) == "abc1" + "0" * 36
+    assert git.match_ref("abc", refs) is None  # too short anyway
+    assert git.match_ref("abc1", refs) == "abc1" + "0" * 36
     refs["refs/heads/c"] = "abc1" + "1" * 36
-    assert source.match_ref("abc1", refs) is None
+    assert git.match_ref("abc1", refs) is None
 
 
 def test_describe_refs():
-    refs = source.parse_ls_remote(LS_REMOTE)
-    text = source.describe_refs(refs)
+    refs = git.parse_ls_remote(LS_REMOTE)
+    text = git.describe_refs(refs)
     assert "branches: develop, release/rocm-rel-7.0" in text
     assert "tags:" in text and "rocm-7.1.0" in text
     many = {f"refs/heads/b{i:02d}": SHA_A for i in range(20)}
-    assert "(+12 more)" in source.describe_refs(many)
-    assert source.describe_refs({}) == "the remote has no branches or tags"
+    assert "(+12 more)" in git.describe_refs(many)
+    assert git.describe_refs({}) == "the remote has no branches or tags"
 
 
 def _m(name, type_=tarfile.REGTYPE, linkname=""):
@@ -126,7 +126,7 @@ def _m(name, type_=tarfile.REGTYPE, linkname=""):
     ],
 )
 def test_unsafe_member(member, expected):
-    why = source.unsafe_member(member)
+    why = archive.unsafe_member(member)
     if expected is None:
         assert why is None
     else:
@@ -135,9 +135,9 @@ def test_unsafe_member(member, expected):
 
 def test_failing_file_from_git_apply_output():
     err = "error: patch failed: projects/miopen/src/miopen.c:22\nerror: projects/miopen/src/miopen.c: patch does not apply"
-    assert source._failing_file(err) == "projects/miopen/src/miopen.c"
-    assert source._failing_file("error: src/gone.c: No such file or directory") == "src/gone.c"
-    assert source._failing_file("something else") is None
+    assert patches.failing_file(err) == "projects/miopen/src/miopen.c"
+    assert patches.failing_file("error: src/gone.c: No such file or directory") == "src/gone.c"
+    assert patches.failing_file("something else") is None
 
 
 def test_file_sha256(tmp_path):

@@ -1,0 +1,186 @@
+"""The build cache: the inputs of a build, their key, and the artifact stored under it.
+
+Decisions: the key is computable *before* fetching (the commit comes from ``ls-remote``), so a
+cache hit touches no source tree and starts no compiler; tool versions are remembered in
+``home/tools.json`` by (resolved path, size, mtime), so even ``cc --version`` is not run again
+until the compiler changes; a cached artifact whose files changed on disk is moved aside and
+rebuilt, never reused. What goes into the key, and what is left out, is in ``docs/cache.md``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from rocmbuild import runner, ui
+from rocmbuild.build.artifact import MANIFEST, Artifact, Manifest
+from rocmbuild.disk import FileLock, atomic_write_json, read_json, sha256_file
+from rocmbuild.errors import InputError
+from rocmbuild.home import artifacts_dir, logs_dir
+from rocmbuild.recipe.model import DefineValue, Recipe
+
+
+@dataclass(frozen=True)
+class Tools:
+    """``--version`` of cmake and of the C and C++ compilers the build will use."""
+
+    cmake: str
+    cc: str
+    cxx: str
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """Everything a build's output depends on; :attr:`key` hashes :meth:`to_json`."""
+
+    recipe: Mapping[str, Any]  # the canonical recipe, less what does not change the output
+    commit: str | None
+    tarball_sha256: str | None
+    patches: tuple[tuple[str, str], ...]  # (file name, sha256), in order
+    cherry_pick: tuple[str, ...]
+    defines: tuple[tuple[str, DefineValue], ...]
+    env: tuple[tuple[str, str], ...]
+    build_type: str
+    install_prefix: str
+    tools: Tools
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain JSON data (as stored in the manifest, so it compares equal after a reload)."""
+        data = {
+            "recipe": self.recipe,
+            "commit": self.commit,
+            "tarball_sha256": self.tarball_sha256,
+            "patches": [{"name": n, "sha256": s} for n, s in self.patches],
+            "cherry_pick": list(self.cherry_pick),
+            "defines": [[k, list(v) if isinstance(v, tuple) else v] for k, v in self.defines],
+            "env": [list(kv) for kv in self.env],
+            "build_type": self.build_type,
+            "install_prefix": self.install_prefix,
+            "tools": {"cmake": self.tools.cmake, "cc": self.tools.cc, "cxx": self.tools.cxx},
+        }
+        return json.loads(json.dumps(data, sort_keys=True))
+
+    @property
+    def key(self) -> str:
+        return hashlib.sha256(json.dumps(self.to_json(), sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def compilers(recipe: Recipe) -> dict[str, str]:
+    """The C and C++ compilers cmake will use, as names or paths (not yet resolved)."""
+    env = dict(recipe.build.env)
+    out = {}
+    for lang, var, default in (("c", "CC", "cc"), ("cxx", "CXX", "c++")):
+        define = recipe.build.define(f"CMAKE_{'C' if lang == 'c' else 'CXX'}_COMPILER")
+        out[lang] = str(define) if isinstance(define, str) else env.get(var) or os.environ.get(var) or default
+    return out
+
+
+def tool_version(program: str, home: Path) -> str:
+    """First line of ``program --version``, remembered by (path, size, mtime) in tools.json.
+
+    A program that is not installed yields ``"missing"`` (the build then fails clearly on it;
+    ``plan`` shows it).
+    """
+    path = runner.which(program)
+    if path is None:
+        return "missing"
+    real = os.path.realpath(path)
+    st = os.stat(real)
+    ident = f"{real}:{st.st_size}:{st.st_mtime_ns}"
+    db_path = home / "tools.json"
+    try:
+        db = read_json(db_path)
+    except (OSError, ValueError):
+        db = {}
+    if ident in db:
+        return db[ident]
+    done = runner.capture([path, "--version"], timeout=60)
+    text = (done.stdout or done.stderr).strip().splitlines()
+    version = text[0].strip() if text else f"unknown (exit {done.returncode})"
+    db[ident] = version
+    atomic_write_json(db_path, db)
+    return version
+
+
+def inputs(recipe: Recipe, *, commit: str | None, home: Path) -> Inputs:
+    """The inputs of building ``recipe`` at ``commit`` (hashed into the cache key)."""
+    comp = compilers(recipe)
+    canonical = recipe.canonical()
+    # Where the source came from and how its ref was spelled do not change what is built: the
+    # resolved commit (or the tarball's sha256) does. So a mirror (--source), a tag and the sha it
+    # names all share one artifact.
+    for k in ("git", "tarball", "ref"):
+        canonical["source"].pop(k, None)
+    # Nor do the parallelism and a compiler cache: -j8 and ccache build the same library.
+    for k in ("jobs", "launcher"):
+        canonical["build"].pop(k, None)
+    return Inputs(
+        recipe=json.loads(json.dumps(canonical, sort_keys=True)),
+        commit=commit,
+        tarball_sha256=recipe.source.sha256,
+        patches=tuple((p.name, sha256_file(p)) for p in recipe.patch_files),
+        cherry_pick=recipe.source.cherry_pick,
+        defines=recipe.build.defines,
+        env=recipe.build.env,
+        build_type=recipe.build.build_type,
+        install_prefix=recipe.build.install_prefix,
+        tools=Tools(
+            cmake=tool_version("cmake", home),
+            cc=f"{comp['c']}: {tool_version(comp['c'], home)}",
+            cxx=f"{comp['cxx']}: {tool_version(comp['cxx'], home)}",
+        ),
+    )
+
+
+def cache_key(inp: Inputs) -> str:
+    return inp.key
+
+
+def log_path(home: Path, key: str) -> Path:
+    """The build log of the artifact ``key`` (kept after success and failure)."""
+    return logs_dir(home) / f"{key}.log"
+
+
+def lookup(key: str, home: Path) -> Artifact | None:
+    """The cached artifact for ``key``, or None. A changed artifact is moved aside, not reused."""
+    path = artifacts_dir(home) / key
+    manifest = path / MANIFEST
+    if not manifest.is_file():
+        return None
+    try:
+        art = Artifact(path, Manifest.from_json(read_json(manifest)), cached=True)
+    except (ValueError, KeyError, TypeError, InputError) as exc:
+        ui.warn(f"cached artifact {path} has an unreadable manifest ({exc}); rebuilding")
+        _discard(path)
+        return None
+    changed = art.intact()
+    if changed:
+        ui.warn(f"cached artifact {path} was changed on disk ({', '.join(changed[:5])}); it will not be reused")
+        _discard(path)
+        return None
+    return art
+
+
+def _discard(path: Path) -> None:
+    """Move a bad artifact aside (renamed, so a process still using it is not disturbed)."""
+    aside = path.with_name(f".bad-{path.name}-{os.getpid()}")
+    try:
+        os.replace(path, aside)
+    except OSError:
+        return
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+@contextmanager
+def key_lock(home: Path, key: str) -> Iterator[None]:
+    """Serialize builds of the same key (a second one waits, then finds the cache hit)."""
+    d = artifacts_dir(home)
+    d.mkdir(parents=True, exist_ok=True)
+    with FileLock(d / f".{key}.lock"):
+        yield

@@ -1,0 +1,54 @@
+"""Tarball sources: one checked download per sha256, extracted fresh for every fetch.
+
+Decisions: a cached download (``home/downloads/<sha256>``) is re-hashed before reuse and fetched
+again if it changed; the tree is extracted into a temp dir and renamed to
+``home/src/tarball-<sha256[:16]>/`` (a half-extracted tree is never seen); a single top-level
+directory in the archive becomes the root. Downloading and safe extraction are
+:mod:`rocmbuild.build.archive`'s (shared with artifact bundles).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from rocmbuild import ui
+from rocmbuild.build.archive import download, safe_extract
+from rocmbuild.disk import sha256_file
+from rocmbuild.home import downloads_dir, src_dir
+
+
+def tree_path(sha256: str, home: Path) -> Path:
+    """Where the tarball with this sha256 is extracted (nothing is created)."""
+    return src_dir(home) / f"tarball-{sha256[:16]}"
+
+
+def unpack(url: str, sha256: str, home: Path) -> Path:
+    """Download ``url`` (once per sha256), extract it fresh and return the tree's root."""
+    sha = sha256.lower()
+    archive = downloads_dir(home) / sha
+    if archive.is_file():
+        if sha256_file(archive) == sha:
+            ui.info(f"using cached download {archive}")
+        else:
+            ui.warn(f"cached download {archive} changed on disk; downloading again")
+            archive.unlink()
+    if not archive.is_file():
+        ui.info(f"downloading {url}")
+        download(url, archive, sha)
+
+    final = tree_path(sha, home)
+    tmp = final.with_name(f"{final.name}.tmp-{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    try:
+        safe_extract(archive, tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    entries = list(final.iterdir())
+    return entries[0] if len(entries) == 1 and entries[0].is_dir() and not entries[0].is_symlink() else final

@@ -1,0 +1,335 @@
+"""Recipe text -> :class:`Recipe`: the schema, then one parser per table, composed by :func:`parse`.
+
+Everything a user can get wrong is a :class:`RecipeError` (exit 2) naming the file, the key (with
+a "did you mean" for typos) and, for TOML syntax errors, the line -- before anything is fetched.
+Decisions: ``[build.defines]`` values may be bool, int, float, string or a list of strings,
+anything else is a type error naming the define; ``verify.version = "source"`` requires
+``[source] version``; patch files are looked up in ``patches/<name>/`` beside the recipe file, then
+in ``patches/<name>/`` in the parent of the recipe's directory (the bundled layout).
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from rocmbuild.errors import RecipeError
+from rocmbuild.recipe.model import (
+    DEFINE_RE, ENCODINGS, GENERATORS, LAUNCHERS, NAME_RE, SMOKES, Build, DefineValue, Install, Recipe,
+    Requires, Source, Verify, VersionSpec,
+)
+
+_STR = "a string"
+_INT = "an integer"
+_STRLIST = "a list of strings"
+_TABLE = "a table"
+
+SCHEMA: dict[str, Any] = {
+    "name": _STR,
+    "description": _STR,
+    "source": {
+        "git": _STR,
+        "tarball": _STR,
+        "sha256": _STR,
+        "ref": _STR,
+        "subdir": _STR,
+        "sparse": _STRLIST,
+        "cherry_pick": _STRLIST,
+        "patches": _STRLIST,
+        "version": {"file": _STR, "regex": _STR},
+    },
+    "build": {
+        "generator": _STR,
+        "build_type": _STR,
+        "jobs": _INT,
+        "targets": _STRLIST,
+        "defines": _TABLE,
+        "env": _TABLE,
+        "install_prefix": _STR,
+        "launcher": _STR,
+    },
+    "requires": {"programs": _STRLIST, "paths": _STRLIST, "hints": _TABLE},
+    "install": {"libraries": _STRLIST, "data": _STRLIST},
+    "verify": {"library": _STR, "version": _STR, "encoding": _STR, "smoke": _STR},
+}
+
+_REQ_RE = re.compile(r"^\s*([^<>=!\s]+)\s*(?:>=\s*([0-9][0-9A-Za-z.+-]*))?\s*$")
+
+
+def parse(text: str, path: Path) -> Recipe:
+    """Parse and validate recipe text. ``path`` names the file in every error."""
+    data = _toml(text, path)
+    _validate(data, SCHEMA, path)
+    # the tables in this order, so that the first mistake in the file is the one reported
+    source = _source(data, path)
+    build = _build(data.get("build", {}), path)
+    requires = _requires(data.get("requires", {}), path)
+    install = _install(data.get("install", {}), path)
+    verify = _verify(data.get("verify", {}), install, source, path)
+    name = _name(data, path)
+    return Recipe(
+        name=name,
+        path=path,
+        source=source,
+        description=data.get("description", ""),
+        build=build,
+        requires=requires,
+        install=install,
+        verify=verify,
+        patch_files=tuple(_find_patch(p, name, path) for p in source.patches),
+        text_sha256=hashlib.sha256(text.encode()).hexdigest(),
+    )
+
+
+def split_requirement(spec: str, path: Path | None = None) -> tuple[str, str | None]:
+    """``"cmake>=3.25"`` -> ``("cmake", "3.25")``; a bare name has no floor."""
+    m = _REQ_RE.match(spec)
+    if not m:
+        raise RecipeError(
+            f"{path}: invalid requirement '{spec}' in requires.programs",
+            "write a program name or path, optionally with a version floor: \"cmake>=3.25\"",
+            details={"file": str(path), "key": "requires.programs"},
+        )
+    return m.group(1), m.group(2)
+
+
+def suggest(key: str, choices: Iterable[str]) -> str:
+    """A "did you mean" for a near miss, else the list of what is known."""
+    close = difflib.get_close_matches(key, list(choices), n=1, cutoff=0.6)
+    return f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(sorted(choices))}"
+
+
+# --------------------------------------------------------------------------------------------
+# syntax and schema
+
+
+def _fail(path: Path, key: str, message: str, hint: str) -> RecipeError:
+    return RecipeError(f"{path}: {message}", hint, details={"file": str(path), "key": key})
+
+
+def _toml(text: str, path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        m = re.search(r"line (\d+)", str(exc))
+        line = int(m.group(1)) if m else None
+        raise RecipeError(
+            f"{path}: TOML syntax error{f' on line {line}' if line else ''}: {exc}",
+            "fix the TOML syntax (strings need quotes; tables are [name]); see docs/recipes.md",
+            details={"file": str(path), "line": line},
+        ) from exc
+
+
+def _type_ok(value: Any, expected: str) -> bool:
+    if expected == _STR:
+        return isinstance(value, str)
+    if expected == _INT:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if expected == _STRLIST:
+        return isinstance(value, list) and all(isinstance(v, str) for v in value)
+    if expected == _TABLE:
+        return isinstance(value, dict)
+    raise AssertionError(expected)
+
+
+def _validate(data: Mapping[str, Any], schema: Mapping[str, Any], path: Path, prefix: str = "") -> None:
+    for key, value in data.items():
+        dotted = f"{prefix}{key}"
+        if key not in schema:
+            where = f"[{prefix[:-1]}]" if prefix else "the top level"
+            raise _fail(path, dotted, f"unknown key '{dotted}' in {where}", suggest(key, schema.keys()))
+        expected = schema[key]
+        if isinstance(expected, dict):
+            if not isinstance(value, dict):
+                raise _fail(path, dotted, f"'{dotted}' must be a table, got {type(value).__name__}",
+                            f"write it as [{dotted}] with keys {', '.join(expected)}")
+            _validate(value, expected, path, dotted + ".")
+        elif not _type_ok(value, expected):
+            raise _fail(path, dotted, f"'{dotted}' must be {expected}, got {type(value).__name__} ({value!r})",
+                        "fix the value's type; see docs/recipes.md")
+
+
+def _relative_inside(value: str) -> bool:
+    return not (os.path.isabs(value) or ".." in Path(value).parts)
+
+
+# --------------------------------------------------------------------------------------------
+# one parser per table
+
+
+def _source(data: Mapping[str, Any], path: Path) -> Source:
+    if "source" not in data:
+        raise _fail(path, "source", "missing [source] table", "add [source] with git = URL (or tarball = URL and sha256)")
+    src = data["source"]
+    _source_kind(src, path)
+    inside = [("subdir", src.get("subdir"))] + [("sparse", p) for p in src.get("sparse", [])]
+    if "version" in src and isinstance(src["version"].get("file"), str):
+        inside.append(("version.file", src["version"]["file"]))
+    for k, v in inside:
+        if v is not None and not _relative_inside(v):
+            raise _fail(path, f"source.{k}", f"'{v}' must be a relative path inside the source", "e.g. projects/miopen")
+    return Source(
+        git=src.get("git"),
+        tarball=src.get("tarball"),
+        sha256=src.get("sha256", "").lower() or None,
+        ref=src.get("ref"),
+        subdir=src.get("subdir"),
+        sparse=tuple(src.get("sparse", ())),
+        cherry_pick=tuple(src.get("cherry_pick", ())),
+        patches=tuple(src.get("patches", ())),
+        version=_version_spec(src["version"], path) if "version" in src else None,
+    )
+
+
+def _source_kind(src: Mapping[str, Any], path: Path) -> None:
+    """Exactly one of git and tarball, and only the keys that kind knows."""
+    if "git" in src and "tarball" in src:
+        raise _fail(path, "source", "[source] has both 'git' and 'tarball'", "keep exactly one of them")
+    if "git" not in src and "tarball" not in src:
+        raise _fail(path, "source", "[source] needs 'git' or 'tarball'", "add git = URL or tarball = URL")
+    if "tarball" in src:
+        if not re.fullmatch(r"[0-9a-fA-F]{64}", src.get("sha256", "")):
+            raise _fail(path, "source.sha256", "a tarball source needs sha256 = 64 hex digits",
+                        "compute it with: sha256sum FILE")
+        for k in ("ref", "sparse", "cherry_pick"):
+            if k in src:
+                raise _fail(path, f"source.{k}", f"'{k}' only applies to git sources", f"remove source.{k}")
+    elif "sha256" in src:
+        raise _fail(path, "source.sha256", "'sha256' only applies to tarball sources", "remove source.sha256")
+
+
+def _version_spec(v: Mapping[str, Any], path: Path) -> VersionSpec:
+    for k in ("file", "regex"):
+        if k not in v:
+            raise _fail(path, f"source.version.{k}", f"source.version needs '{k}'",
+                        "version = { file = \"CMakeLists.txt\", regex = 'VERSION ([0-9.]+)' }")
+    try:
+        rx = re.compile(v["regex"])
+    except re.error as exc:
+        raise _fail(path, "source.version.regex", f"invalid regex: {exc}", "fix the regular expression") from exc
+    if rx.groups < 1:
+        raise _fail(path, "source.version.regex", "the version regex needs a capture group",
+                    "put the version in parentheses, e.g. 'VERSION ([0-9.]+)'")
+    return VersionSpec(v["file"], v["regex"])
+
+
+def _build(b: Mapping[str, Any], path: Path) -> Build:
+    generator = b.get("generator", "Unix Makefiles")
+    if generator not in GENERATORS:
+        raise _fail(path, "build.generator", f"unknown generator '{generator}'",
+                    f"use one of: {', '.join(GENERATORS)} ({suggest(generator, GENERATORS)})")
+    if b.get("jobs", 0) < 0:
+        raise _fail(path, "build.jobs", "jobs must be >= 0", "0 means all cores")
+    launcher = b.get("launcher")
+    if launcher is not None and launcher not in LAUNCHERS:
+        raise _fail(path, "build.launcher", f"unknown launcher '{launcher}'", f"use one of: {', '.join(LAUNCHERS)}")
+    build = Build(
+        generator=generator,
+        build_type=b.get("build_type", "Release"),
+        jobs=b.get("jobs", 0),
+        targets=tuple(b.get("targets", ())),
+        defines=_defines(b.get("defines", {}), path),
+        env=_env(b.get("env", {}), path),
+        install_prefix=b.get("install_prefix", "/usr/local"),
+        launcher=launcher,
+    )
+    if not build.install_prefix.startswith("/"):
+        raise _fail(path, "build.install_prefix", "install_prefix must be absolute", "e.g. /usr/local or /opt/rocm")
+    return build
+
+
+def _defines(table: Mapping[str, Any], path: Path) -> tuple[tuple[str, DefineValue], ...]:
+    defines = []
+    for name, value in table.items():
+        if not DEFINE_RE.match(name):
+            raise _fail(path, f"build.defines.{name}", f"invalid CMake variable name '{name}'",
+                        "use letters, digits and underscores")
+        defines.append((name, _define_value(name, value, path)))
+    return tuple(sorted(defines))
+
+
+def _define_value(name: str, value: Any, path: Path) -> DefineValue:
+    if isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise _fail(path, f"build.defines.{name}",
+                f"define 'build.defines.{name}' must be a bool, number, string or list of strings, "
+                f"got {type(value).__name__}",
+                "bool becomes -DNAME:BOOL=ON/OFF, a list becomes a ;-separated STRING")
+
+
+def _env(table: Mapping[str, Any], path: Path) -> tuple[tuple[str, str], ...]:
+    env = []
+    for name, value in table.items():
+        if not isinstance(value, str):
+            raise _fail(path, f"build.env.{name}", f"'build.env.{name}' must be a string, got {type(value).__name__}",
+                        'quote the value: NAME = "value"')
+        env.append((name, value))
+    return tuple(sorted(env))
+
+
+def _requires(r: Mapping[str, Any], path: Path) -> Requires:
+    hints = r.get("hints", {})
+    for k, v in hints.items():
+        if not isinstance(v, str):
+            raise _fail(path, f"requires.hints.{k}", f"hint for '{k}' must be a string", 'e.g. "apt install rocm-llvm"')
+        if k not in r.get("programs", []) and k not in r.get("paths", []):
+            raise _fail(path, f"requires.hints.{k}", f"hint for '{k}', which is not in requires.programs or paths",
+                        suggest(k, [*r.get("programs", []), *r.get("paths", [])]))
+    requires = Requires(tuple(r.get("programs", ())), tuple(r.get("paths", ())), tuple(sorted(hints.items())))
+    for prog in requires.programs:
+        split_requirement(prog, path)
+    return requires
+
+
+def _install(i: Mapping[str, Any], path: Path) -> Install:
+    install = Install(tuple(i.get("libraries", ())), tuple(i.get("data", ())))
+    for d in install.data:
+        if not _relative_inside(d):
+            raise _fail(path, "install.data", f"data path '{d}' must be relative to the install prefix",
+                        "e.g. share/miopen/db")
+    return install
+
+
+def _verify(v: Mapping[str, Any], install: Install, source: Source, path: Path) -> Verify:
+    verify = Verify(
+        library=v.get("library", install.libraries[0] if install.libraries else "libMIOpen"),
+        version=v.get("version"),
+        encoding=v.get("encoding", "miopen"),
+        smoke=v.get("smoke"),
+    )
+    if verify.encoding not in ENCODINGS:
+        raise _fail(path, "verify.encoding", f"unknown encoding '{verify.encoding}'", f"use one of: {', '.join(ENCODINGS)}")
+    if verify.smoke is not None and verify.smoke not in SMOKES:
+        raise _fail(path, "verify.smoke", f"unknown smoke test '{verify.smoke}'", f"use one of: {', '.join(SMOKES)}")
+    if verify.version == "source" and source.version is None:
+        raise _fail(path, "verify.version", "verify.version = \"source\" needs [source] version = { file, regex }",
+                    "add source.version, or give a fixed version such as \"3.5.1\"")
+    return verify
+
+
+def _name(data: Mapping[str, Any], path: Path) -> str:
+    name = data.get("name", path.stem)
+    if not NAME_RE.match(name):
+        raise _fail(path, "name", f"invalid recipe name '{name}'", "use letters, digits, '.', '_', '+', '-'")
+    return name
+
+
+def _find_patch(name: str, recipe_name: str, path: Path) -> Path:
+    if not _relative_inside(name):
+        raise _fail(path, "source.patches", f"patch '{name}' must be a plain file name", "put it in patches/<recipe>/")
+    candidates = [
+        path.parent / "patches" / recipe_name / name,
+        path.parent.parent / "patches" / recipe_name / name,
+    ]
+    for c in candidates:
+        if c.is_file():
+            return c.resolve()
+    raise _fail(path, "source.patches", f"patch file '{name}' not found",
+                "looked in: " + ", ".join(str(c) for c in candidates))
