@@ -20,6 +20,7 @@ from rocmbuild.errors import RequirementError, RocmbuildError
 
 if TYPE_CHECKING:
     from rocmbuild.build.artifact import Artifact
+    from rocmbuild.build.requirements import DoctorCheck
     from rocmbuild.swap.plan import Plan
     from rocmbuild.swap.records import Drift, Pruned, Recovered
     from rocmbuild.target.probe import LoadedLibrary
@@ -96,16 +97,6 @@ class ShowResult(VerbResult):
 
 
 @dataclass(frozen=True)
-class Requirement(_Record):
-    """One doctor-style check of a recipe's ``[requires]`` (or its compiler launcher)."""
-
-    name: str
-    status: str  # ok | warn | fail
-    detail: str
-    fix: str = ""
-
-
-@dataclass(frozen=True)
 class SourcePlan:
     url: str
     ref: str | None
@@ -134,11 +125,11 @@ class BuildPlan(VerbResult):
     cache_key: str | None
     cached: bool
     inputs: Json  # the cache key's inputs, as build/ computes them
-    requirements: tuple[Requirement, ...]
+    requirements: tuple["DoctorCheck", ...]  # the [requires] and the launcher
     notes: tuple[str, ...]
 
     @property
-    def missing(self) -> tuple[Requirement, ...]:
+    def missing(self) -> tuple["DoctorCheck", ...]:
         return tuple(c for c in self.requirements if c.status == "fail")
 
     def to_json(self) -> dict[str, Any]:
@@ -250,7 +241,7 @@ class VerifyResult(VerbResult):
 
 @dataclass(frozen=True)
 class DoctorResult(VerbResult):
-    checks: tuple[Any, ...]  # rocmbuild.doctor.DoctorCheck
+    checks: tuple[Any, ...]  # rocmbuild.build.requirements.DoctorCheck
 
     @property
     def failed(self) -> tuple[Any, ...]:

@@ -108,8 +108,29 @@ def display(argv: Sequence[str | os.PathLike]) -> str:
     return shlex.join(str(a) for a in argv)
 
 
-def run(
-    argv: Sequence[str | os.PathLike],
+def _open_log(log: Path | None, argv: Sequence[str | os.PathLike]):
+    if log is None:
+        return None
+    log.parent.mkdir(parents=True, exist_ok=True)
+    logf = open(log, "a", encoding="utf-8", errors="replace")
+    logf.write(f"$ {display(argv)}\n")
+    logf.flush()
+    return logf
+
+
+def _failed(argv, rc: int, tail: deque[str], log: Path | None, *, error: type[RocmbuildError], what: str | None,
+            hint: str) -> RocmbuildError:
+    label = what or f"{Path(str(argv[0])).name} failed"
+    where = f"\nfull log: {log}" if log is not None else ""
+    output = "\n".join(tail)
+    return error(
+        f"{label} (exit code {rc})\ncommand: {display(argv)}\n--- last {len(tail)} lines ---\n{output}{where}",
+        hint or "read the log above; fix the cause and run the same command again",
+        details={"command": [str(a) for a in argv], "returncode": rc, "log": str(log) if log else None},
+    )
+
+
+def run(    argv: Sequence[str | os.PathLike],
     *,
     cwd: str | os.PathLike | None = None,
     env: Mapping[str, str] | None = None,
@@ -127,12 +148,7 @@ def run(
     """
     tail: deque[str] = deque(maxlen=TAIL_LINES)
     start = time.monotonic()
-    logf = None
-    if log is not None:
-        log.parent.mkdir(parents=True, exist_ok=True)
-        logf = open(log, "a", encoding="utf-8", errors="replace")
-        logf.write(f"$ {display(argv)}\n")
-        logf.flush()
+    logf = _open_log(log, argv)
     try:
         proc = _start(argv, cwd, env, subprocess.STDOUT)
     except BaseException:
@@ -162,13 +178,7 @@ def run(
     seconds = time.monotonic() - start
     output = "\n".join(tail)
     if rc != 0:
-        label = what or f"{Path(str(argv[0])).name} failed"
-        where = f"\nfull log: {log}" if log is not None else ""
-        raise error(
-            f"{label} (exit code {rc})\ncommand: {display(argv)}\n--- last {len(tail)} lines ---\n{output}{where}",
-            hint or "read the log above; fix the cause and run the same command again",
-            details={"command": [str(a) for a in argv], "returncode": rc, "log": str(log) if log else None},
-        )
+        raise _failed(argv, rc, tail, log, error=error, what=what, hint=hint)
     return Completed(tuple(str(a) for a in argv), rc, output, "", seconds)
 
 

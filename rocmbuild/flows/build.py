@@ -12,15 +12,14 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from rocmbuild import home as home_layout
+from rocmbuild import recipe as _recipe
 from rocmbuild import ui
-from rocmbuild.build import builder, cache
-from rocmbuild.build import cmake, source
+from rocmbuild.build import builder, cache, cmake, requirements, source
 from rocmbuild.build.artifact import Artifact
 from rocmbuild.errors import InputError, RequirementError, RocmbuildError
 from rocmbuild.home import artifacts_dir, cache_home
-from rocmbuild import recipe as _recipe
 from rocmbuild.recipe import Overrides, Recipe
-from rocmbuild.results import BuildPlan, BuildResult, Requirement, SourcePlan
+from rocmbuild.results import BuildPlan, BuildResult, SourcePlan
 from rocmbuild.target import gpu
 
 
@@ -33,14 +32,12 @@ def load_recipe(name: str, recipes_dirs: Sequence[str] = (), overrides: Override
     return r
 
 
-def requirement_checks(r: Recipe) -> tuple[Requirement, ...]:
+def requirement_checks(r: Recipe) -> tuple[requirements.DoctorCheck, ...]:
     """The recipe's [requires] (and its launcher) as doctor-style checks."""
-    from rocmbuild import doctor
-
-    checks = [Requirement(c.name, c.status, c.detail, c.fix) for c in doctor.check_requirements(r)]
+    checks = requirements.check_requirements(r)
     launcher = builder.launcher_check(r)
     if launcher is not None:
-        checks.append(Requirement(**launcher.to_json()))
+        checks.append(requirements.DoctorCheck(**launcher.to_json()))
     return tuple(checks)
 
 
