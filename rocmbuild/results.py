@@ -20,6 +20,7 @@ from rocmbuild.errors import RequirementError, RocmbuildError
 
 if TYPE_CHECKING:
     from rocmbuild.build.artifact import Artifact
+    from rocmbuild.build.bundle import Export
     from rocmbuild.build.requirements import DoctorCheck
     from rocmbuild.swap.plan import Plan
     from rocmbuild.swap.records import Drift, Pruned, Recovered
@@ -263,14 +264,11 @@ class DoctorResult(VerbResult):
 
 
 @dataclass(frozen=True)
-class ExportResult(_Record, VerbResult):
-    file: str
-    sha256: str
-    sha256_file: str
-    size: int
-    key: str
-    recipe: str
-    version: str | None
+class ExportResult(VerbResult):
+    bundle: "Export"  # what build/bundle.py wrote
+
+    def to_json(self) -> dict[str, Any]:
+        return self.bundle.to_json()
 
 
 @dataclass(frozen=True)

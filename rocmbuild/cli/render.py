@@ -140,8 +140,9 @@ def _doctor(r: DoctorResult) -> str:
 
 @text.register
 def _export(r: ExportResult) -> str:
-    return (f"{r.file}\n{r.sha256}  (also in {r.sha256_file})\n"
-            f"apply it elsewhere with: rocmbuild apply --artifact {r.file} --env PREFIX")
+    b = r.bundle
+    return (f"{b.file}\n{b.sha256}  (also in {b.sha256_file})\n"
+            f"apply it elsewhere with: rocmbuild apply --artifact {b.file} --env PREFIX")
 
 
 @text.register

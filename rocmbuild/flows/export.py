@@ -46,9 +46,9 @@ def find_cached(key_prefix: str) -> Artifact | None:
 
 def export(what: str, out: str, recipes_dirs: Sequence[str] = (), overrides: Overrides = Overrides()) -> ExportResult:
     art = find_cached(what) or build.build(what, recipes_dirs, overrides)
-    info = ExportResult(**bundle.export(art, Path(out)).to_json())
+    info = bundle.export(art, Path(out))
     ui.info(f"exported {info.recipe} {info.version or ''} ({info.key[:16]}) to {info.file}")
-    return info
+    return ExportResult(info)
 
 
 def lock(name: str, out: str | None, recipes_dirs: Sequence[str] = (), overrides: Overrides = Overrides()) -> LockResult:
