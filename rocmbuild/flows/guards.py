@@ -35,7 +35,7 @@ from rocmbuild.target.verify import Check, Verdict
 RESTORED_WARN_ONLY = ("compatibility",)
 
 
-def recover_prefix(prefix: Path, *, wait: bool, verify_restored=None) -> list[dict[str, Any]]:
+def recover_prefix(prefix: Path, *, wait: bool, verify_restored=None) -> list[_txn.Recovered]:
     """Recover every unfinished journal of the target (each state dir under its lock)."""
     out: list[dict[str, Any]] = []
     for d in state.state_dirs_for(prefix):
