@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from rocmbuild import ui
-from rocmbuild.build.archive import download, safe_extract
+from rocmbuild.build.archive import download
+from rocmbuild.build.extract import safe_extract
 from rocmbuild.build.artifact import MANIFEST, TREE, Artifact, Manifest, fsync_tree
 from rocmbuild.disk import atomic_write_bytes, fsync_dir, read_json, sha256_file
 from rocmbuild.errors import FetchError, InputError
