@@ -5,9 +5,9 @@ Used for source tarballs (:mod:`rocmbuild.build.tarball`) and artifact bundles (
 * :func:`download` fetches an https/http URL (``requests``, streamed, with a progress bar), a
   ``file://`` URL or a plain path to ``dest`` through ``dest.part``, hashing as it goes; a sha256
   mismatch deletes the download (never the user's own local file) and raises :class:`FetchError`.
-* :func:`safe_extract` refuses the whole archive, before writing anything, if any member has an
-  absolute name, a ``..`` component, is a device or FIFO, or is a symlink/hardlink pointing
-  outside the tree; on top of that Python's ``filter="data"`` is used where it exists.
+* :func:`unsafe_member` is the first, per-header wall of safe extraction (absolute names, ``..``,
+  devices and FIFOs, links that leave the tree lexically); :mod:`rocmbuild.build.extract` adds
+  the rest (a model of the whole tree, fd-relative writes, the filter as another wall).
 """
 
 from __future__ import annotations
@@ -116,31 +116,3 @@ def download(url: str, dest: Path, expected: str) -> None:
             details={"url": url, "expected": expected, "actual": got},
         )
     os.replace(part, dest)
-
-
-def safe_extract(archive: Path, dest: Path) -> None:
-    try:
-        tf = tarfile.open(archive, "r:*")
-    except (tarfile.TarError, OSError) as exc:
-        raise FetchError(f"cannot open tarball {archive}: {exc}", "check source.tarball points at a tar archive") from exc
-    with tf:
-        members = tf.getmembers()
-        for m in members:
-            why = unsafe_member(m)
-            if why:
-                raise FetchError(
-                    f"refusing to extract {archive.name}: member '{m.name}' is unsafe ({why}); nothing was extracted",
-                    "use a trusted archive; rocmbuild never writes outside the source directory",
-                    details={"member": m.name, "reason": why},
-                )
-        dest.mkdir(parents=True)
-        if hasattr(tarfile, "data_filter"):
-            try:
-                tf.extractall(dest, members=members, filter="data")
-            except tarfile.FilterError as exc:
-                raise FetchError(f"refusing to extract {archive.name}: {exc}",
-                                 "use a trusted archive; rocmbuild never writes outside the source directory") from exc
-        else:  # pragma: no cover - Python < 3.11.4
-            tf.extractall(dest, members=members)
-
-

@@ -25,6 +25,7 @@ from rocmbuild.disk import atomic_write_json, fsync_dir
 from rocmbuild.errors import BuildError, RequirementError
 from rocmbuild.home import artifacts_dir, build_dir as build_root
 from rocmbuild.recipe.model import Recipe
+from rocmbuild.recipe.parsing import prefix_problem
 
 if TYPE_CHECKING:
     from rocmbuild.build.source import Checkout
@@ -211,15 +212,42 @@ def _check_expected_version(recipe: Recipe, checkout: Checkout) -> None:
 
 
 def _collect(destdir: Path, prefix: str, tree: Path) -> None:
-    """Move ``destdir/<prefix>`` to ``tree``; warn about anything installed elsewhere."""
-    staged = destdir / prefix.lstrip("/")
-    if not staged.is_dir():
-        raise BuildError(
-            f"the install step put nothing under the install prefix {prefix}",
-            "check CMAKE_INSTALL_PREFIX / [build] install_prefix and the project's install() rules",
-        )
+    """Move ``destdir/<prefix>`` to ``tree``; warn about anything installed elsewhere.
+
+    The prefix is checked again here (the recipe parser refuses an unclean one), and every
+    directory from ``destdir`` down to ``destdir/<prefix>`` must be a real directory, not a
+    symlink: what is moved, and later removed with the temp dir, is always inside ``destdir``."""
+    staged = _staged_prefix(destdir, prefix)
     os.replace(staged, tree)
     for dirpath, _dirs, files in os.walk(destdir):
         for f in files:
             ui.warn(f"installed outside the prefix, not part of the artifact: /{Path(dirpath, f).relative_to(destdir)}")
     shutil.rmtree(destdir, ignore_errors=True)
+
+
+def _staged_prefix(destdir: Path, prefix: str) -> Path:
+    """``destdir/<prefix>``, refused unless it is a real directory inside ``destdir`` after
+    resolving every symlink (no component may be a link)."""
+    problem = prefix_problem(prefix)
+    staged = destdir / prefix.lstrip("/")
+    if problem is None:
+        steps = prefix.strip("/").split("/")
+        for here in (destdir, *(destdir.joinpath(*steps[:i + 1]) for i in range(len(steps)))):
+            if here.is_symlink():
+                problem = f"{here} is a symlink (to {os.readlink(here)})"
+                break
+        else:
+            if staged.is_dir():
+                real, root = staged.resolve(), destdir.resolve()
+                if real == root or root not in real.parents:
+                    problem = f"{staged} resolves to {real}, outside {root}"
+    if problem is not None:
+        raise BuildError(f"refusing to collect the install prefix {prefix}: {problem}; nothing was moved",
+                         "use a clean absolute [build] install_prefix and an install step that does not "
+                         "replace its directories with symlinks")
+    if not staged.is_dir():
+        raise BuildError(
+            f"the install step put nothing under the install prefix {prefix}",
+            "check CMAKE_INSTALL_PREFIX / [build] install_prefix and the project's install() rules",
+        )
+    return staged

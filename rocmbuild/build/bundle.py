@@ -14,10 +14,15 @@ Decisions:
   is still checked, and a warning says the bundle itself was not.
 * An artifact already in the cache under the same key (and intact) is reused; the bundle is then
   only checked, not extracted again.
+* :func:`inspect` (``apply --artifact --dry-run``) makes every check of an import without
+  writing anything: members are checked as headers, the manifest and each file's bytes are
+  streamed from the archive.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 import shutil
@@ -29,13 +34,15 @@ from pathlib import Path
 from typing import Any
 
 from rocmbuild import ui
-from rocmbuild.build.archive import download, safe_extract
+from rocmbuild.build.archive import download
+from rocmbuild.build.extract import CORRUPT, Refused, check_members, corrupt, parts_of, refusal, safe_extract
 from rocmbuild.build.artifact import MANIFEST, TREE, Artifact, Manifest, fsync_tree
-from rocmbuild.disk import atomic_write_bytes, fsync_dir, read_json, sha256_file
+from rocmbuild.disk import CHUNK, atomic_write_bytes, fsync_dir, read_json, sha256_file
 from rocmbuild.errors import FetchError, InputError
 from rocmbuild.home import artifacts_dir, downloads_dir
 
 TOP = "rocmbuild-artifact"
+MAX_MANIFEST = 64 << 20  # bytes; a real MIOpen manifest is a few MB
 
 
 @dataclass(frozen=True)
@@ -127,18 +134,92 @@ def _fetch(src: str, home: Path, sha256: str | None) -> tuple[Path, str | None]:
     return path, expected
 
 
+def _mismatch(kind: str, rel: str) -> FetchError:
+    return FetchError(f"bundle {kind} {rel} does not match its manifest" + (" (size or sha256)" if kind == "file" else ""),
+                      "the bundle is corrupt or was changed: export it again")
+
+
 def _check_tree(manifest: Manifest, tree: Path) -> None:
     for f in manifest.files:
         p = tree / f.path
         if f.type == "link":
             if not p.is_symlink() or os.readlink(p) != f.target:
-                raise FetchError(f"bundle link {f.path} does not match its manifest", "the bundle is corrupt")
+                raise _mismatch("link", f.path)
             continue
         if not p.is_file() or p.is_symlink() or p.stat().st_size != f.size or sha256_file(p) != f.sha256:
-            raise FetchError(f"bundle file {f.path} does not match its manifest (size or sha256)",
-                             "the bundle is corrupt or was changed: export it again")
+            raise _mismatch("file", f.path)
         os.chmod(p, f.mode & 0o777)
         os.utime(p, ns=(f.mtime_ns, f.mtime_ns))  # Artifact.intact() compares mtimes
+
+
+def _check_members_tree(manifest: Manifest, tf: tarfile.TarFile, members: dict[tuple[str, ...], tarfile.TarInfo]) -> None:
+    """:func:`_check_tree` over the archive's members: each file's bytes streamed, nothing written."""
+    for f in manifest.files:
+        m = members.get((TOP, TREE, *parts_of(f.path)))
+        if f.type == "link":
+            if m is None or not m.issym() or m.linkname != f.target:
+                raise _mismatch("link", f.path)
+            continue
+        if m is None or not (m.isreg() or m.islnk()):
+            raise _mismatch("file", f.path)
+        h, size = hashlib.sha256(), 0
+        with tf.extractfile(m) as src:  # type: ignore[union-attr]
+            for chunk in iter(lambda: src.read(CHUNK), b""):
+                h.update(chunk)
+                size += len(chunk)
+        if size != f.size or h.hexdigest() != f.sha256:
+            raise _mismatch("file", f.path)
+
+
+def _not_a_bundle(path: Path) -> InputError:
+    return InputError(f"{path} is not a rocmbuild artifact bundle (no {TOP}/{MANIFEST})",
+                      "create bundles with `rocmbuild export`")
+
+
+def _parse_manifest(path: Path, data: bytes) -> Manifest:
+    try:
+        return Manifest.from_json(json.loads(data))
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise InputError(f"{path}: unreadable manifest ({exc})", "export the bundle again") from exc
+
+
+def _bundle_error(exc: FetchError) -> FetchError:
+    return FetchError(exc.message.replace("tarball", "bundle"),
+                      "give a .tar.gz written by `rocmbuild export` (copy it again if it is damaged)",
+                      details=exc.details)
+
+
+def is_url(src: str) -> bool:
+    return urllib.parse.urlparse(src).scheme in ("http", "https")
+
+
+def inspect(src: str, *, home: Path, sha256: str | None = None) -> Artifact:
+    """What ``apply --artifact --dry-run`` needs, read without extracting anything: the bundle's
+    sha256, every member (the checks of extraction), the manifest, and every file's size and sha256
+    streamed from the archive. ``home`` is used only to download a URL. The artifact's path names
+    the bundle itself (``BUNDLE/rocmbuild-artifact``): nothing exists there."""
+    path, _checked = _fetch(src, home, sha256)
+    try:
+        tf = tarfile.open(path, "r:*")
+    except (*CORRUPT, OSError) as exc:
+        raise _bundle_error(FetchError(f"cannot open bundle {path}: {exc}")) from exc
+    with tf:
+        try:
+            members = {parts: m for m, parts in check_members(tf.getmembers())}
+            top = members.get((TOP, MANIFEST))
+            if top is None or not top.isreg() or (TOP, TREE) not in members:
+                raise _not_a_bundle(path)
+            if top.size > MAX_MANIFEST:
+                raise InputError(f"{path}: the manifest is {top.size} bytes (at most {MAX_MANIFEST})",
+                                 "export the bundle again")
+            with tf.extractfile(top) as f:  # type: ignore[union-attr]
+                manifest = _parse_manifest(path, f.read())
+            _check_members_tree(manifest, tf, members)
+        except Refused as exc:
+            raise _bundle_error(refusal(path, exc)) from None
+        except CORRUPT as exc:
+            raise _bundle_error(corrupt(path, exc)) from exc
+    return Artifact(path / TOP, manifest, cached=False)
 
 
 def import_bundle(src: str, *, home: Path, sha256: str | None = None) -> Artifact:
@@ -152,17 +233,11 @@ def import_bundle(src: str, *, home: Path, sha256: str | None = None) -> Artifac
         try:
             safe_extract(path, tmp)
         except FetchError as exc:
-            raise FetchError(exc.message.replace("tarball", "bundle"),
-                             "give a .tar.gz written by `rocmbuild export` (copy it again if it is damaged)",
-                             details=exc.details) from exc
+            raise _bundle_error(exc) from exc
         top = tmp / TOP
         if not (top / MANIFEST).is_file() or not (top / TREE).is_dir():
-            raise InputError(f"{path} is not a rocmbuild artifact bundle (no {TOP}/{MANIFEST})",
-                             "create bundles with `rocmbuild export`")
-        try:
-            manifest = Manifest.from_json(read_json(top / MANIFEST))
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise InputError(f"{path}: unreadable manifest ({exc})", "export the bundle again") from exc
+            raise _not_a_bundle(path)
+        manifest = _parse_manifest(path, (top / MANIFEST).read_bytes())
         final = adir / manifest.key
         if (final / MANIFEST).is_file():
             existing = Artifact(final, Manifest.from_json(read_json(final / MANIFEST)), cached=True)

@@ -13,8 +13,9 @@ Decisions (docs/json.md fixes what the result holds):
   not even the lock file's pid. It takes a *shared* flock on the existing lock file, which still
   excludes a concurrent apply (exit 5). The probe that found the library in place is the
   verification; only ``--smoke`` costs a second probe.
-* A dry run changes nothing, not even the cache: a bundle is checked and unpacked into a temporary
-  directory removed afterwards, a recipe is only planned (its artifact is used when cached). It
+* A dry run changes nothing, not even the cache: a bundle is checked where it lies without being
+  extracted (a URL is downloaded into a temporary directory removed afterwards; the plan's files
+  are then the manifest's), a recipe is only planned (its artifact is used when cached). It
   does not recover, lock or preflight (each of those writes). What the real apply would refuse is
   reported as ``target_error`` and exits with the same code.
 * ``--allow-outside-prefix``: the state lives in $ROCMBUILD_HOME/targets/<hash>/ with a target.json
@@ -40,6 +41,7 @@ from rocmbuild.recipe import Overrides, Recipe
 from rocmbuild.results import ApplyResult, BuildPlan, BundleSummary, DryRunResult, TargetPlan
 from rocmbuild.swap import plan as _plan
 from rocmbuild.swap import state
+from rocmbuild.swap.observe import FsObserver, PathState
 from rocmbuild import swap as _txn
 from rocmbuild.target import probe, target
 from rocmbuild.target import verify as verify_mod
@@ -130,7 +132,8 @@ def _source_check(r: Recipe, t: Target):
     return check
 
 
-def _plan_on(art: Artifact, t: Target, options: ApplyOptions) -> tuple[_plan.TargetFacts, _plan.Plan]:
+def _plan_on(art: Artifact, t: Target, options: ApplyOptions,
+             observer: FsObserver | None = None) -> tuple[_plan.TargetFacts, _plan.Plan]:
     """Refuse an artifact that cannot load under the target's torch, then plan the swap (pure)."""
     m = art.manifest
     if m.version and m.encoding:
@@ -141,11 +144,13 @@ def _plan_on(art: Artifact, t: Target, options: ApplyOptions) -> tuple[_plan.Tar
         ui.warn("the artifact records no version: compatibility is only checked after the swap")
     rt = t.report.runtime(m.encoding)
     facts = _plan.facts_from(t, [lib.name for lib in m.libraries], str(rt) if rt is not None else None)
-    return facts, _replan(art, facts, options)
+    return facts, _replan(art, facts, options, observer)
 
 
-def _replan(art: Artifact, facts: _plan.TargetFacts, options: ApplyOptions) -> _plan.Plan:
-    return _plan.make(art, facts, allow_outside_prefix=options.allow_outside_prefix, expect=options.expect)
+def _replan(art: Artifact, facts: _plan.TargetFacts, options: ApplyOptions,
+            observer: FsObserver | None = None) -> _plan.Plan:
+    return _plan.make(art, facts, allow_outside_prefix=options.allow_outside_prefix, expect=options.expect,
+                      observer=observer)
 
 
 # --------------------------------------------------------------------------------------------
@@ -221,12 +226,41 @@ def _dry_artifact(source: RecipeSource | BundleSource) -> Iterator[tuple[Artifac
         bp = build.build_plan(source.name, source.recipes_dirs, source.overrides)
         yield (cache.lookup(bp.cache_key, cache_home()) if bp.cached else None), bp, None
         return
-    tmp = Path(tempfile.mkdtemp(prefix="rocmbuild-dry-run-"))
+    if not bundle.is_url(source.location):  # read in place: nothing extracted, no temp dir
+        art = bundle.inspect(source.location, home=cache_home(), sha256=source.sha256)
+        yield art, None, BundleSummary(art.key, art.manifest.recipe, art.manifest.version)
+        return
+    tmp = Path(tempfile.mkdtemp(prefix="rocmbuild-dry-run-"))  # only the download lands here
     try:
-        art = bundle.import_bundle(source.location, home=tmp, sha256=source.sha256)
+        art = bundle.inspect(source.location, home=tmp, sha256=source.sha256)
         yield art, None, BundleSummary(art.key, art.manifest.recipe, art.manifest.version)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+class _BundleObserver(FsObserver):
+    """The filesystem, except that the files of a bundle read in place (not extracted) are what
+    its manifest says they are."""
+
+    def __init__(self, art: Artifact) -> None:
+        self.art = art
+
+    def _entry(self, path: Path):
+        tree = self.art.tree
+        return self.art.manifest.file(path.relative_to(tree).as_posix()) if tree in path.parents else None
+
+    def state(self, path: Path) -> PathState:
+        f = self._entry(path)
+        if f is None:
+            return super().state(path)
+        return PathState("link", target=f.target) if f.type == "link" else PathState(
+            "file", size=f.size, mtime_ns=f.mtime_ns, mode=f.mode)
+
+    def sha256(self, path: Path) -> str:
+        f = self._entry(path)
+        if f is None:
+            return super().sha256(path)
+        return f.sha256 or ""
 
 
 def _dry_run(source: RecipeSource | BundleSource, where: TargetSpec, options: ApplyOptions) -> DryRunResult:
@@ -236,7 +270,8 @@ def _dry_run(source: RecipeSource | BundleSource, where: TargetSpec, options: Ap
         try:
             prefix, python = target.resolve(where.env, where.python)
             t = target.discover_at(prefix, python, timeout=options.probe_timeout)
-            _facts, the_plan = _plan_on(art, t, replace(options, expect=None))  # planned without --expect
+            obs = _BundleObserver(art) if isinstance(source, BundleSource) else None  # read in place
+            _facts, the_plan = _plan_on(art, t, replace(options, expect=None), obs)  # planned without --expect
         except RocmbuildError as exc:
             return DryRunResult(build=bp, artifact=summary, target_error=exc)
         return DryRunResult(build=bp, artifact=summary, target_plan=TargetPlan(the_plan))

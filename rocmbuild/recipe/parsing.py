@@ -238,9 +238,31 @@ def _build(b: Mapping[str, Any], path: Path) -> Build:
         install_prefix=b.get("install_prefix", "/usr/local"),
         launcher=launcher,
     )
-    if not build.install_prefix.startswith("/"):
-        raise _fail(path, "build.install_prefix", "install_prefix must be absolute", "e.g. /usr/local or /opt/rocm")
+    problem = prefix_problem(build.install_prefix)
+    if problem:
+        raise _fail(path, "build.install_prefix", f"[build] install_prefix {build.install_prefix!r} {problem}",
+                    "write a clean absolute path such as /usr/local or /opt/rocm (no '..', '.', '//' "
+                    "or trailing '/')")
     return build
+
+
+def prefix_problem(prefix: str) -> str | None:
+    """Why ``prefix`` is not a clean absolute install prefix, or None. The prefix becomes a path
+    under the build's DESTDIR, so its text must already be its normal form: absolute, no ``..``,
+    ``.``, empty component or trailing ``/``, no control character, and not ``/`` itself (that
+    would make DESTDIR itself the artifact, with nothing "outside the prefix" left to tell)."""
+    if not prefix.startswith("/"):
+        return "must be absolute"
+    if prefix == "/":
+        return "may not be / itself"
+    if any(ord(c) < 32 or c == "\x7f" for c in prefix):
+        return "contains a control character"
+    parts = prefix[1:].split("/")
+    if ".." in parts:
+        return "may not contain '..'"
+    if "." in parts or "" in parts:
+        return "is not in normal form (a '.' component, '//' or a trailing '/')"
+    return None
 
 
 def _defines(table: Mapping[str, Any], path: Path) -> tuple[tuple[str, DefineValue], ...]:
