@@ -235,6 +235,7 @@ def _dry_run(source: RecipeSource | BundleSource, where: TargetSpec, options: Ap
             return DryRunResult(build=bp, target_note=NOT_BUILT_NOTE)
         try:
             prefix, python = target.resolve(where.env, where.python)
+            guards.refuse_unreadable(prefix)  # what the real apply would refuse first
             t = target.discover_at(prefix, python, timeout=options.probe_timeout)
             _facts, the_plan = _plan_on(art, t, replace(options, expect=None))  # planned without --expect
         except RocmbuildError as exc:

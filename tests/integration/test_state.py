@@ -323,7 +323,7 @@ def test_truncated_journal_after_the_swap_is_reported_by_every_verb(txn_home, en
     assert h.returncode == 0 and _json(h)["unreadable"][0]["txn"] == txn
     assert "no transactions that can be read" in rb("history", "--env", env.prefix).stdout
 
-    for args in (["apply", txn_home.recipe("mini-fix")], ["rollback"]):
+    for args in (["apply", txn_home.recipe("mini-fix")], ["rollback"], ["apply", txn_home.recipe("mini"), "--dry-run"]):
         r = rb(*args, "--env", env.prefix, "--json")
         assert r.returncode == 2 and str(journal) in _json(r)["error"]["message"], r.stderr
     assert listing(env.prefix) == frozen  # nothing was written anywhere in the prefix
