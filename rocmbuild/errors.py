@@ -57,6 +57,11 @@ class TargetError(InputError):
     """A target that is not usable: wrong path, no Python, no torch, not writable (exit 2)."""
 
 
+class StateError(TargetError):
+    """A state file of the target (a journal) cannot be read: nothing is changed until it is
+    dealt with (exit 2)."""
+
+
 class RequirementError(InputError):
     """A program or path the recipe requires is missing (exit 2)."""
 

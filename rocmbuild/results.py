@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from rocmbuild.build.bundle import Export
     from rocmbuild.build.requirements import DoctorCheck
     from rocmbuild.swap.plan import Plan
-    from rocmbuild.swap.records import Drift, Pruned, Recovered
+    from rocmbuild.swap.records import Drift, Pruned, Recovered, Unreadable
     from rocmbuild.target.probe import LoadedLibrary
     from rocmbuild.target.target import Target
     from rocmbuild.target.verify import Verdict
@@ -186,11 +186,12 @@ class StatusChanges:
     unfinished: tuple[Unfinished, ...] = ()
     drift: tuple["Drift", ...] = ()
     backup_bytes: int = 0
+    unreadable: tuple["Unreadable", ...] = ()  # journals and history lines that cannot be read
 
     def to_json(self) -> dict[str, Any]:
         return {"state_dirs": list(self.state_dirs), "in_effect": [t.to_json() for t in self.in_effect],
                 "unfinished": [u.to_json() for u in self.unfinished], "drift": [d.to_json() for d in self.drift],
-                "backup_bytes": self.backup_bytes}
+                "backup_bytes": self.backup_bytes, "unreadable": _records(self.unreadable)}
 
 
 @dataclass(frozen=True)
@@ -377,11 +378,14 @@ class HistoryResult(VerbResult):
     transactions: tuple[Json, ...]  # history lines, with in_effect / backups_pruned / state_dir
     unfinished: tuple[Unfinished, ...]
     backup_bytes: int
+    unreadable: tuple["Unreadable", ...] = ()  # journals and history lines that cannot be read
+    origins: tuple[Json, ...] = ()  # {state_dir, relation ("copied" | "moved"), from}: state from another prefix
 
     def to_json(self) -> dict[str, Any]:
         return {"prefix": self.prefix, "transactions": [dict(t) for t in self.transactions],
                 "unfinished": [u.to_json() for u in self.unfinished], "backup_bytes": self.backup_bytes,
-                "backup_bytes_note": BACKUP_BYTES_NOTE}
+                "backup_bytes_note": BACKUP_BYTES_NOTE, "unreadable": _records(self.unreadable),
+                "origins": [dict(o) for o in self.origins]}
 
 
 @dataclass(frozen=True)

@@ -114,6 +114,8 @@ def status_changes(c: StatusChanges) -> str:
               "that changes this target rolls it back; `rocmbuild recover` does only that" for u in c.unfinished]
     lines += [f"DRIFT {d['path']}: rocmbuild left {d['expected']}, found {d['found']} (changed since "
               f"{d['txn']}; `rocmbuild rollback` refuses without --force)" for d in c.drift]
+    lines += [f"UNREADABLE {u.describe()}" + (": rocmbuild changes nothing here until it is dealt with "
+              "(`rocmbuild recover` says how)" if u.kind == "journal" else "") for u in c.unreadable]
     return "\n".join(lines or ["rocmbuild has changed nothing in this target"])
 
 
@@ -202,6 +204,8 @@ def _rollback(r: RollbackResult) -> str:
 @text.register
 def _history(h: HistoryResult) -> str:
     lines = [f"history of {h.prefix}"]
+    lines += [f"  this state was {o['relation']} from {o['from']} ({o['state_dir']}): its transactions ran "
+              "there; rollback and recover act on this prefix only" for o in h.origins]
     for r in h.transactions:
         ver = f"{r.get('version_before') or '?'} -> {r.get('version_after') or '?'}"
         what = r.get("recipe") or "-"
@@ -209,11 +213,13 @@ def _history(h: HistoryResult) -> str:
             what += f" (undoes {', '.join(r['undoes'])})"
         flag = " [in effect]" if r.get("in_effect") else ""
         flag += " [backups pruned]" if r.get("backups_pruned") else ""
+        flag += f" [{r['origin']} from {r['prefix_identity'].get('path')}]" if r.get("origin") in ("copied", "moved") else ""
         lines.append(f"  {r['id']}  {r.get('time')}  {r['verb']:8} {what} @ {(r.get('commit') or '-')[:12]}  "
                      f"{ver}  {len(r.get('files') or [])} file(s)  {r.get('outcome')}{flag}")
     if not h.transactions:
-        lines.append("  no transactions")
+        lines.append("  no transactions" + (" that can be read" if h.unreadable else ""))
     lines += [f"  UNFINISHED {u.id} {u.verb} (stopped at '{u.state}'): run `rocmbuild recover`" for u in h.unfinished]
+    lines += [f"  UNREADABLE {u.describe()}" for u in h.unreadable]
     lines.append(f"backups hold {h.backup_bytes} bytes on disk that nothing else keeps alive "
                  "(backups hardlinked to files still in use cost nothing)")
     return "\n".join(lines)

@@ -269,6 +269,7 @@ def _dry_run(source: RecipeSource | BundleSource, where: TargetSpec, options: Ap
             return DryRunResult(build=bp, target_note=NOT_BUILT_NOTE)
         try:
             prefix, python = target.resolve(where.env, where.python)
+            guards.refuse_unreadable(prefix)  # what the real apply would refuse first
             t = target.discover_at(prefix, python, timeout=options.probe_timeout)
             obs = _BundleObserver(art) if isinstance(source, BundleSource) else None  # read in place
             _facts, the_plan = _plan_on(art, t, replace(options, expect=None), obs)  # planned without --expect

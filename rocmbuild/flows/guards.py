@@ -4,6 +4,10 @@ verify after.
 Decisions:
 * Recovery rolls back every unfinished journal of the target, each state dir under its lock,
   before the target is probed: a half-swapped target is never probed or planned on.
+* A journal that cannot be read may record a swap that was never verified: every changing verb
+  (apply, rollback, recover) refuses (``StateError``, exit 2) before it writes, naming the file,
+  what it still tells and where its backups are; rocmbuild never guesses what it did. An
+  unreadable history line only warns (the journals are the record that matters).
 * Refusals come before anything is written: an artifact that cannot load under the target's torch
   (:func:`compat_refusal`), a changed artifact, a lib dir that is not writable, too little free
   space for the bytes that must be copied (hardlinks cost nothing) (:func:`preflight`).
@@ -25,7 +29,7 @@ from typing import Any, Callable
 from rocmbuild import ui
 from rocmbuild.build.artifact import Artifact
 from rocmbuild.disk import nearest_existing
-from rocmbuild.errors import InputError, TargetError
+from rocmbuild.errors import InputError, StateError, TargetError
 from rocmbuild import recipe as _recipe
 from rocmbuild.swap import plan as _plan
 from rocmbuild.swap import state
@@ -35,8 +39,36 @@ from rocmbuild.target.verify import Check, Verdict
 RESTORED_WARN_ONLY = ("compatibility",)
 
 
+def unreadable_state(prefix: Path) -> list[_txn.Unreadable]:
+    """Every journal and history line of the target (all its state dirs) that cannot be read."""
+    out: list[_txn.Unreadable] = []
+    for d in state.state_dirs_for(prefix):
+        out += _txn.unreadable(d) + state.history_lines(d)[1]
+    return out
+
+
+def refuse_unreadable(prefix: Path) -> None:
+    """StateError (exit 2) while a journal of the target cannot be read; warn of bad history lines."""
+    bad = unreadable_state(prefix)
+    for u in bad:
+        if u.kind == "history":
+            ui.warn(u.describe() + " (the line is skipped; the others are read)")
+    broken = [u for u in bad if u.kind == "journal"]
+    if not broken:
+        return
+    raise StateError(
+        f"refusing to change {prefix}: {len(broken)} journal(s) cannot be read, and such a journal may "
+        "record a swap that was never verified; nothing was changed\n" + "\n".join(f"  {u.describe()}" for u in broken),
+        "look at the files it names: to get the state before it back, put each backup NNN-<name> from its "
+        "backups dir over <name> in the environment (`mv`); then move the journal aside "
+        "(`mv JOURNAL JOURNAL.broken`) and run again. `rocmbuild status` shows what the environment loads",
+        details={"unreadable": [u.to_json() for u in bad]})
+
+
 def recover_prefix(prefix: Path, *, wait: bool, verify_restored=None) -> list[_txn.Recovered]:
-    """Recover every unfinished journal of the target (each state dir under its lock)."""
+    """Recover every unfinished journal of the target (each state dir under its lock); refuse
+    first while a journal cannot be read (:func:`refuse_unreadable`)."""
+    refuse_unreadable(prefix)
     out: list[dict[str, Any]] = []
     for d in state.state_dirs_for(prefix):
         if _txn.needs_recovery(d):

@@ -3,6 +3,11 @@
 Decisions:
 * ``history``, ``status`` and ``verify`` only read: unfinished journals are listed, not
   recovered. Every verb that changes a target (apply, rollback, recover) recovers first.
+* A journal or history line that cannot be read is listed by ``status`` and ``history``
+  (``unreadable``: its path, what it still tells, where its backups are); the changing verbs refuse
+  while a journal is unreadable (guards.refuse_unreadable), ``recover`` included (exit 2).
+* ``history`` marks the state found in another prefix: ``origins`` (``copied`` after a ``cp -a``,
+  ``moved`` after a ``mv``) and each line's ``origin``; its paths are this prefix's, rebased.
 * ``rollback`` undoes the latest apply in effect (or everything from ``--to`` on) as its own
   journaled, verified transaction; the old state is checked like a restored one (identity and
   version; an incompatibility it always had is a warning). Drift refuses (exit 2) unless ``force``.
@@ -28,6 +33,7 @@ from rocmbuild.results import (
     VerifyResult,
 )
 from rocmbuild.swap import state
+from rocmbuild.swap.paths import origin
 from rocmbuild import swap as _txn
 from rocmbuild.target import target, versions
 from rocmbuild.target import verify as verify_mod
@@ -95,17 +101,21 @@ def history(*, env: str | None = None, python: str | None = None) -> HistoryResu
     prefix, _py = target.resolve(env, python)
     rows: list[dict] = []
     unfinished: list[Unfinished] = []
+    origins: list[dict] = []
     total = 0
     for d in state.state_dirs_for(prefix):
         act = {j.id for j in _txn.active(d)}
         pruned = {j.id for j in _txn.journals(d) if j.data.get("backups_pruned")}
-        for rec in state.read_history(d):
+        lines, _bad = state.history_lines(d)
+        for rec in lines:
             rows.append({**rec, "in_effect": rec["id"] in act, "backups_pruned": rec["id"] in pruned,
-                         "state_dir": str(d)})
+                         "state_dir": str(d), "origin": origin(rec.get("prefix_identity"), prefix)})
         unfinished += _unfinished(d)
+        origins += [{"state_dir": str(d), "relation": rel, "from": where} for rel, where in _txn.foreign(d)]
         total += _txn.backup_bytes(d)
     rows.sort(key=lambda r: (r.get("time") or "", r["id"]))
-    return HistoryResult(str(prefix), tuple(rows), tuple(unfinished), total)
+    return HistoryResult(str(prefix), tuple(rows), tuple(unfinished), total,
+                         tuple(guards.unreadable_state(prefix)), tuple(origins))
 
 
 def status_changes(prefix: Path) -> StatusChanges:
@@ -121,7 +131,8 @@ def status_changes(prefix: Path) -> StatusChanges:
         unfinished += _unfinished(d)
         drift += _txn.drift(d)
         total += _txn.backup_bytes(d)
-    return StatusChanges(tuple(dirs), tuple(in_effect), tuple(unfinished), tuple(drift), total)
+    return StatusChanges(tuple(dirs), tuple(in_effect), tuple(unfinished), tuple(drift), total,
+                         tuple(guards.unreadable_state(Path(prefix))))
 
 
 def _library_status(t, lib) -> LibraryStatus:

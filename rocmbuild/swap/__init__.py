@@ -8,16 +8,17 @@ modules, in import order: observe, records, plan, actions, journal, backups, his
 
 from rocmbuild.swap.backups import backup_bytes, find_backup, protected_backups, prune
 from rocmbuild.swap.history import drift, resolve_txn, rollback_plan
-from rocmbuild.swap.journal import FAILPOINTS, FINISHED, Journal, active, journals, new_id, pending
+from rocmbuild.swap.journal import (FAILPOINTS, FINISHED, Journal, active, foreign, journals, new_id, pending,
+                                    unreadable)
 from rocmbuild.swap.plan import Plan, TargetFacts, facts_from, make
 from rocmbuild.swap.protocol import (Expectation, Outcome, Verify, execute, expectation_after, expectation_before,
                                      failures_json, needs_recovery, recover, verdict_json)
-from rocmbuild.swap.records import Drift, Pruned, Recovered, Restored
+from rocmbuild.swap.records import Drift, Pruned, Recovered, Restored, Unreadable
 
 __all__ = [
     "FAILPOINTS", "FINISHED", "Drift", "Expectation", "Journal", "Outcome", "Plan", "Pruned", "Recovered",
-    "Restored", "TargetFacts", "Verify", "active", "backup_bytes", "drift", "execute", "expectation_after",
+    "Restored", "TargetFacts", "Unreadable", "Verify", "active", "backup_bytes", "drift", "execute", "expectation_after",
     "expectation_before", "facts_from", "failures_json", "find_backup", "journals", "make",
-    "needs_recovery", "new_id", "pending", "protected_backups", "prune", "recover", "resolve_txn",
+    "needs_recovery", "new_id", "pending", "unreadable", "foreign", "protected_backups", "prune", "recover", "resolve_txn",
     "rollback_plan", "verdict_json",
 ]

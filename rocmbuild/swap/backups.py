@@ -6,7 +6,9 @@ Decisions:
   alive (a backup still linked from the target or the artifact cache costs nothing);
 * pruning keeps, by identity (device + inode), the original pre-rocmbuild files and what a plain
   ``rollback`` restores, whichever transaction's backup holds them; a copied backup (another
-  filesystem) cannot be matched by inode, so it is always kept; every removal is reported.
+  filesystem) cannot be matched by inode, so it is always kept; every removal is reported;
+* in a copied env (its journals record another prefix) nothing is pruned, with a warning: the
+  identities recorded there belong to the original's files.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import shutil
 from pathlib import Path
 
 from rocmbuild import ui
-from rocmbuild.swap.journal import FINISHED, active, backup_dir, journals, now, seq
+from rocmbuild.swap.journal import FINISHED, active, backup_dir, foreign, journals, now, seq
 from rocmbuild.swap.observe import PathState
 from rocmbuild.swap.records import Pruned
 
@@ -141,6 +143,11 @@ def prune(state_dir: Path, keep: int) -> list[Pruned]:
         raise ValueError(f"keep must be at least 1 (got {keep}): keep 0 would remove the backups of "
                          "the transaction just made, and those of the original files")
     state_dir = Path(state_dir)
+    elsewhere = [f for f in foreign(state_dir) if f[0] == "copied"]
+    if elsewhere:  # a copy has new inodes: the identities that protect the originals match nothing
+        ui.warn(f"not pruning the backups in {state_dir}: this state was {elsewhere[0][0]} from "
+                f"{elsewhere[0][1]}, and backups are matched by identity, which a copy does not keep")
+        return []
     with_backups = [j for j in journals(state_dir)
                     if j.state in FINISHED and backup_dir(state_dir, j.id).is_dir()]
     excess = len(with_backups) - keep

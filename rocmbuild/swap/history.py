@@ -19,7 +19,8 @@ from rocmbuild.swap import actions as _actions
 from rocmbuild.swap import state
 from rocmbuild.swap.backups import dir_unique_bytes, find_backup
 from rocmbuild.swap.journal import FINISHED, Journal, active, backup_dir, journals
-from rocmbuild.swap.observe import FsObserver, PathState, observe, same_or_same_bytes
+from rocmbuild.swap.paths import prefix_identity, relative_to
+from rocmbuild.swap.observe import FsObserver, PathState, found, observe, unchanged
 from rocmbuild.swap.plan import Plan, Undo, make_rollback
 from rocmbuild.swap.records import Drift
 
@@ -35,26 +36,29 @@ def _latest_after(act: list[Journal]) -> dict[str, tuple[Journal, PathState]]:
     return out
 
 
-def _latest_source(act: list[Journal]) -> dict[str, str | None]:
-    """For every path touched by an active transaction: the file whose bytes it placed there."""
-    out: dict[str, str | None] = {}
+def _latest_source(act: list[Journal]) -> dict[str, tuple[str | None, str | None]]:
+    """For every path touched by an active transaction: the file whose bytes it placed there, and
+    their sha256 as the journal recorded it (the manifest's; None for a restored original)."""
+    out: dict[str, tuple[str | None, str | None]] = {}
     for j in act:
         for step in j.data["steps"]:
             a = j.plan.actions[step["index"]]
-            out[a.path] = a.source
+            out[a.path] = (a.source, a.sha256)
     return out
 
 
 def drift(state_dir: Path) -> list[Drift]:
-    """Paths rocmbuild placed (active transactions) that no longer are what it left there (a file
-    restored from a copied backup counts as unchanged when its bytes are the same)."""
+    """Paths rocmbuild placed (active transactions) that no longer are what it left there (judged
+    by :func:`rocmbuild.swap.observe.unchanged`: identity with the ctime, then the recorded sha256)."""
     out = []
     act = active(state_dir)
     sources = _latest_source(act)
+    obs = FsObserver()
     for path, (j, after) in sorted(_latest_after(act).items()):
         now = observe(path)
-        if not same_or_same_bytes(now, after, path, sources.get(path), FsObserver()):
-            out.append(Drift(path, j.id, after.describe(), now.describe()))
+        source, digest = sources.get(path, (None, None))
+        if not unchanged(now, after, path, digest=digest, source=source, obs=obs):
+            out.append(Drift(path, j.id, after.describe(), found(now, after)))
     return out
 
 
@@ -119,8 +123,9 @@ def _undos(state_dir: Path, act: list[Journal], undo: list[Journal]) -> tuple[li
             if not nominal.exists() and not step.get("backup_copied"):
                 nominal = find_backup(state_dir, a.before) or nominal  # pruned, but held elsewhere
             backup = str(nominal)
+        source, digest = sources.get(path, (None, None))
         undos.append(Undo(path, latest[path][1], a.before, backup, j.id, copied=bool(step.get("backup_copied")),
-                          expected_source=sources.get(path)))
+                          expected_source=source, expected_digest=digest))
         remove_dirs.extend(a.create_dirs)
     return undos, tuple(sorted(set(remove_dirs), key=lambda d: -len(d)))
 
@@ -142,15 +147,19 @@ def rollback_plan(state_dir: Path, *, to: str | None = None, force: bool = False
 
 
 def history_record(j: Journal, *, outcome: str) -> dict[str, Any]:
-    """The ``history.jsonl`` line of ``j`` (its keys: docs/json.md, ``history``)."""
+    """The ``history.jsonl`` line of ``j`` (its keys: docs/json.md, ``history``): files relative to
+    the prefix, and the identity of the prefix the transaction ran in."""
     plan = j.plan
-    meta = j.data.get("meta", {})
+    meta = dict(j.data.get("meta", {}))
+    if isinstance(meta.get("python"), str):
+        meta["python"] = relative_to(meta["python"], plan.prefix)
     return {
         "id": j.id, "time": j.data.get("created"), "verb": j.verb, "recipe": plan.recipe,
         "commit": plan.commit, "artifact": plan.artifact, "version_before": plan.version_before,
-        "version_after": plan.version_after, "files": j.files,
+        "version_after": plan.version_after, "files": [relative_to(f, plan.prefix) for f in j.files],
         "outcome": outcome, "undoes": list(plan.undoes),
         "backup_bytes": dir_unique_bytes(backup_dir(Path(plan.state_dir), j.id)), **meta,
+        "prefix_identity": j.data.get("prefix_identity") or prefix_identity(plan.prefix),
     }
 
 

@@ -5,7 +5,14 @@ Decisions:
 * an id is ``NNNN-YYYYmmddTHHMMSSZ``: a sequence number (ordered, short to type for ``--to``;
   the caller holds the lock, so it is unique) and the UTC time;
 * every journal write is atomic (temp, fsync, rename, fsync dir); a journal that cannot be read
-  is left out of the listing, never guessed at;
+  (not JSON, not an object, missing or mistyped keys) is left out of :func:`journals`, never
+  guessed at, and listed by :func:`unreadable` with what it still tells (the id from its name,
+  a verb, state and paths found in its text, where its backups are) for every verb to report;
+* on disk (schema 2) every path inside the prefix is relative to it and the journal records the
+  prefix's identity (:func:`~rocmbuild.swap.paths.prefix_identity`); loading makes them absolute
+  under the prefix the state dir is in *now* (``<prefix>/.rocmbuild``), so a copied or moved env
+  acts on itself only. A schema-1 journal (absolute paths) is rebased the same way from the prefix
+  it names. A loaded journal of an own state dir whose file paths leave that prefix is unreadable;
 * a failpoint (``ROCMBUILD_FAILPOINTS=name[,name]``) ends the process with ``os._exit(137)``, the
   way a SIGKILL would: no cleanup, no ``finally`` (the names: docs/testing.md).
 """
@@ -18,14 +25,20 @@ import time
 from pathlib import Path
 from typing import Any
 
+import re
+
 from rocmbuild import disk
+from rocmbuild.home import STATE_DIRNAME
 from rocmbuild.swap import actions as _actions
+from rocmbuild.swap.paths import origin, prefix_identity, rebased, relative_to, under
 from rocmbuild.swap.plan import Plan
+from rocmbuild.swap.records import Unreadable
 
 FAILPOINTS = ("after-journal", "after-stage", "after-backup", "mid-swap", "after-swap", "after-verify",
               "mid-rollback", "after-commit")
 FINISHED = ("committed", "rolled_back")
-JOURNAL_SCHEMA = 1
+JOURNAL_SCHEMA = 2  # 2: paths relative to the prefix + its identity; 1 (absolute paths) is still read
+PLAN_PATHS = ("prefix", "python", "libdir", "state_dir", "library", "library_before", "artifact_path")
 
 
 def failpoint(name: str) -> None:
@@ -75,7 +88,40 @@ class Journal:
 
     @classmethod
     def load(cls, path: Path) -> "Journal":
-        return cls(path, disk.read_json(path))
+        """Read and check a journal (ValueError, with what is wrong, when it cannot be used)."""
+        path = Path(path)
+        data = disk.read_json(path)
+        if not isinstance(data, dict):
+            raise ValueError(f"a journal is a JSON object, this is {type(data).__name__}")
+        try:
+            j = cls(path, _from_disk(data, path.parent.parent))
+            j.check()
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(f"{type(exc).__name__}: {exc}") from None
+        return j
+
+    def check(self) -> None:
+        """Every key the protocol reads, with its type; every step indexes an action."""
+        d = self.data
+        for key in ("id", "verb", "state"):
+            if not isinstance(d.get(key), str):
+                raise ValueError(f"key {key!r} is missing or not a string")
+        if not isinstance(d.get("steps"), list) or not isinstance(d.get("meta", {}), dict):
+            raise ValueError("key 'steps' is missing or not a list")
+        try:
+            plan = self.plan
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ValueError(f"its plan cannot be read ({type(exc).__name__}: {exc})") from None
+        for step in d["steps"]:
+            if not (isinstance(step, dict) and type(step.get("index")) is int
+                    and 0 <= step["index"] < len(plan.actions) and isinstance(step.get("after") or {}, dict)):
+                raise ValueError(f"a step is not a valid entry: {step!r:.80}")
+        sdir = self.path.parent.parent
+        if sdir.name == STATE_DIRNAME:
+            for a in plan.actions:
+                for p in (a.path, *a.create_dirs):
+                    if not under(os.path.normpath(p), os.path.normpath(str(sdir.parent)), strictly=True):
+                        raise ValueError(f"it names {p}, outside the prefix {sdir.parent} it lives in")
 
     @property
     def id(self) -> str:
@@ -110,7 +156,7 @@ class Journal:
 
     def save(self) -> None:
         self.data["updated"] = now()
-        disk.atomic_write_json(self.path, self.data)
+        disk.atomic_write_json(self.path, _to_disk(self.data))
 
     def file_actions(self) -> list[tuple[_actions.FileAction, dict[str, Any]]]:
         """Each step's file action, with the step's journal entry (updated in place)."""
@@ -124,6 +170,76 @@ class Journal:
         return out
 
 
+def _map_plan(plan: dict[str, Any], f) -> dict[str, Any]:
+    out = dict(plan)
+    for k in PLAN_PATHS:
+        if isinstance(out.get(k), str):
+            out[k] = f(out[k])
+    out["remove_dirs"] = [f(x) for x in out.get("remove_dirs") or ()]
+    acts = []
+    for a in out.get("actions") or ():
+        a = dict(a)
+        for k in ("path", "source"):
+            if isinstance(a.get(k), str):
+                a[k] = f(a[k])
+        a["create_dirs"] = [f(x) for x in a.get("create_dirs") or ()]
+        acts.append(a)
+    out["actions"] = acts
+    return out
+
+
+def _to_disk(data: dict[str, Any]) -> dict[str, Any]:
+    """The journal as written: paths relative to the prefix, plus the prefix's identity."""
+    prefix = data["plan"]["prefix"]
+    data.setdefault("prefix_identity", prefix_identity(prefix))
+    return {**data, "schema": JOURNAL_SCHEMA, "plan": _map_plan(data["plan"], lambda p: relative_to(p, prefix))}
+
+
+def _from_disk(data: dict[str, Any], state_dir: Path) -> dict[str, Any]:
+    """The journal in memory: absolute paths under the prefix this state dir belongs to now."""
+    plan = data.get("plan")
+    if not isinstance(plan, dict):
+        raise ValueError("key 'plan' is missing or not an object")
+    if data.get("schema", 1) == 1 and isinstance(plan.get("prefix"), str):  # absolute: make them relative
+        old = plan["prefix"]
+        plan = _map_plan(plan, lambda p: relative_to(p, old))
+        data = {**data, "prefix_identity": data.get("prefix_identity") or {"path": old}}
+    recorded = (data.get("prefix_identity") or {}).get("path") if isinstance(data.get("prefix_identity"), dict) else None
+    base = state_dir.parent if state_dir.name == STATE_DIRNAME else Path(recorded or plan.get("prefix") or "/")
+    return {**data, "plan": _map_plan(plan, lambda p: rebased(p, base))}
+
+
+_HINTS = {"verb": re.compile(r'"verb":\s*"(\w+)"'), "state": re.compile(r'"state":\s*"(\w+)"')}
+
+
+def _what_it_knew(path: Path, prefix: Path | None) -> dict[str, Any]:
+    """What a journal that cannot be parsed still tells: a verb, a state, the paths it names
+    (made absolute under ``prefix``, the env it is in now)."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return {}
+    out: dict[str, Any] = {k: m.group(1) for k, r in _HINTS.items() if (m := r.search(text))}
+    paths = re.findall(r'"path":\s*"([^"]+)"', text)
+    if paths:
+        out["paths"] = sorted({rebased(p, prefix) if prefix else p for p in paths})[:20]
+    return out
+
+
+def unreadable(state_dir: Path) -> list[Unreadable]:
+    """Every journal of ``state_dir`` that cannot be read or used, with what it still tells."""
+    d = journal_dir(state_dir)
+    out = []
+    for p in sorted(d.glob("*.json"), key=lambda p: (seq(p.stem), p.stem)) if d.is_dir() else ():
+        try:
+            Journal.load(p)
+        except (OSError, ValueError) as exc:
+            bdir = backup_dir(Path(state_dir), p.stem)
+            out.append(Unreadable("journal", str(p), f"{type(exc).__name__}: {exc}", txn=p.stem,
+                                  known=_what_it_knew(p, prefix_of(state_dir)), backups=str(bdir) if bdir.is_dir() else None))
+    return out
+
+
 def journals(state_dir: Path) -> list[Journal]:
     """Every readable journal of ``state_dir``, oldest first."""
     d = journal_dir(state_dir)
@@ -135,6 +251,24 @@ def journals(state_dir: Path) -> list[Journal]:
             out.append(Journal.load(p))
         except (OSError, ValueError):
             continue
+    return out
+
+
+def prefix_of(state_dir: Path) -> Path | None:
+    """The prefix an own state dir (``<prefix>/.rocmbuild``) belongs to; None for an outside one."""
+    return Path(state_dir).parent if Path(state_dir).name == STATE_DIRNAME else None
+
+
+def foreign(state_dir: Path) -> list[tuple[str, str]]:
+    """(``copied`` | ``moved``, the prefix it ran in) for each distinct other prefix whose
+    transactions this state dir holds: a copied (``cp -a``) or moved env."""
+    prefix = prefix_of(state_dir)
+    out: list[tuple[str, str]] = []
+    for j in journals(state_dir) if prefix is not None else ():
+        ident = j.data.get("prefix_identity")
+        rel = origin(ident, prefix)
+        if rel in ("copied", "moved") and (rel, ident["path"]) not in out:
+            out.append((rel, ident["path"]))
     return out
 
 

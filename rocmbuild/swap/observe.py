@@ -1,8 +1,17 @@
 """What a path is now: :class:`PathState` values, read with ``lstat`` through an :class:`Observer`.
 
-Decisions: an observation never follows a symlink and never hashes; the one place that hashes
-(:func:`same_or_same_bytes`) does so only when identity cannot decide and kind, size and mode
-already match. Planning takes an ``Observer`` so that tests can stand a dict in for the filesystem.
+Decisions: an observation never follows a symlink and never hashes; the place that hashes
+(:func:`unchanged`) does so only when identity cannot decide and kind,
+size and mode already match. Planning takes an ``Observer`` so that tests can stand a dict in for
+the filesystem; :func:`resolve` walks symlinks through it, component by component.
+
+Drift (:func:`unchanged`) is judged against the identity recorded when rocmbuild placed the file:
+device, inode, size, mtime_ns and ctime_ns. An in-place write moves the ctime even when the mtime
+is put back, so a moved size or mtime is drift, and a moved ctime alone (a chmod, a new hardlink,
+a backup unlinked) is settled by the content: the sha256 recorded in the journal (the manifest's),
+never the bytes of a file that may be the same inode (a hardlinked cache file changes with it).
+A ctime of 0 (a journal written before ctime was recorded) is not compared. Without an independent
+digest (a restored original: never hashed, by design) identity without the ctime decides.
 """
 
 from __future__ import annotations
@@ -27,20 +36,26 @@ class PathState:
     mtime_ns: int = 0
     mode: int = 0
     target: str | None = None
+    ctime_ns: int = 0  # files: catches an in-place write whose mtime was put back (0: not recorded)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_json(cls, d: dict[str, Any] | None) -> "PathState":
-        return cls(**d) if d else cls("absent")
+        if not d:
+            return cls("absent")
+        if not isinstance(d, dict) or not isinstance(d.get("kind"), str):
+            raise ValueError(f"not a path state: {d!r}")
+        return cls(**d)
 
     @classmethod
     def from_stat(cls, st: os.stat_result, target: str | None = None) -> "PathState":
         if stat.S_ISLNK(st.st_mode):
             return cls("link", target=target)
         if stat.S_ISREG(st.st_mode):
-            return cls("file", st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, stat.S_IMODE(st.st_mode))
+            return cls("file", st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, stat.S_IMODE(st.st_mode),
+                       ctime_ns=st.st_ctime_ns)
         return cls("other", st.st_dev, st.st_ino, mode=stat.S_IMODE(st.st_mode))
 
     def same(self, other: "PathState") -> bool:
@@ -90,15 +105,68 @@ class FsObserver:
         return sha256_file(path)
 
 
-def same_or_same_bytes(now: PathState, expected: PathState, path: str | Path, source: str | None,
-                       obs: Observer) -> bool:
-    """``now`` is what rocmbuild left there: the same file (identity), or -- after a restore from a
-    copied backup (another filesystem), which makes a new inode -- the same bytes as ``source``.
-    Hashing happens only in that second case, when kind, size and mode already match."""
-    if now.same(expected):
+def unchanged(now: PathState, expected: PathState, path: str | Path, *, digest: str | None,
+              source: str | None, obs: Observer) -> bool:
+    """``now`` is still what rocmbuild left at ``path`` (``expected``, recorded when it was placed):
+    the rules are in the module notes. ``digest``: the sha256 of the bytes placed (None: unknown);
+    ``source``: a file holding those bytes, compared only when it is another inode than ``now``."""
+    if now.kind != expected.kind:
+        return False
+    if now.kind == "link":
+        return now.target == expected.target
+    if now.kind != "file":
         return True
-    if not (now.kind == expected.kind == "file" and (now.size, now.mode) == (expected.size, expected.mode)):
+    if (now.dev, now.inode) == (expected.dev, expected.inode):
+        if (now.size, now.mtime_ns) != (expected.size, expected.mtime_ns):
+            return False  # written in place
+        if not expected.ctime_ns or now.ctime_ns == expected.ctime_ns:
+            return True
+        return obs.sha256(Path(path)) == digest if digest else True
+    if (now.size, now.mode) != (expected.size, expected.mode):
         return False
-    if not source or obs.state(Path(source)).kind != "file":
+    if digest:  # another inode (restored from a copied backup, or a copied env): the bytes decide
+        return obs.sha256(Path(path)) == digest
+    if not source:
         return False
+    src = obs.state(Path(source))
+    if src.kind != "file":
+        return False
+    if (src.dev, src.inode) == (now.dev, now.inode):  # it is the source itself (a copied env's hardlink)
+        return src.mtime_ns == expected.mtime_ns
     return obs.sha256(Path(path)) == obs.sha256(Path(source))
+
+
+def found(now: PathState, expected: PathState) -> str:
+    """How a drifted path is described: an in-place write looks like the old identity, so say so."""
+    text = now.describe()
+    if now.kind == "file" and (now.dev, now.inode) == (expected.dev, expected.inode):
+        text += " (the same inode, written in place: its content is not what rocmbuild placed)"
+    return text
+
+
+def resolve(path: str | Path, obs: Observer, *, limit: int = 40) -> str:
+    """``realpath`` through ``obs``: every symlink on the way is followed (``..`` after it is taken
+    from where the link led); what does not exist is kept as named. A loop is a ValueError."""
+    pending = [p for p in str(path).split("/")][::-1]
+    out = "/"
+    hops = 0
+    while pending:
+        name = pending.pop()
+        if name in ("", "."):
+            continue
+        if name == "..":
+            out = os.path.dirname(out)
+            continue
+        cand = os.path.join(out, name)
+        st = obs.state(Path(cand))
+        if st.kind == "link":
+            hops += 1
+            if hops > limit:
+                raise ValueError(f"too many symlinks on the way to {path}")
+            text = st.target or ""
+            if text.startswith("/"):
+                out = "/"
+            pending.extend(text.split("/")[::-1])
+            continue
+        out = cand
+    return out

@@ -6,6 +6,8 @@ Decisions (the mapping rules in full: docs/transactions.md, "Planning"):
   place, noted); wheel-style the one loaded file receives the new bytes under its own name;
 * ``[install] data`` dirs land at ``<libdir>/../<data path>``; missing parents are recorded so a
   revert removes them again; a library loaded from outside the prefix is refused unless asked;
+* every destination is checked by :class:`~rocmbuild.swap.paths.Places` (only the lib dir and its
+  ``../share``, never the state dir, never through a symlink out of the prefix) before any action;
 * "already there" is decided by identity, hashing only a same-size regular file;
 * everything is observed through an :class:`~rocmbuild.swap.observe.Observer`: pure, testable.
 """
@@ -18,7 +20,8 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from rocmbuild.errors import InputError, TargetError
 from rocmbuild.home import target_state_dir
-from rocmbuild.swap.observe import FsObserver, Observer, PathState, same_or_same_bytes
+from rocmbuild.swap.observe import FsObserver, Observer, PathState, found, unchanged
+from rocmbuild.swap.paths import Places, clean_relative, missing_dirs, plain_name
 from rocmbuild.swap.records import Drift
 
 if TYPE_CHECKING:
@@ -158,26 +161,6 @@ def facts_from(target: "Target", stems: Iterable[str], version: str | None = Non
                        str(target.state_dir or ""))
 
 
-def _missing_dirs(path: Path, obs: Observer) -> tuple[str, ...]:
-    out = []
-    d = path.parent
-    while True:
-        s = obs.state(d)
-        if s.kind == "absent":
-            if d == d.parent:
-                break
-            out.append(str(d))
-            d = d.parent
-            continue
-        if s.kind == "link":
-            break  # a symlinked directory (e.g. lib64 -> lib): exists
-        if s.kind != "other":
-            raise TargetError(f"{d} is not a directory, but {path} needs to be placed inside it",
-                              "move that file out of the way and run again")
-        break
-    return tuple(reversed(out))
-
-
 def _file_action(dest: Path, src: Path, entry_size: int, entry_sha: str | None, role: str,
                  obs: Observer) -> Action:
     before = obs.state(dest)
@@ -201,7 +184,7 @@ def _file_action(dest: Path, src: Path, entry_size: int, entry_sha: str | None, 
     return Action(
         kind="replace_file" if before.kind != "absent" else "add_file",
         path=str(dest), role=role, before=before, source=str(src), size=entry_size, sha256=entry_sha,
-        create_dirs=_missing_dirs(dest, obs) if before.kind == "absent" else (), done=done,
+        create_dirs=missing_dirs(dest, obs) if before.kind == "absent" else (), done=done,
     )
 
 
@@ -212,7 +195,7 @@ def _link_action(dest: Path, text: str, role: str, obs: Observer) -> Action:
                           "move it out of the way and run again")
     return Action(
         kind="replace_link", path=str(dest), role=role, before=before, link=text,
-        create_dirs=_missing_dirs(dest, obs) if before.kind == "absent" else (),
+        create_dirs=missing_dirs(dest, obs) if before.kind == "absent" else (),
         done=before.kind == "link" and before.target == text,
     )
 
@@ -244,22 +227,25 @@ def _loaded_copy(name: str, facts: TargetFacts, allow_outside_prefix: bool) -> L
 
 
 def _library_actions(m: "Manifest", lib: "LibraryEntry", loaded: LoadedFact, tree: Path,
-                     obs: Observer) -> tuple[list[Action], list[str], Path, str]:
+                     places: Places) -> tuple[list[Action], list[str], Path, str]:
     """The actions placing one library (wheel: its bytes under the loaded name; conda: the real
     file under the artifact's name plus its SONAME links), notes, the destination, the layout."""
+    obs = places.obs
     lpath = Path(loaded.path)
     ldir = lpath.parent
     entry = m.file(lib.file)
     size = entry.size if entry else lib.size
     sha = (entry.sha256 if entry else None) or lib.sha256 or None
+    src = places.source(tree, lib.file, "library file")
     if loaded.layout == "wheel":
-        return [_file_action(lpath, tree / lib.file, size, sha, "library", obs)], [], lpath, "wheel"
-    dest = ldir / Path(lib.file).name
-    actions = [_file_action(dest, tree / lib.file, size, sha, "library", obs)]
+        return [_file_action(lpath, src, size, sha, "library", obs)], [], lpath, "wheel"
+    dest = places.dest(ldir / plain_name(Path(lib.file).name, "library name"), (ldir,), "library")
+    actions = [_file_action(dest, src, size, sha, "library", obs)]
     for link_rel in lib.links:
         le = m.file(link_rel)
         text = le.target if le and le.target else Path(lib.file).name
-        actions.append(_link_action(ldir / Path(link_rel).name, text, "link", obs))
+        link = places.dest(ldir / plain_name(Path(link_rel).name, "library link"), (ldir,), "library link")
+        actions.append(_link_action(link, places.link_text(link, text, (ldir,), "library link"), "link", obs))
     notes = []
     if lpath.name != dest.name and lpath.name not in {Path(p).name for p in lib.links}:
         notes.append(f"{lpath} (the file loaded until now) is kept as it is; the links now point "
@@ -267,22 +253,26 @@ def _library_actions(m: "Manifest", lib: "LibraryEntry", loaded: LoadedFact, tre
     return actions, notes, dest, "conda"
 
 
-def _data_actions(m: "Manifest", data_root: Path, tree: Path, seen: set[str], obs: Observer) -> list[Action]:
-    """The actions placing the ``[install] data`` dirs' files and links under ``data_root``."""
+def _data_actions(m: "Manifest", libdir: Path, tree: Path, seen: set[str], places: Places) -> list[Action]:
+    """The actions placing the ``[install] data`` dirs' files and links under ``<libdir>/..``
+    (only in the lib dir or ``share``: :class:`~rocmbuild.swap.paths.Places`)."""
     actions = []
+    roots = (libdir, libdir.parent / "share")
     for d in m.data:
-        d = d.strip("/")
+        d = clean_relative(d, "data path")
         for f in m.files:
             if not (f.path == d or f.path.startswith(d + "/")):
                 continue
-            dest = data_root / f.path
+            dest = places.dest(libdir.parent / clean_relative(f.path, "data file"), roots, f"data file {f.path!r}")
             if str(dest) in seen:
                 continue
             seen.add(str(dest))
             if f.type == "link":
-                actions.append(_link_action(dest, f.target or "", "data", obs))
+                text = places.link_text(dest, f.target or "", roots, "data link")
+                actions.append(_link_action(dest, text, "data", places.obs))
             else:
-                actions.append(_file_action(dest, tree / f.path, f.size, f.sha256, "data", obs))
+                src = places.source(tree, f.path, "data file")
+                actions.append(_file_action(dest, src, f.size, f.sha256, "data", places.obs))
     return actions
 
 
@@ -297,21 +287,21 @@ def make(artifact: "Artifact", facts: TargetFacts, *, allow_outside_prefix: bool
                          "add [install] libraries to the recipe and rebuild")
     actions: list[Action] = []
     notes: list[str] = []
+    loaded_all = [_loaded_copy(lib.name, facts, allow_outside_prefix) for lib in m.libraries]
+    outside = any(not c.inside for c in loaded_all)
+    libdir = Path(loaded_all[0].path).parent
+    if state_dir is None:
+        state_dir = str(target_state_dir(Path(facts.prefix), libdir, outside=outside))
+    places = Places(facts.prefix, state_dir, allow_outside_prefix, obs)
     primary: tuple[Path, Path, str] | None = None  # (destination, loaded until now, layout)
-    outside = False
-    for lib in m.libraries:
-        loaded = _loaded_copy(lib.name, facts, allow_outside_prefix)
-        outside = outside or not loaded.inside
-        acts, more, dest, lay = _library_actions(m, lib, loaded, tree, obs)
+    for lib, loaded in zip(m.libraries, loaded_all):
+        acts, more, dest, lay = _library_actions(m, lib, loaded, tree, places)
         actions += acts
         notes += more
         primary = primary or (dest, Path(loaded.path), lay)
     assert primary is not None
     dest, before, layout = primary
-    libdir = before.parent
-    actions += _data_actions(m, libdir.parent, tree, {a.path for a in actions}, obs)
-    if state_dir is None:
-        state_dir = str(target_state_dir(Path(facts.prefix), libdir, outside=outside))
+    actions += _data_actions(m, libdir, tree, {a.path for a in actions}, places)
     return Plan(
         verb="apply", prefix=facts.prefix, python=facts.python, libdir=str(libdir), layout=layout,
         outside=outside, state_dir=state_dir, actions=tuple(actions), library=str(dest),
@@ -333,11 +323,12 @@ class Undo:
     txn: str  # the transaction whose "before" is restored
     copied: bool = False  # the backup is a copy (another filesystem): a restore makes a new inode
     expected_source: str | None = None  # the file whose bytes ``expected`` holds (artifact or backup)
+    expected_digest: str | None = None  # their sha256 as journaled (the manifest's; None: never hashed)
 
 
 def _restore_action(u: Undo, now: PathState, obs: Observer) -> Action:
     """The action that brings ``u.desired`` back at ``u.path`` (which is ``now``)."""
-    create = _missing_dirs(Path(u.path), obs) if now.kind == "absent" else ()
+    create = missing_dirs(Path(u.path), obs) if now.kind == "absent" else ()
     if u.desired.kind == "file":
         if not u.backup or obs.state(Path(u.backup)).kind != "file":
             raise TargetError(
@@ -372,8 +363,8 @@ def make_rollback(undos: Iterable[Undo], *, prefix: str, python: str, libdir: st
     drift = []
     for u in undos:
         now = obs.state(Path(u.path))
-        if not same_or_same_bytes(now, u.expected, u.path, u.expected_source, obs):
-            drift.append(Drift(u.path, u.txn, u.expected.describe(), now.describe()))
+        if not unchanged(now, u.expected, u.path, digest=u.expected_digest, source=u.expected_source, obs=obs):
+            drift.append(Drift(u.path, u.txn, u.expected.describe(), found(now, u.expected)))
         actions.append(_restore_action(u, now, obs))
     if drift and not force:
         lines = "\n".join(f"  {d.path}: rocmbuild left {d.expected}, found {d.found}" for d in drift)

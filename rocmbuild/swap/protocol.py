@@ -135,6 +135,7 @@ def _swap(j: Journal, fas: Steps, plan: Plan) -> None:
     for n, (fa, step) in enumerate(fas):
         fa.apply()
         step["swapped"] = True
+        _record_after(fa, step)
         j.save()
         if n == 0 and len(fas) > 1:
             failpoint("mid-swap")
@@ -146,6 +147,15 @@ def _swap(j: Journal, fas: Steps, plan: Plan) -> None:
     _fsync_dirs(fas)
     j.set(state="swapped")
     failpoint("after-swap")
+
+
+def _record_after(fa: FileAction, step: dict[str, Any]) -> None:
+    """The placed file's identity as it is now: a rename moves the inode's ctime, and drift is
+    judged against this (see observe.unchanged)."""
+    now_ = observe(fa.dest)
+    after = step.get("after") or {}
+    if now_.kind == "file" and (now_.dev, now_.inode) == (after.get("dev"), after.get("inode")):
+        step["after"] = now_.to_json()
 
 
 def execute(plan: Plan, *, verify: Verify | None, verify_restored: Verify | None = None,

@@ -102,3 +102,30 @@ class Recovered(Record):
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "verb": self.verb, "interrupted_at": self.interrupted_at,
                 "restored": self.restored.to_json(), "actions": list(self.actions)}
+
+
+@dataclass(frozen=True)
+class Unreadable(Record):
+    """A state file (a journal, or one line of ``history.jsonl``) that cannot be read: where it is,
+    why not, and what it still tells (``known``: the id from the file name, a verb, a state and
+    paths found in its text) and where the backups of that transaction are."""
+
+    kind: str  # journal | history
+    path: str
+    error: str
+    txn: str | None = None
+    line: int | None = None  # history: the 1-based line number
+    known: Mapping[str, Any] | None = None
+    backups: str | None = None  # the transaction's backup dir, when it exists
+
+    def describe(self) -> str:
+        where = f"{self.path}" + (f" line {self.line}" if self.line else "")
+        knew = ", ".join(f"{k} {v if not isinstance(v, list) else ' '.join(map(str, v))}"
+                         for k, v in (self.known or {}).items())
+        return (f"unreadable {self.kind} {where}" + (f" (transaction {self.txn})" if self.txn else "")
+                + f": {self.error}" + (f"; it names {knew}" if knew else "")
+                + (f"; its backups (the original files) are in {self.backups}" if self.backups else ""))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "path": self.path, "error": self.error, "txn": self.txn, "line": self.line,
+                "known": dict(self.known or {}), "backups": self.backups}

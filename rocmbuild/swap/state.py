@@ -4,6 +4,9 @@ Decisions:
 * A target whose library lives outside its prefix (``--allow-outside-prefix``) keeps its state in
   ``home()/targets/<sha256(libdir)[:16]>/`` with a ``target.json`` naming the prefix and lib dir,
   so that verbs that only know the prefix (history, recover) find it again.
+* a ``history.jsonl`` line names its files relative to the prefix and records the prefix's
+  identity; reading rebases them onto the prefix the state dir is in now; a line that cannot be
+  read (not JSON, not an object, mistyped keys) is reported, never hides the others;
 * ``history.jsonl`` is rewritten atomically (read, append one line, atomic_write_bytes) rather than
   appended in place: it is small, and a torn last line can never happen.
 * The lock is ``fcntl.flock`` on the ``lock`` file. The holder writes its pid into the file after
@@ -20,9 +23,11 @@ from pathlib import Path
 from rocmbuild.disk import FileLock, atomic_write_bytes, atomic_write_json, read_json
 from rocmbuild.errors import LockedError
 from rocmbuild.home import STATE_DIRNAME, cache_home, target_state_dir, targets_dir
+from rocmbuild.swap.paths import rebased
+from rocmbuild.swap.records import Unreadable
 
 __all__ = ["STATE_DIRNAME", "target_state_dir", "TargetLock", "register_outside_target", "state_dirs_for",
-           "append_history", "read_history"]
+           "append_history", "read_history", "history_lines"]
 
 
 def register_outside_target(state_dir: Path, prefix: Path, libdir: Path) -> None:
@@ -71,16 +76,48 @@ def append_history(state_dir: Path, record: dict) -> None:
     atomic_write_bytes(path, old + line.encode())
 
 
-def read_history(state_dir: Path) -> list[dict]:
+def _checked(rec: object) -> dict:
+    """A history line as the verbs read it (ValueError: what is wrong with it)."""
+    if not isinstance(rec, dict):
+        raise ValueError(f"a history line is a JSON object, this is {type(rec).__name__}")
+    for key in ("id", "verb"):
+        if not isinstance(rec.get(key), str):
+            raise ValueError(f"key {key!r} is missing or not a string")
+    if not isinstance(rec.get("time") or "", str):
+        raise ValueError("key 'time' is not a string")
+    for key in ("files", "undoes"):
+        v = rec.get(key) or []
+        if not (isinstance(v, list) and all(isinstance(x, str) for x in v)):
+            raise ValueError(f"key {key!r} is not a list of strings")
+    return rec
+
+
+def history_lines(state_dir: Path) -> tuple[list[dict], list[Unreadable]]:
+    """The lines of ``history.jsonl`` that can be read (their paths absolute under the prefix the
+    state dir belongs to now), and the others, each reported: one bad line hides nothing else."""
     path = Path(state_dir) / "history.jsonl"
     if not path.exists():
-        return []
-    out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        line = line.strip()
-        if line:
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                continue
-    return out
+        return [], []
+    good, bad = [], []
+    sdir = Path(state_dir)
+    for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = _checked(json.loads(line))
+        except ValueError as exc:
+            bad.append(Unreadable("history", str(path), f"{type(exc).__name__}: {exc}", line=n,
+                                  known={"text": line.strip()[:120]}))
+            continue
+        ident = rec.get("prefix_identity") if isinstance(rec.get("prefix_identity"), dict) else {}
+        base = sdir.parent if sdir.name == STATE_DIRNAME else Path(ident.get("path") or "/")
+        rec = {**rec, "files": [rebased(f, base) for f in rec.get("files") or []]}
+        if isinstance(rec.get("python"), str):
+            rec["python"] = rebased(rec["python"], base)
+        good.append(rec)
+    return good, bad
+
+
+def read_history(state_dir: Path) -> list[dict]:
+    """The readable history lines (:func:`history_lines` reports the others)."""
+    return history_lines(state_dir)[0]
