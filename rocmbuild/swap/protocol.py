@@ -4,8 +4,8 @@ recovery of what an interrupted run left (the steps and their guarantees: docs/t
 Decisions:
 * the caller holds the target's lock and has recovered first; verification is the caller's
   :class:`Verify` callback (the flows run the probe in the target's Python);
-* on a failed verification, any exception or Ctrl-C after the first rename, every path is
-  reverted from its backup and the old state is verified again; before it, only cleaned up;
+* on a failed verification, any exception or stop signal (rocmbuild.stop) after the first rename, every
+  path is reverted and the old state verified again, shielded from a second signal; before, only cleaned up;
 * the reverts never depend on the journal: each journal write of a rollback is attempted and a
   failure (ENOSPC, EIO: often why we roll back) is reported, never raised; the backups stay until
   the journal says ``rolled_back`` and every path is confirmed to be its old self;
@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from rocmbuild import disk, ui
+from rocmbuild import disk, stop, ui
 from rocmbuild.errors import RocmbuildError, TargetError, VerifyError
 from rocmbuild.swap.actions import FileAction
 from rocmbuild.swap.backups import prune
@@ -199,6 +199,8 @@ class _VerifyFailed(Exception):
 def _undo_failed(j: Journal, plan: Plan, exc: BaseException, swapped_any: bool,
                  verify_restored: Verify | None) -> BaseException | None:
     """Roll ``j`` back after ``exc``; the error to raise instead (None: re-raise ``exc``)."""
+    if isinstance(exc, stop.Stop):
+        return _undo_stopped(j, plan, exc, swapped_any, verify_restored)  # undo, check; the stop goes on
     if not swapped_any and not isinstance(exc, _VerifyFailed):
         finish_rollback(j, reason=f"{type(exc).__name__}: {exc}", verify_restored=None, quiet=True)
         if isinstance(exc, OSError):
@@ -209,11 +211,21 @@ def _undo_failed(j: Journal, plan: Plan, exc: BaseException, swapped_any: bool,
     return _verify_error(j, plan, exc, restored)
 
 
+def _undo_stopped(j: Journal, plan: Plan, exc: stop.Stop, swapped: bool, verify_restored: Verify | None) -> None:
+    """Roll back after a stop signal (shielded from a second one); note on the stop what was undone."""
+    was, check = j.state, verify_restored if swapped else None
+    r = finish_rollback(j, reason=_reason(exc), verify_restored=check, quiet=not swapped)
+    done = "no file had changed yet" if not swapped else "every change was rolled back and " + (
+        "the old state verifies again" if r.ok and not r.journal_errors else "WARNING: it is not confirmed")
+    stop.note(exc, f"{plan.verb} {j.id} was stopped at '{was}'; {done}", txn=j.id, verb=plan.verb,
+              stopped_at=was, rolled_back=swapped, restored=r.to_json())
+
+
 def _reason(exc: BaseException) -> str:
     if isinstance(exc, _VerifyFailed):
         return "verification failed"
     if isinstance(exc, KeyboardInterrupt):
-        return "interrupted (Ctrl-C)"
+        return f"interrupted ({stop.name(stop.signum_of(exc))})"
     if isinstance(exc, RocmbuildError):
         return exc.message
     return f"{type(exc).__name__}: {exc}"
@@ -312,6 +324,7 @@ def _judge_restored(j: Journal, fas: Steps, verify_restored: Verify | None) -> R
         return Restored(ok=False, failures=({"name": "probe", "found": str(exc)},))
 
 
+@stop.shielded()  # a stop signal that comes during a rollback waits for its end
 def finish_rollback(j: Journal, *, reason: str, verify_restored: Verify | None, quiet: bool = False,
                     recovered: bool = False) -> Restored:
     """Revert every path of ``j`` to its before state, clean up, mark rolled back, write history.
