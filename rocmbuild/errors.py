@@ -3,17 +3,17 @@
 Every failure a user can cause or meet is a :class:`RocmbuildError` with a ``message`` (what
 happened) and a ``hint`` (what to do). The CLI prints both and exits with the class's code:
 
-====  =====================================================================
-code  meaning
-====  =====================================================================
-0     ok (also "already applied", "nothing to recover")
-1     anything else (an internal error: a bug, please report it)
-2     bad input: usage, recipe, target; nothing was fetched or changed
-3     fetch or build failed; the target was not touched
-4     verification failed; every change was rolled back
-5     the target is locked by another rocmbuild run
-128+n stopped by signal n (130 SIGINT, 143 SIGTERM, 129 SIGHUP); what was half done is undone
-====  =====================================================================
+=====  =====================================================================
+code   meaning
+=====  =====================================================================
+0      ok (also "already applied", "nothing to recover")
+1      anything else (an internal error: a bug, please report it)
+2      bad input: usage, recipe, target; nothing was fetched or changed
+3      fetch or build failed; the target was not touched
+4      verification failed; every change was rolled back
+5      the target is locked by another rocmbuild run
+128+n  stopped by signal n (130 SIGINT, 143 SIGTERM, 129 SIGHUP); what was half done is undone
+=====  =====================================================================
 """
 
 from __future__ import annotations

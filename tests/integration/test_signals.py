@@ -25,6 +25,7 @@ from rocmbuild.build import builder, cache
 from rocmbuild.errors import LockedError
 from rocmbuild.home import build_dir, cache_home
 from tests.support.builds import make_checkout, make_recipe
+from tests.integration.test_json_contract import TABLES
 from tests.support.cli import REPO
 from tests.support.recipes import write_fixture_recipe
 from tests.support.snapshots import inodes, snapshot
@@ -88,6 +89,12 @@ def started():
             r.kill()
 
 
+def _documented(details: dict) -> None:
+    """The stop's details hold the keys of docs/json.md's ``interrupted`` table, and no other."""
+    keys = TABLES["interrupted"]
+    assert set(details) <= set(keys) and {k for k, optional in keys.items() if not optional} <= set(details)
+
+
 def users_of(path: Path) -> list[runner.Process]:
     """Live processes (not this one) whose cwd or command line is inside ``path``."""
     root = str(Path(path).resolve())
@@ -140,6 +147,7 @@ def test_a_signal_during_build_ends_the_tree_and_the_next_build_works(started, s
     assert out["ok"] is False and out["exit_code"] == 128 + sig
     assert out["error"]["type"] == "Interrupted" and out["error"]["details"]["signal"] == sig.name
     assert "temp artifact removed" in out["error"]["message"]
+    _documented(out["error"]["details"])
     assert gone(home, within=2) == []  # make, cmake, the sleeping step: all ended
     assert not list((home / "artifacts").glob(".tmp-*"))
     again = started("build", slow_recipe, "--json", env={"MIOPEN_FIXTURE_NO_SLEEP": "1"})
@@ -218,6 +226,7 @@ def test_a_signal_during_apply_leaves_the_target_as_it_was(started, txn_home, ta
     error = out["error"]
     assert error["type"] == "Interrupted" and error["details"]["signal"] == sig.name
     assert error["details"]["rolled_back"] is swapped and error["details"]["restored"]["ok"] is True
+    _documented(error["details"])
     assert snapshot(env.prefix) == before and inodes(env.prefix) == ids
     assert _journal_states(env.prefix) == ["rolled_back"]
     assert gone(env.prefix, within=2) == []  # no probe left
