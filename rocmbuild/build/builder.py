@@ -119,15 +119,15 @@ def build(recipe: Recipe, checkout: Checkout, *, home: Path, key: str, inp: Inpu
         for stale in adir.glob(f".tmp-{key}-*"):
             shutil.rmtree(stale, ignore_errors=True)
         tree_dir = build_root(home) / key
-        owner = buildtree.claim(tree_dir, wait=wait)
-        tmp = adir / f".tmp-{key}-{os.getpid()}"
-        tmp.mkdir(parents=True)
         log = log_path(home, key)
         log.parent.mkdir(parents=True, exist_ok=True)
         log.write_text(f"# rocmbuild build of {recipe.name} at {checkout.commit or checkout.url}\n")
         launcher = check_launcher(recipe)
         _check_expected_version(recipe, checkout)
+        owner = buildtree.claim(tree_dir, wait=wait)
+        tmp = adir / f".tmp-{key}-{os.getpid()}"
         try:
+            tmp.mkdir(parents=True)
             _compile(recipe, checkout, tree_dir, tmp / "destdir", log, launcher, owner.started)
             tree = tmp / TREE
             _collect(tmp / "destdir", recipe.build.install_prefix, tree)
