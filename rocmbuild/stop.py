@@ -129,5 +129,7 @@ def interrupted(exc: BaseException):
     details = {"signal": name(signum), "signum": signum, **getattr(exc, "details", {})}
     done = [s for s in details.get("summary", ()) if s]
     message = f"stopped by {name(signum)}" + (": " + "; ".join(done) if done else "")
-    hint = details.pop("hint", None) or "child processes were ended and nothing was left half done; run the same command again"
+    hint = ("child processes were ended and nothing was left half done; run the same command again"
+            if not any("WARNING" in s for s in done) else
+            "run `rocmbuild recover` (safe to repeat); `rocmbuild status` shows what the environment loads now")
     return Interrupted(signum, message, hint, details=details)
