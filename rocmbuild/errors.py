@@ -3,16 +3,17 @@
 Every failure a user can cause or meet is a :class:`RocmbuildError` with a ``message`` (what
 happened) and a ``hint`` (what to do). The CLI prints both and exits with the class's code:
 
-====  =====================================================================
-code  meaning
-====  =====================================================================
-0     ok (also "already applied", "nothing to recover")
-1     anything else (an internal error: a bug, please report it)
-2     bad input: usage, recipe, target; nothing was fetched or changed
-3     fetch or build failed; the target was not touched
-4     verification failed; every change was rolled back
-5     the target is locked by another rocmbuild run
-====  =====================================================================
+=====  =====================================================================
+code   meaning
+=====  =====================================================================
+0      ok (also "already applied", "nothing to recover")
+1      anything else (an internal error: a bug, please report it)
+2      bad input: usage, recipe, target; nothing was fetched or changed
+3      fetch or build failed; the target was not touched
+4      verification failed; every change was rolled back
+5      the target is locked by another rocmbuild run
+128+n  stopped by signal n (130 SIGINT, 143 SIGTERM, 129 SIGHUP); what was half done is undone
+=====  =====================================================================
 """
 
 from __future__ import annotations
@@ -88,3 +89,12 @@ class LockedError(RocmbuildError):
     """Another rocmbuild run holds the target's lock (exit 5)."""
 
     exit_code = EXIT_LOCKED
+
+
+class Interrupted(RocmbuildError):
+    """Stopped by SIGINT, SIGTERM or SIGHUP after ending the children and undoing what was half
+    done (exit 128 + the signal: 130, 143, 129)."""
+
+    def __init__(self, signum: int, message: str, hint: str = "", *, details: dict | None = None) -> None:
+        super().__init__(message, hint, details=details)
+        self.exit_code = 128 + signum

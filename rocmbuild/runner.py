@@ -4,22 +4,32 @@ Commands are argv lists, never shell strings. Two entry points:
 
 * :func:`run` for long commands (configure, compile, install, git): output is streamed line by
   line into a log file and, optionally, into a progress callback; on failure the last lines, the
-  log path and the command are put into the raised error. The child runs in its own session
-  (process group), so Ctrl-C or an exception kills the whole tree (make, ninja and every
-  compiler they started) before the error propagates: no orphaned compilers.
-* :func:`capture` for short commands whose output we parse (``cmake --version``, the probe).
+  log path and the command are put into the raised error.
+* :func:`capture` for short commands whose output we parse (``cmake --version``, the probe). The
+  result is taken when the command *exits*, not when its pipes close: a forked child that keeps
+  stdout open does not make us wait for the timeout.
+
+Every command runs under the supervisor ``reaper.py`` (its own session; a child subreaper with a
+parent-death signal; the command in its own process group with ``PR_SET_PDEATHSIG = SIGKILL``),
+so no process of the tree outlives the command, a stop (Ctrl-C, SIGTERM, SIGHUP, an exception)
+or even a SIGKILL of rocmbuild: :func:`kill_tree` ends it with SIGTERM, :data:`GRACE` seconds,
+then SIGKILL. What stays impossible is in reaper.py's docstring and docs/transactions.md.
 
 Decisions: the child's environment is ``os.environ`` as it is *now* plus the given extras
 (plumbum's own ``local.env`` is a snapshot taken at import time, so we pass the live one);
-stdin is always ``/dev/null`` so no child can ever wait for input in an unattended run.
+stdin is always ``/dev/null`` so no child can ever wait for input in an unattended run; the
+supervisor must be started from the thread that waits for it (the parent-death signal follows
+the thread that forked it): :func:`run` and :func:`capture` are synchronous.
 """
 
 from __future__ import annotations
 
 import os
+import selectors
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -42,11 +52,16 @@ class Completed:
     seconds: float
 
 
+GRACE = 3.0  # seconds between SIGTERM and SIGKILL when a tree is stopped
+REAPER = Path(__file__).with_name("reaper.py")
+
+
 def _start(argv: Sequence[str | os.PathLike], cwd, env: Mapping[str, str] | None, stderr) -> subprocess.Popen:
-    """Start argv in its own session (process group), stdin /dev/null, stdout piped."""
+    """Start argv under the supervisor, in its own session, stdin /dev/null, stdout piped."""
     cmd, args = _command(argv)
-    return cmd.popen(
-        args,
+    supervisor = local[sys.executable]
+    return supervisor.popen(
+        ["-I", "-S", str(REAPER), str(os.getpid()), str(GRACE), "--", str(cmd.executable), *args],
         cwd=str(cwd) if cwd is not None else None,
         env=_environment(env),
         stdin=subprocess.DEVNULL,
@@ -76,29 +91,34 @@ def _environment(env: Mapping[str, str] | None) -> dict[str, str]:
     return merged
 
 
-def _kill_tree(proc: subprocess.Popen) -> None:
-    """Terminate the child's whole process group, then reap it."""
-    try:
-        pgid = os.getpgid(proc.pid)
-    except ProcessLookupError:
-        pgid = None
+def kill_tree(proc: subprocess.Popen) -> None:
+    """End the supervisor's tree: SIGTERM (it stops the command's group, waits :data:`GRACE`,
+    then kills it and every orphan), then SIGKILL to whatever is left of both groups; reap."""
+    groups = {proc.pid, *_children(proc.pid)}  # the supervisor's session and the command's group
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        if pgid is not None:
+        for pgid in groups:
             try:
                 os.killpg(pgid, sig)
-            except ProcessLookupError:
+            except (ProcessLookupError, PermissionError):
                 pass
         try:
-            proc.wait(timeout=5)
+            proc.wait(timeout=GRACE + 2)
             break
         except subprocess.TimeoutExpired:
             continue
-    # Make sure no member of the group outlives us (compilers spawned by make).
-    if pgid is not None:
+    for pgid in groups:  # a member that outlived its leader (compilers spawned by make)
         try:
             os.killpg(pgid, signal.SIGKILL)
-        except ProcessLookupError:
+        except (ProcessLookupError, PermissionError):
             pass
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(p) for p in f.read().split()]
+    except (OSError, ValueError):
+        return []
 
 
 def display(argv: Sequence[str | os.PathLike]) -> str:
@@ -130,7 +150,8 @@ def _failed(argv, rc: int, tail: deque[str], log: Path | None, *, error: type[Ro
     )
 
 
-def run(    argv: Sequence[str | os.PathLike],
+def run(
+    argv: Sequence[str | os.PathLike],
     *,
     cwd: str | os.PathLike | None = None,
     env: Mapping[str, str] | None = None,
@@ -140,11 +161,13 @@ def run(    argv: Sequence[str | os.PathLike],
     what: str | None = None,
     hint: str = "",
     timeout: float | None = None,
+    on_start: Callable[[int], None] | None = None,
 ) -> Completed:
     """Run argv to completion, streaming its merged stdout/stderr to ``log`` and ``on_line``.
 
     Raises ``error`` (default :class:`BuildError`) when the command fails, with the last
-    :data:`TAIL_LINES` lines, the log path and the command in the message.
+    :data:`TAIL_LINES` lines, the log path and the command in the message. ``on_start(sid)`` is
+    told the session id of the command's tree once it started (the builder records it).
     """
     tail: deque[str] = deque(maxlen=TAIL_LINES)
     start = time.monotonic()
@@ -156,6 +179,8 @@ def run(    argv: Sequence[str | os.PathLike],
             logf.close()
         raise
     try:
+        if on_start is not None:
+            on_start(proc.pid)
         assert proc.stdout is not None
         for raw in iter(proc.stdout.readline, b""):
             line = raw.decode("utf-8", errors="replace").rstrip("\n")
@@ -168,7 +193,7 @@ def run(    argv: Sequence[str | os.PathLike],
                 raise subprocess.TimeoutExpired(list(map(str, argv)), timeout)
         rc = proc.wait()
     except BaseException:
-        _kill_tree(proc)
+        kill_tree(proc)
         raise
     finally:
         if proc.stdout is not None:
@@ -198,10 +223,14 @@ def capture(
     start = time.monotonic()
     proc = _start(argv, cwd, env, subprocess.PIPE)
     try:
-        out, err = proc.communicate(timeout=timeout)
+        out, err = _communicate(proc, argv, timeout)
     except BaseException:
-        _kill_tree(proc)
+        kill_tree(proc)
         raise
+    finally:
+        for f in (proc.stdout, proc.stderr):
+            if f is not None:
+                f.close()
     return Completed(
         tuple(str(a) for a in argv),
         proc.returncode,
@@ -209,6 +238,33 @@ def capture(
         err.decode("utf-8", errors="replace"),
         time.monotonic() - start,
     )
+
+
+def _communicate(proc: subprocess.Popen, argv, timeout: float | None) -> tuple[bytes, bytes]:
+    """Read stdout and stderr until the process exits (then what is already in the pipes), not
+    until every holder of the pipes has closed them; raise TimeoutExpired after ``timeout``."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    bufs = {proc.stdout: bytearray(), proc.stderr: bytearray()}
+    with selectors.DefaultSelector() as sel:
+        for f in bufs:
+            sel.register(f, selectors.EVENT_READ)
+        exited_at = None
+        while sel.get_map():
+            if exited_at is None and proc.poll() is not None:
+                exited_at = time.monotonic()
+            now = time.monotonic()
+            if exited_at is not None and now - exited_at > 0.5:
+                break  # exited: a holder of the pipes is not the command (the group is killed below)
+            if exited_at is None and deadline is not None and now > deadline:
+                raise subprocess.TimeoutExpired([str(a) for a in argv], timeout)
+            for key, _ in sel.select(0.05):
+                data = os.read(key.fd, 65536)
+                if data:
+                    bufs[key.fileobj].extend(data)
+                else:
+                    sel.unregister(key.fileobj)
+    proc.wait()
+    return bytes(bufs[proc.stdout]), bytes(bufs[proc.stderr])
 
 
 def which(program: str) -> str | None:
@@ -219,3 +275,39 @@ def which(program: str) -> str | None:
         p = Path(program)
         return str(p.absolute()) if p.is_file() and os.access(p, os.X_OK) else None
     return shutil.which(program, path=os.environ.get("PATH", os.defpath))
+
+
+# --------------------------------------------------------------------------------------------
+# who is running (for a build dir that must not be used by two trees at once)
+
+
+@dataclass(frozen=True)
+class Process:
+    pid: int
+    sid: int
+    start: int  # clock ticks after boot (tells a reused pid apart)
+    cwd: str | None
+    command: str
+
+
+def process(pid: int) -> Process | None:
+    """What /proc says about ``pid`` (None: gone, a zombie, or not ours to read)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        fields = stat[stat.rindex(")") + 2:].split()
+        if fields[0] == "Z":
+            return None
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except (OSError, ValueError, IndexError):
+        return None
+    try:
+        cwd: str | None = os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        cwd = None
+    return Process(pid, int(fields[3]), int(fields[19]), cwd, cmd)
+
+
+def processes() -> list[Process]:
+    """Every live process this user may inspect."""
+    found = (process(int(d)) for d in os.listdir("/proc") if d.isdigit())
+    return [p for p in found if p is not None]

@@ -26,6 +26,7 @@ def _isolated_home(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
     monkeypatch.delenv("ROCMBUILD_RECIPES", raising=False)
     monkeypatch.delenv("ROCMBUILD_FAILPOINTS", raising=False)
+    monkeypatch.delenv("ROCMBUILD_PAUSEPOINTS", raising=False)
     monkeypatch.delenv("CONDA_PREFIX", raising=False)
     monkeypatch.delenv("VIRTUAL_ENV", raising=False)
 

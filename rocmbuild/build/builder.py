@@ -2,8 +2,9 @@
 
 Decisions: the artifact is staged in ``artifacts/.tmp-<key>-<pid>/`` and renamed to
 ``artifacts/<key>/`` only when complete, so an interrupted build leaves nothing a later run would
-trust; the build tree ``build/<key>/`` is kept after a failure (a rerun continues incrementally)
-and removed after success; files installed outside ``install_prefix`` are not part of the
+trust (a stop by any signal removes it on the way out); the build tree ``build/<key>/`` is kept
+after a failure (a rerun continues incrementally) and removed after success, and is never used by
+two process trees at once (buildtree.py); files installed outside ``install_prefix`` are not part of the
 artifact (a warning names them). The whole story is in ``docs/cache.md``.
 """
 
@@ -17,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rocmbuild import runner, ui
-from rocmbuild.build import cmake
+from rocmbuild import runner, stop, ui
+from rocmbuild.build import buildtree, cmake
 from rocmbuild.build.artifact import MANIFEST, TREE, Artifact, Manifest, find_libraries, fsync_tree, scan_tree
 from rocmbuild.build.cache import Inputs, key_lock, log_path, lookup
 from rocmbuild.disk import atomic_write_json, fsync_dir
@@ -105,10 +106,11 @@ def parse_progress(line: str) -> tuple[int, int] | None:
     return None
 
 
-def build(recipe: Recipe, checkout: Checkout, *, home: Path, key: str, inp: Inputs) -> Artifact:
+def build(recipe: Recipe, checkout: Checkout, *, home: Path, key: str, inp: Inputs, wait: bool = False) -> Artifact:
     """Configure, build and install ``checkout`` into a new artifact ``artifacts/<key>``.
 
     The caller has checked the cache; a build of the same key that finished meanwhile is reused.
+    A build tree still used by a live process is not touched (exit 5), or waited for (``wait``).
     """
     with key_lock(home, key):
         hit = lookup(key, home)
@@ -117,16 +119,17 @@ def build(recipe: Recipe, checkout: Checkout, *, home: Path, key: str, inp: Inpu
         adir = artifacts_dir(home)
         for stale in adir.glob(f".tmp-{key}-*"):
             shutil.rmtree(stale, ignore_errors=True)
-        tmp = adir / f".tmp-{key}-{os.getpid()}"
-        tmp.mkdir(parents=True)
         tree_dir = build_root(home) / key
         log = log_path(home, key)
         log.parent.mkdir(parents=True, exist_ok=True)
         log.write_text(f"# rocmbuild build of {recipe.name} at {checkout.commit or checkout.url}\n")
         launcher = check_launcher(recipe)
         _check_expected_version(recipe, checkout)
+        owner = buildtree.claim(tree_dir, wait=wait)
+        tmp = adir / f".tmp-{key}-{os.getpid()}"
         try:
-            _compile(recipe, checkout, tree_dir, tmp / "destdir", log, launcher)
+            tmp.mkdir(parents=True)
+            _compile(recipe, checkout, tree_dir, tmp / "destdir", log, launcher, owner.started)
             tree = tmp / TREE
             _collect(tmp / "destdir", recipe.build.install_prefix, tree)
             manifest = _manifest(recipe, checkout, key, inp, tree)
@@ -134,8 +137,12 @@ def build(recipe: Recipe, checkout: Checkout, *, home: Path, key: str, inp: Inpu
             atomic_write_json(tmp / MANIFEST, manifest.to_json())
             os.replace(tmp, adir / key)
             fsync_dir(adir)
-        except BaseException:
+        except BaseException as exc:
             shutil.rmtree(tmp, ignore_errors=True)
+            if isinstance(exc, KeyboardInterrupt):
+                stop.note(exc, f"the build of {recipe.name} was ended and its temp artifact removed "
+                          f"(the build tree {tree_dir} is kept: the next build continues it)",
+                          build_dir=str(tree_dir), removed=str(tmp))
             raise
         shutil.rmtree(tree_dir, ignore_errors=True)
         ui.info(f"artifact {adir / key}")
@@ -143,19 +150,20 @@ def build(recipe: Recipe, checkout: Checkout, *, home: Path, key: str, inp: Inpu
 
 
 def _compile(recipe: Recipe, checkout: Checkout, build_dir: Path, destdir: Path, log: Path,
-             launcher: str | None) -> None:
-    """cmake configure, build (with a progress bar) and install into ``destdir``."""
+             launcher: str | None, started) -> None:
+    """cmake configure, build (with a progress bar) and install into ``destdir``; ``started(sid)``
+    records each command's session in the build tree's owner record."""
     env = cmake.build_env(recipe.build)
     hint = f"read the full log at {log}; fix the cause (missing dependency, wrong define) and run again"
     ui.info(f"configuring {recipe.name} ({recipe.build.generator}, {recipe.build.build_type})")
     runner.run(cmake.configure_argv(recipe.build, checkout.source_dir, build_dir, launcher),
-               env=env, log=log, what="configure failed", hint=hint)
+               env=env, log=log, what="configure failed", hint=hint, on_start=started)
     ui.info(f"building with {cmake.jobs(recipe.build)} jobs (log: {log})")
     with ui.progress(f"building {recipe.name}") as (prog, task):
         runner.run(cmake.build_argv(recipe.build, build_dir), env=env, log=log,
-                   on_line=_Progress(prog, task), what="build failed", hint=hint)
+                   on_line=_Progress(prog, task), what="build failed", hint=hint, on_start=started)
     runner.run(cmake.install_argv(build_dir), env=cmake.build_env(recipe.build, destdir), log=log,
-               what="install failed", hint=hint)
+               what="install failed", hint=hint, on_start=started)
 
 
 def _manifest(recipe: Recipe, checkout: Checkout, key: str, inp: Inputs, tree: Path) -> Manifest:

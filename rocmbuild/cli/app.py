@@ -5,7 +5,9 @@ with ``--json`` exactly one JSON object on stdout, ``{"ok", "verb", "exit_code",
 ``"error": {"message", "hint", ...}`` on failure (docs/json.md); otherwise the text render.py makes,
 on stdout. Progress and messages go to stderr; nothing ever prompts. Errors are
 :class:`RocmbuildError` subclasses, caught once here: message and hint are printed (a traceback only
-with ``--debug``) and the process exits with the error's code (rocmbuild.errors).
+with ``--debug``) and the process exits with the error's code (rocmbuild.errors). SIGINT, SIGTERM
+and SIGHUP raise ``rocmbuild.stop.Stop`` while a verb runs; it is reported as the error
+``Interrupted`` (what the stop undid in its details) with exit 128+n.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import sys
 import traceback
 from typing import Callable
 
-from rocmbuild import __version__, ui
+from rocmbuild import __version__, stop, ui
 from rocmbuild.cli import render
 from rocmbuild.cli.args import Parser, UsageError
 from rocmbuild.cli.verbs import VERBS
@@ -58,8 +60,9 @@ def _run(argv: list[str], want_json: bool, debug: bool) -> tuple[str | None, Ver
         if debug:
             traceback.print_exc()
         return verb, _fail(verb, want_json, exc, exc.exit_code), None
-    except KeyboardInterrupt:
-        return verb, _fail(verb, want_json, RocmbuildError("interrupted", "nothing was left half done; run the command again"), 130), None
+    except KeyboardInterrupt as exc:  # SIGINT, SIGTERM, SIGHUP (rocmbuild.stop): cleaned up on the way here
+        err = stop.interrupted(exc)
+        return verb, _fail(verb, want_json, err, err.exit_code), None
     except Exception as exc:  # a bug: say so, keep the traceback for --debug
         if debug:
             traceback.print_exc()
@@ -70,6 +73,14 @@ def _run(argv: list[str], want_json: bool, debug: bool) -> tuple[str | None, Ver
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    with stop.handling():  # SIGINT, SIGTERM and SIGHUP take one stop path; exit 128+n
+        try:
+            return _main(argv)
+        except KeyboardInterrupt as exc:  # while printing the finished verb's result: nothing to undo
+            return 128 + stop.signum_of(exc)
+
+
+def _main(argv: list[str]) -> int:
     want_json = "--json" in argv
     verb, result, rendered = _run(argv, want_json, "--debug" in argv)
     if isinstance(result, int):

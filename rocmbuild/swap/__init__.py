@@ -11,8 +11,9 @@ from rocmbuild.swap.history import drift, resolve_txn, rollback_plan
 from rocmbuild.swap.journal import (FAILPOINTS, FINISHED, Journal, active, foreign, journals, new_id, pending,
                                     unreadable)
 from rocmbuild.swap.plan import Plan, TargetFacts, facts_from, make
-from rocmbuild.swap.protocol import (Expectation, Outcome, Verify, execute, expectation_after, expectation_before,
-                                     failures_json, needs_recovery, recover, verdict_json)
+from rocmbuild.swap.outcome import (Expectation, Outcome, Verify, expectation_after, expectation_before, failures_json,
+                                    verdict_json)
+from rocmbuild.swap.protocol import execute, needs_recovery, recover
 from rocmbuild.swap.records import Drift, Pruned, Recovered, Restored, Unreadable
 
 __all__ = [

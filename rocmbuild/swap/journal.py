@@ -14,7 +14,9 @@ Decisions:
   acts on itself only. A schema-1 journal (absolute paths) is rebased the same way from the prefix
   it names. A loaded journal of an own state dir whose file paths leave that prefix is unreadable;
 * a failpoint (``ROCMBUILD_FAILPOINTS=name[,name]``) ends the process with ``os._exit(137)``, the
-  way a SIGKILL would: no cleanup, no ``finally`` (the names: docs/testing.md).
+  way a SIGKILL would: no cleanup, no ``finally`` (the names: docs/testing.md); a pausepoint
+  (``ROCMBUILD_PAUSEPOINTS``, the same names) says so on stderr and sleeps there, for a test to
+  send a signal mid-step.
 """
 
 from __future__ import annotations
@@ -42,8 +44,13 @@ PLAN_PATHS = ("prefix", "python", "libdir", "state_dir", "library", "library_bef
 
 
 def failpoint(name: str) -> None:
-    """Exit abruptly (status 137, like SIGKILL) when ``name`` is in ``$ROCMBUILD_FAILPOINTS``."""
+    """Exit abruptly (status 137, like SIGKILL) when ``name`` is in ``$ROCMBUILD_FAILPOINTS``; first
+    sleep ``$ROCMBUILD_PAUSE_SECONDS`` (60) when it is in ``$ROCMBUILD_PAUSEPOINTS``."""
     assert name in FAILPOINTS, name
+    if name in [n.strip() for n in os.environ.get("ROCMBUILD_PAUSEPOINTS", "").split(",")]:
+        sys.stderr.write(f"rocmbuild: pausepoint {name}\n")  # a test signals us here
+        sys.stderr.flush()
+        time.sleep(float(os.environ.get("ROCMBUILD_PAUSE_SECONDS", "60")))
     wanted = [n.strip() for n in os.environ.get("ROCMBUILD_FAILPOINTS", "").split(",")]
     if name in wanted:
         try:

@@ -4,8 +4,8 @@ recovery of what an interrupted run left (the steps and their guarantees: docs/t
 Decisions:
 * the caller holds the target's lock and has recovered first; verification is the caller's
   :class:`Verify` callback (the flows run the probe in the target's Python);
-* on a failed verification, any exception or Ctrl-C after the first rename, every path is
-  reverted from its backup and the old state is verified again; before it, only cleaned up;
+* on a failed verification, any exception or stop signal (rocmbuild.stop) after the first rename, every
+  path is reverted and the old state verified again, shielded from a second signal; before, only cleaned up;
 * the reverts never depend on the journal: each journal write of a rollback is attempted and a
   failure (ENOSPC, EIO: often why we roll back) is reported, never raised; the backups stay until
   the journal says ``rolled_back`` and every path is confirmed to be its old self;
@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from rocmbuild import disk, ui
+from rocmbuild import disk, stop, ui
 from rocmbuild.errors import RocmbuildError, TargetError, VerifyError
 from rocmbuild.swap.actions import FileAction
 from rocmbuild.swap.backups import prune
@@ -29,74 +29,13 @@ from rocmbuild.swap.history import history_missing, write_history
 from rocmbuild.swap.journal import (FINISHED, JOURNAL_SCHEMA, Journal, backup_dir, failpoint, journal_dir,
                                     journals, new_id, now, pending)
 from rocmbuild.swap.observe import PathState, observe
+from rocmbuild.swap.outcome import (Outcome, Verify, expectation_after, expectation_before,
+                                    failures_json, verdict_json)
 from rocmbuild.swap.plan import Plan
-from rocmbuild.swap.records import Pruned, Recovered, Restored
-from rocmbuild.target.verify import Check, Verdict
+from rocmbuild.swap.records import Recovered, Restored
+from rocmbuild.target.verify import Verdict
 
 Steps = list[tuple[FileAction, dict[str, Any]]]
-
-
-@dataclass(frozen=True)
-class Expectation:
-    """What verification must find: the library loaded from ``library`` at ``version``."""
-
-    library: str
-    version: str | None
-    encoding: str
-    restored: bool = False  # True: checking that an old state is back
-    library_name: str = "libMIOpen"  # the stem to look for in the target process
-
-
-class Verify(Protocol):
-    """Judges the target against an expectation (the flows: the probe in the target's Python)."""
-
-    def __call__(self, expectation: Expectation) -> Verdict: ...
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """A committed transaction."""
-
-    id: str
-    verb: str
-    state: str
-    plan: Plan
-    verdict: Verdict | None = None
-    pruned: tuple[Pruned, ...] = ()
-    messages: tuple[str, ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "verb": self.verb, "state": self.state, "verdict": verdict_json(self.verdict),
-                "pruned": [p.to_json() for p in self.pruned], "messages": list(self.messages),
-                "files": [a.path for a in self.plan.pending]}
-
-
-def verdict_json(verdict: Verdict | None) -> dict[str, Any] | None:
-    return verdict.to_json() if verdict is not None else None
-
-
-def _failure_json(c: Check | dict[str, Any]) -> dict[str, Any]:
-    if isinstance(c, dict):  # already a JSON object (a verify callback may give its failures so)
-        return dict(c)
-    return {"name": c.name, "expected": c.expected, "found": c.found, "message": c.message}
-
-
-def failures_json(verdict: Verdict | None) -> list[dict[str, Any]]:
-    """The failed checks of ``verdict`` as JSON objects ``{name, expected, found, message}`` (the
-    ``failures`` of a VerifyError's details)."""
-    return [] if verdict is None else [_failure_json(c) for c in verdict.failures()]
-
-
-def expectation_after(plan: Plan) -> Expectation:
-    # a rollback's "after" is an earlier state: checked like a restored one (identity and version;
-    # an incompatibility it always had is a warning, not a reason to undo the rollback)
-    return Expectation(plan.library, plan.version_after, plan.encoding, restored=plan.verb == "rollback",
-                       library_name=plan.library_name)
-
-
-def expectation_before(plan: Plan) -> Expectation:
-    return Expectation(plan.library_before, plan.version_before, plan.encoding, restored=True,
-                       library_name=plan.library_name)
 
 
 # --------------------------------------------------------------------------------------------
@@ -209,6 +148,8 @@ class _VerifyFailed(Exception):
 def _undo_failed(j: Journal, plan: Plan, exc: BaseException, swapped_any: bool,
                  verify_restored: Verify | None) -> BaseException | None:
     """Roll ``j`` back after ``exc``; the error to raise instead (None: re-raise ``exc``)."""
+    if isinstance(exc, stop.Stop):
+        return _undo_stopped(j, plan, exc, swapped_any, verify_restored)  # undo, check; the stop goes on
     if not swapped_any and not isinstance(exc, _VerifyFailed):
         finish_rollback(j, reason=f"{type(exc).__name__}: {exc}", verify_restored=None, quiet=True)
         if isinstance(exc, OSError):
@@ -219,11 +160,21 @@ def _undo_failed(j: Journal, plan: Plan, exc: BaseException, swapped_any: bool,
     return _verify_error(j, plan, exc, restored)
 
 
+def _undo_stopped(j: Journal, plan: Plan, exc: stop.Stop, swapped: bool, verify_restored: Verify | None) -> None:
+    """Roll back after a stop signal (shielded from a second one); note on the stop what was undone."""
+    was, check = j.state, verify_restored if swapped else None
+    r = finish_rollback(j, reason=_reason(exc), verify_restored=check, quiet=not swapped)
+    done = "no file had changed yet" if not swapped else "every change was rolled back and " + (
+        "the old state verifies again" if r.ok and not r.journal_errors else "WARNING: it is not confirmed")
+    stop.note(exc, f"{plan.verb} {j.id} was stopped at '{was}'; {done}", txn=j.id, verb=plan.verb,
+              stopped_at=was, rolled_back=swapped, restored=r.to_json())
+
+
 def _reason(exc: BaseException) -> str:
     if isinstance(exc, _VerifyFailed):
         return "verification failed"
     if isinstance(exc, KeyboardInterrupt):
-        return "interrupted (Ctrl-C)"
+        return f"interrupted ({stop.name(stop.signum_of(exc))})"
     if isinstance(exc, RocmbuildError):
         return exc.message
     return f"{type(exc).__name__}: {exc}"
@@ -322,6 +273,7 @@ def _judge_restored(j: Journal, fas: Steps, verify_restored: Verify | None) -> R
         return Restored(ok=False, failures=({"name": "probe", "found": str(exc)},))
 
 
+@stop.shielded()  # a stop signal that comes during a rollback waits for its end
 def finish_rollback(j: Journal, *, reason: str, verify_restored: Verify | None, quiet: bool = False,
                     recovered: bool = False) -> Restored:
     """Revert every path of ``j`` to its before state, clean up, mark rolled back, write history.

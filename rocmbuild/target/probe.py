@@ -4,7 +4,9 @@
 :func:`rocmbuild.runner.capture`: its own process group, stdin ``/dev/null``, the user's live
 environment passed through so ``LD_LIBRARY_PATH``, ``PYTHONPATH``, ``HSA_*`` etc. apply exactly
 as they would for the user). The probe prints one JSON object; it becomes a frozen
-:class:`ProbeReport`. Judging it is :mod:`rocmbuild.target.verify`'s.
+:class:`ProbeReport`. Judging it is :mod:`rocmbuild.target.verify`'s. The report is taken when
+the probe process exits, even if a child that torch forked (or one that called ``setsid()``)
+still holds its pipes; that child is killed then (runner.py, reaper.py).
 
 Decisions:
 

@@ -121,7 +121,11 @@ def test_missing_launcher_is_a_clear_error(tmp_path, monkeypatch):
 
 
 CTRL_C_SCRIPT = """
+import signal
 import sys
+# Ctrl-C must raise KeyboardInterrupt here even when this test inherited SIGINT as ignored (a job
+# started with `&` from a non-interactive shell): Python installs its handler only if not ignored
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from pathlib import Path
 from types import SimpleNamespace
 from rocmbuild.build import builder as build
@@ -144,14 +148,18 @@ except KeyboardInterrupt:
 
 
 def _processes_with(marker: str) -> list[int]:
+    """Processes with ``marker`` as an argument and their cwd in this test's home (other suites
+    running on the machine have slow steps of their own)."""
+    home = str(cache_home().resolve())
     pids = []
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
             try:
                 cmd = (d / "cmdline").read_bytes().split(b"\0")
+                cwd = os.readlink(d / "cwd")
             except OSError:
                 continue
-            if marker.encode() in cmd:
+            if marker.encode() in cmd and cwd.startswith(home):
                 pids.append(int(d.name))
     return pids
 
@@ -166,15 +174,24 @@ def test_ctrl_c_stops_the_build_cleanly(tmp_path):
     r = make_recipe(tmp_path, defines={"MIOPEN_FIXTURE_SLOW": True})
     co = make_checkout(tmp_path)
     proc = subprocess.Popen([sys.executable, "-c", CTRL_C_SCRIPT, str(r.path), str(co.source_dir)],
-                            cwd=Path(__file__).parents[2])
-    deadline = time.monotonic() + 60
-    while not _processes_with("271") and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert _processes_with("271"), "the slow build step never started"
-    proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=30) == 130
-    time.sleep(0.2)
-    assert _processes_with("271") == []  # no orphaned build step
+                            cwd=Path(__file__).parents[2], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not _processes_with("271") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _processes_with("271"), "the slow build step never started"
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 130
+        time.sleep(0.2)
+        assert _processes_with("271") == []  # no orphaned build step
+    finally:  # whatever failed, no tree of this test outlives it
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+        for pid in _processes_with("271"):
+            os.kill(pid, signal.SIGKILL)
     home = cache_home()
     assert not list((home / "artifacts").glob(".tmp-*"))
     assert [p for p in (home / "artifacts").iterdir() if not p.name.startswith(".")] == []

@@ -24,6 +24,10 @@ DEFAULT_KNOBS = {
     "sleep": 0,
     "torch_version": "2.7.1+rocm7.0",
     "print_noise": False,
+    "marker_dir": None,
+    "sleep_after_swap": 0,
+    "fork_child": 0,
+    "setsid_child": False,
 }
 
 _INIT = r'''
@@ -50,6 +54,33 @@ for _p in ([_config["load"]] if _config.get("load") else []) + list(_config.get(
     _handles.append(ctypes.CDLL(_p, mode=ctypes.RTLD_GLOBAL))
 
 __version__ = _config.get("torch_version", "2.7.1+rocm7.0")
+
+
+def _mark(name, text=""):
+    with open(os.path.join(_config["marker_dir"], name), "w") as _m:
+        _m.write(text)
+
+
+if _config.get("sleep_after_swap") and _config.get("load"):
+    # the first import records the inode it loads; an import that loads another one (the new file,
+    # after a swap) sleeps, so a test can signal rocmbuild while it verifies
+    _ino = str(os.stat(_config["load"]).st_ino)
+    _first = os.path.join(_config["marker_dir"], "first-inode")
+    if not os.path.exists(_first):
+        _mark("first-inode", _ino)
+    elif open(_first).read() != _ino:
+        _mark("sleeping-%d" % os.getpid())
+        time.sleep(float(_config["sleep_after_swap"]))
+
+if _config.get("fork_child"):
+    # a child that keeps the probe's stdout and stderr open (in a new session with setsid_child)
+    _child = os.fork()
+    if _child == 0:
+        if _config.get("setsid_child"):
+            os.setsid()
+        time.sleep(float(_config["fork_child"]))
+        os._exit(0)
+    _mark("child-%d" % _child)
 
 from . import version  # noqa: E402
 from . import _C  # noqa: E402

@@ -1,0 +1,75 @@
+"""What a transaction asks of verification and what it hands back: the :class:`Expectation` a
+:class:`Verify` callback judges (returning a :class:`~rocmbuild.target.verify.Verdict`), and the
+:class:`Outcome` of a finished transaction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from rocmbuild.swap.plan import Plan
+from rocmbuild.swap.records import Pruned
+from rocmbuild.target.verify import Check, Verdict
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """What verification must find: the library loaded from ``library`` at ``version``."""
+
+    library: str
+    version: str | None
+    encoding: str
+    restored: bool = False  # True: checking that an old state is back
+    library_name: str = "libMIOpen"  # the stem to look for in the target process
+
+
+class Verify(Protocol):
+    """Judges the target against an expectation (the flows: the probe in the target's Python)."""
+
+    def __call__(self, expectation: Expectation) -> Verdict: ...
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A committed transaction."""
+
+    id: str
+    verb: str
+    state: str
+    plan: Plan
+    verdict: Verdict | None = None
+    pruned: tuple[Pruned, ...] = ()
+    messages: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "verb": self.verb, "state": self.state, "verdict": verdict_json(self.verdict),
+                "pruned": [p.to_json() for p in self.pruned], "messages": list(self.messages),
+                "files": [a.path for a in self.plan.pending]}
+
+
+def verdict_json(verdict: Verdict | None) -> dict[str, Any] | None:
+    return verdict.to_json() if verdict is not None else None
+
+
+def _failure_json(c: Check | dict[str, Any]) -> dict[str, Any]:
+    if isinstance(c, dict):  # already a JSON object (a verify callback may give its failures so)
+        return dict(c)
+    return {"name": c.name, "expected": c.expected, "found": c.found, "message": c.message}
+
+
+def failures_json(verdict: Verdict | None) -> list[dict[str, Any]]:
+    """The failed checks of ``verdict`` as JSON objects ``{name, expected, found, message}`` (the
+    ``failures`` of a VerifyError's details)."""
+    return [] if verdict is None else [_failure_json(c) for c in verdict.failures()]
+
+
+def expectation_after(plan: Plan) -> Expectation:
+    # a rollback's "after" is an earlier state: checked like a restored one (identity and version;
+    # an incompatibility it always had is a warning, not a reason to undo the rollback)
+    return Expectation(plan.library, plan.version_after, plan.encoding, restored=plan.verb == "rollback",
+                       library_name=plan.library_name)
+
+
+def expectation_before(plan: Plan) -> Expectation:
+    return Expectation(plan.library_before, plan.version_before, plan.encoding, restored=True,
+                       library_name=plan.library_name)
