@@ -17,11 +17,12 @@ import os
 import re
 import tarfile
 import urllib.parse
+import zlib
 from pathlib import Path, PurePosixPath
 
 from rocmbuild import ui
 from rocmbuild.disk import CHUNK
-from rocmbuild.errors import FetchError
+from rocmbuild.errors import CorruptArchiveError, FetchError
 
 def unsafe_member(member: tarfile.TarInfo) -> str | None:
     """Why a tar member may not be extracted, or None if it is safe."""
@@ -118,13 +119,30 @@ def download(url: str, dest: Path, expected: str) -> None:
     os.replace(part, dest)
 
 
+# what reading a truncated or damaged .tar.gz raises, depending on where the damage is
+CORRUPT = (tarfile.TarError, zlib.error, EOFError)
+
+
+def corrupt(archive: Path, exc: BaseException) -> CorruptArchiveError:
+    return CorruptArchiveError(
+        f"the tarball {archive} cannot be read to its end: it is truncated, damaged or not a tar archive "
+        f"({type(exc).__name__}: {exc}); nothing was extracted",
+        "download or copy it again (compare its size and sha256 with the original)",
+        details={"archive": str(archive), "reason": f"{type(exc).__name__}: {exc}"})
+
+
 def safe_extract(archive: Path, dest: Path) -> None:
     try:
         tf = tarfile.open(archive, "r:*")
-    except (tarfile.TarError, OSError) as exc:
+    except OSError as exc:
         raise FetchError(f"cannot open tarball {archive}: {exc}", "check source.tarball points at a tar archive") from exc
+    except CORRUPT as exc:
+        raise corrupt(archive, exc) from exc
     with tf:
-        members = tf.getmembers()
+        try:
+            members = tf.getmembers()  # reads the whole stream: a truncation shows here
+        except CORRUPT as exc:
+            raise corrupt(archive, exc) from exc
         for m in members:
             why = unsafe_member(m)
             if why:

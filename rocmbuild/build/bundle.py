@@ -152,7 +152,7 @@ def import_bundle(src: str, *, home: Path, sha256: str | None = None) -> Artifac
         try:
             safe_extract(path, tmp)
         except FetchError as exc:
-            raise FetchError(exc.message.replace("tarball", "bundle"),
+            raise type(exc)(exc.message.replace("tarball", "bundle"),
                              "give a .tar.gz written by `rocmbuild export` (copy it again if it is damaged)",
                              details=exc.details) from exc
         top = tmp / TOP

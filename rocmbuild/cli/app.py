@@ -11,7 +11,6 @@ with ``--debug``) and the process exits with the error's code (rocmbuild.errors)
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import traceback
 from typing import Callable
@@ -20,7 +19,7 @@ from rocmbuild import __version__, ui
 from rocmbuild.cli import render
 from rocmbuild.cli.args import Parser, UsageError
 from rocmbuild.cli.verbs import VERBS
-from rocmbuild.errors import EXIT_INPUT, EXIT_INTERNAL, EXIT_OK, InputError, RocmbuildError
+from rocmbuild.errors import EXIT_INPUT, EXIT_INTERNAL, EXIT_OK, InputError, RocmbuildError, from_os_error
 from rocmbuild.results import VerbResult
 
 # the first line of --help (as it has always read)
@@ -58,14 +57,40 @@ def _run(argv: list[str], want_json: bool, debug: bool) -> tuple[str | None, Ver
         if debug:
             traceback.print_exc()
         return verb, _fail(verb, want_json, exc, exc.exit_code), None
+    except OSError as exc:
+        err = from_os_error(exc, os_error_phase(exc))
+        if err is None:
+            return verb, _internal(verb, want_json, debug, exc), None
+        if debug:
+            traceback.print_exc()
+        return verb, _fail(verb, want_json, err, err.exit_code), None
     except KeyboardInterrupt:
         return verb, _fail(verb, want_json, RocmbuildError("interrupted", "nothing was left half done; run the command again"), 130), None
     except Exception as exc:  # a bug: say so, keep the traceback for --debug
-        if debug:
-            traceback.print_exc()
-        err = RocmbuildError(f"internal error: {type(exc).__name__}: {exc}",
-                             "this is a bug in rocmbuild; run again with --debug and report the traceback")
-        return verb, _fail(verb, want_json, err, EXIT_INTERNAL), None
+        return verb, _internal(verb, want_json, debug, exc), None
+
+
+def _internal(verb: str | None, want_json: bool, debug: bool, exc: BaseException) -> int:
+    if debug:
+        traceback.print_exc()
+    err = RocmbuildError(f"internal error: {type(exc).__name__}: {exc}",
+                         "this is a bug in rocmbuild; run again with --debug and report the traceback")
+    return _fail(verb, want_json, err, EXIT_INTERNAL)
+
+
+# the packages that fetch, build and cache: an OSError raised under them left the target untouched
+BUILD_SIDE = ("rocmbuild.build", "rocmbuild.recipe")
+BASE = ("rocmbuild.disk", "rocmbuild.home", "rocmbuild.runner", "rocmbuild.ui", "rocmbuild.errors")
+
+
+def os_error_phase(exc: BaseException) -> str:
+    """``"build"`` when the innermost rocmbuild module at work (past the base modules every layer
+    uses) is on the build side, else ``"target"``."""
+    for frame, _line in reversed(list(traceback.walk_tb(exc.__traceback__))):
+        name = frame.f_globals.get("__name__", "")
+        if name.startswith("rocmbuild.") and not name.startswith(BASE):
+            return "build" if name.startswith(BUILD_SIDE) else "target"
+    return "target"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -87,8 +112,9 @@ def main(argv: list[str] | None = None) -> int:
         elif rendered:
             print(rendered, flush=True)
     except BrokenPipeError:
-        # `rocmbuild status | head -3`: the reader left; that is not an error of ours
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        # `rocmbuild status | head -3`: the reader left; that is not an error of ours, and the
+        # outcome (committed or not) keeps its code
+        ui.silence(sys.stdout)
     return code
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from rocmbuild import disk, ui
-from rocmbuild.errors import RocmbuildError, TargetError, VerifyError
+from rocmbuild.errors import RocmbuildError, TargetError, VerifyError, from_os_error
 from rocmbuild.swap.actions import FileAction
 from rocmbuild.swap.backups import prune
 from rocmbuild.swap.history import history_missing, write_history
@@ -202,11 +202,21 @@ def _undo_failed(j: Journal, plan: Plan, exc: BaseException, swapped_any: bool,
     if not swapped_any and not isinstance(exc, _VerifyFailed):
         finish_rollback(j, reason=f"{type(exc).__name__}: {exc}", verify_restored=None, quiet=True)
         if isinstance(exc, OSError):
-            return TargetError(f"could not prepare the change: {exc}", "nothing was changed; fix the cause "
-                               "(permissions, disk space) and run again")
+            return from_os_error(exc, "target", where=_lib_dir(plan)) or TargetError(
+                f"could not prepare the change: {exc}", "nothing was changed; fix the cause (permissions, disk "
+                "space) and run again")
         return None
     restored = finish_rollback(j, reason=_reason(exc), verify_restored=verify_restored)
+    err = (from_os_error(exc, "target", rolled_back=True, where=_lib_dir(plan))
+           if isinstance(exc, OSError) and restored.ok else None)
+    if err is not None:  # a full or read-only disk, the old state back and verified: not a verification failure
+        err.details.update(txn=j.id, restored=restored.to_json())
+        return err
     return _verify_error(j, plan, exc, restored)
+
+
+def _lib_dir(plan: Plan) -> str | None:
+    return str(Path(plan.library).parent) if plan.library else None
 
 
 def _reason(exc: BaseException) -> str:
