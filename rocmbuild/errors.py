@@ -113,6 +113,14 @@ class TargetFilesystemError(FilesystemError, TargetError):
     """... on the target: nothing was changed, or every change was rolled back (exit 2)."""
 
 
+class RolledBackFilesystemError(TargetFilesystemError, VerifyError):
+    """... after the swap began: every change was rolled back and the old state verified again.
+    Exit 2 like every filesystem error on the target; still a VerifyError for callers that catch
+    "rolled back"."""
+
+    exit_code = EXIT_INPUT
+
+
 class SystemLimitError(InputError):
     """A name or an argument list longer than the system allows (ENAMETOOLONG, E2BIG): the input
     must be shorter (exit 2)."""
@@ -179,7 +187,7 @@ def from_os_error(exc: OSError, phase: str, *, rolled_back: bool = False,
             f"{what}{_where(exc)}; the build did not finish", f"{fix} (or point $ROCMBUILD_HOME at another disk) "
             "and run the command again; the target was not touched", details=details)
     done = "every change was rolled back" if rolled_back else "nothing was changed"
-    return TargetFilesystemError(f"{what}{_where(exc)}; {done}", f"{fix} and run the command again",
+    return TargetFilesystemError(f"{what}{_where(exc)}; {done}", f"{fix} and run the command again; {done}",
                                  details={**details, "rolled_back": rolled_back})
 
 

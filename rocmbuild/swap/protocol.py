@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from rocmbuild import disk, ui
-from rocmbuild.errors import RocmbuildError, TargetError, VerifyError, from_os_error
+from rocmbuild.errors import (RocmbuildError, RolledBackFilesystemError, TargetError, TargetFilesystemError,
+                              VerifyError, from_os_error)
 from rocmbuild.swap.actions import FileAction
 from rocmbuild.swap.backups import prune
 from rocmbuild.swap.history import history_missing, write_history
@@ -207,12 +208,12 @@ def _undo_failed(j: Journal, plan: Plan, exc: BaseException, swapped_any: bool,
                 "space) and run again")
         return None
     restored = finish_rollback(j, reason=_reason(exc), verify_restored=verify_restored)
-    err = (from_os_error(exc, "target", rolled_back=True, where=_lib_dir(plan))
-           if isinstance(exc, OSError) and restored.ok else None)
-    if err is not None:  # a full or read-only disk, the old state back and verified: not a verification failure
-        err.details.update(txn=j.id, restored=restored.to_json())
-        return err
-    return _verify_error(j, plan, exc, restored)
+    err = _verify_error(j, plan, exc, restored)
+    fs = (from_os_error(exc, "target", rolled_back=True, where=_lib_dir(plan))
+          if isinstance(exc, OSError) and restored.ok else None)
+    if isinstance(fs, TargetFilesystemError):  # a full or read-only disk, the old state back and verified
+        return RolledBackFilesystemError(err.message, fs.hint, details={**err.details, **fs.details})
+    return err
 
 
 def _lib_dir(plan: Plan) -> str | None:
