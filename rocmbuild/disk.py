@@ -59,7 +59,9 @@ def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
             os.fsync(f.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
+        if isinstance(exc, OSError) and exc.filename is None:  # a write() names no file: say which
+            exc.filename = str(path)
         try:
             os.unlink(tmp)
         except FileNotFoundError:

@@ -24,6 +24,7 @@ the thread that forked it): :func:`run` and :func:`capture` are synchronous.
 
 from __future__ import annotations
 
+import errno
 import os
 import selectors
 import shutil
@@ -38,7 +39,7 @@ from typing import Callable, Mapping, Sequence
 
 from plumbum import local
 
-from rocmbuild.errors import BuildError, RequirementError, RocmbuildError
+from rocmbuild.errors import BuildError, RequirementError, RocmbuildError, SystemLimitError, from_os_error
 
 TAIL_LINES = 30
 
@@ -60,14 +61,41 @@ def _start(argv: Sequence[str | os.PathLike], cwd, env: Mapping[str, str] | None
     """Start argv under the supervisor, in its own session, stdin /dev/null, stdout piped."""
     cmd, args = _command(argv)
     supervisor = local[sys.executable]
-    return supervisor.popen(
-        ["-I", "-S", str(REAPER), str(os.getpid()), str(GRACE), "--", str(cmd.executable), *args],
-        cwd=str(cwd) if cwd is not None else None,
-        env=_environment(env),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=stderr,
-        new_session=True,
+    try:
+        return supervisor.popen(
+            ["-I", "-S", str(REAPER), str(os.getpid()), str(GRACE), "--", str(cmd.executable), *args],
+            cwd=str(cwd) if cwd is not None else None,
+            env=_environment(env),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            new_session=True,
+        )
+    except OSError as exc:
+        if exc.errno == errno.E2BIG:
+            raise too_long(argv, env) from exc
+        if exc.errno == errno.ENAMETOOLONG:
+            raise from_os_error(exc, "build") from exc  # type: ignore[misc]
+        raise
+
+
+# Linux's limit on one argument or environment string (MAX_ARG_STRLEN: 32 pages)
+MAX_ARG_STRLEN = 32 * 4096
+
+
+def too_long(argv: Sequence[str | os.PathLike], env: Mapping[str, str] | None) -> SystemLimitError:
+    """E2BIG from execve: name the longest argument (or environment entry) and the limits."""
+    strings = [str(a) for a in argv] + [f"{k}={v}" for k, v in (env or {}).items()]
+    longest = max(strings, key=len)
+    total = sum(len(os.fsencode(a)) + 1 for a in strings)
+    what = "argument" if longest in map(str, argv) else "environment entry"
+    return SystemLimitError(
+        f"cannot start {Path(str(argv[0])).name}: its argument list is too long (the longest {what} has "
+        f"{len(os.fsencode(longest))} bytes: {longest[:60]!r}...; Linux allows {MAX_ARG_STRLEN} bytes per "
+        f"argument and {os.sysconf('SC_ARG_MAX')} in all, about {total} here)",
+        "shorten the value that made it long (a [build.defines] or [build.env] entry, -D NAME=VALUE); "
+        "a long value belongs in a file (e.g. a CMake cache script); nothing was changed",
+        details={"errno": "E2BIG", "program": str(argv[0]), "longest": len(os.fsencode(longest)), "total": total},
     )
 
 

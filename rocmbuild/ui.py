@@ -2,16 +2,23 @@
 
 Human text and progress always go to stderr; ``--json`` prints exactly one JSON object on
 stdout. Nothing here ever prompts: rocmbuild runs unattended.
+
+Decision: a reader that leaves (``rocmbuild apply ... 2>&1 | head -2``) ends our output, never our
+work. rich's default answer to a closed pipe is ``SystemExit(1)``, which would abort (and roll
+back) a transaction half way; :class:`_Console` instead points the stream at ``/dev/null`` and
+carries on, so a committed outcome stays committed and exits 0.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from contextlib import contextmanager
 from typing import Any, Iterator
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     Progress,
@@ -20,7 +27,26 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        silence(self.file)
+
+
+def silence(stream) -> None:
+    """Point ``stream``'s file descriptor at /dev/null (its reader left): later writes, and the
+    flush at exit, succeed and go nowhere."""
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, stream.fileno())
+        os.close(fd)
+    except (OSError, ValueError, AttributeError):  # no real descriptor (a test's capture): nothing to do
+        pass
+
+
+console = _Console(stderr=True, highlight=False, soft_wrap=True)
 
 _quiet = False
 
@@ -33,17 +59,18 @@ def set_quiet(quiet: bool) -> None:
 
 def info(text: str) -> None:
     if not _quiet:
-        console.print(text)
+        console.print(escape(text))
 
 
+# callers' text is plain (it names recipe tables such as [build.defines]): never rich markup
 def warn(text: str) -> None:
-    console.print(f"[yellow]warning:[/] {text}")
+    console.print(f"[yellow]warning:[/] {escape(text)}")
 
 
 def error(message: str, hint: str = "") -> None:
-    console.print(f"[bold red]error:[/] {message}")
+    console.print(f"[bold red]error:[/] {escape(message)}")
     if hint:
-        console.print(f"[cyan]hint:[/] {hint}")
+        console.print(f"[cyan]hint:[/] {escape(hint)}")
 
 
 def emit_json(obj: dict[str, Any]) -> None:

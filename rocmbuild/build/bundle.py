@@ -184,7 +184,7 @@ def _parse_manifest(path: Path, data: bytes) -> Manifest:
 
 
 def _bundle_error(exc: FetchError) -> FetchError:
-    return FetchError(exc.message.replace("tarball", "bundle"),
+    return type(exc)(exc.message.replace("tarball", "bundle"),
                       "give a .tar.gz written by `rocmbuild export` (copy it again if it is damaged)",
                       details=exc.details)
 

@@ -35,7 +35,7 @@ from typing import Callable, Iterable, Optional
 
 from rocmbuild.build.archive import unsafe_member
 from rocmbuild.disk import CHUNK
-from rocmbuild.errors import FetchError
+from rocmbuild.errors import CorruptArchiveError, FetchError
 
 MAX_HOPS = 40  # symlinks followed while resolving one link (Linux's MAXSYMLINKS)
 Parts = tuple[str, ...]
@@ -70,9 +70,12 @@ def refusal(archive: Path, exc: Refused) -> FetchError:
     )
 
 
-def corrupt(archive: Path, exc: BaseException) -> FetchError:
-    return FetchError(f"cannot read {archive}: the archive is corrupt or truncated ({exc}); nothing was extracted",
-                      "download or copy the archive again", details={"archive": str(archive)})
+def corrupt(archive: Path, exc: BaseException) -> CorruptArchiveError:
+    return CorruptArchiveError(
+        f"the tarball {archive} cannot be read to its end: it is truncated, corrupt or not a tar archive "
+        f"({type(exc).__name__}: {exc}); nothing was extracted",
+        "download or copy it again (compare its size and sha256 with the original)",
+        details={"archive": str(archive), "reason": f"{type(exc).__name__}: {exc}"})
 
 
 # --------------------------------------------------------------------------------------------

@@ -13,7 +13,6 @@ and SIGHUP raise ``rocmbuild.stop.Stop`` while a verb runs; it is reported as th
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import traceback
 from typing import Callable
@@ -22,7 +21,7 @@ from rocmbuild import __version__, stop, ui
 from rocmbuild.cli import render
 from rocmbuild.cli.args import Parser, UsageError
 from rocmbuild.cli.verbs import VERBS
-from rocmbuild.errors import EXIT_INPUT, EXIT_INTERNAL, EXIT_OK, InputError, RocmbuildError
+from rocmbuild.errors import EXIT_INPUT, EXIT_INTERNAL, EXIT_OK, InputError, RocmbuildError, from_os_error
 from rocmbuild.results import VerbResult
 
 # the first line of --help (as it has always read)
@@ -60,15 +59,41 @@ def _run(argv: list[str], want_json: bool, debug: bool) -> tuple[str | None, Ver
         if debug:
             traceback.print_exc()
         return verb, _fail(verb, want_json, exc, exc.exit_code), None
+    except OSError as exc:
+        err = from_os_error(exc, os_error_phase(exc))
+        if err is None:
+            return verb, _internal(verb, want_json, debug, exc), None
+        if debug:
+            traceback.print_exc()
+        return verb, _fail(verb, want_json, err, err.exit_code), None
     except KeyboardInterrupt as exc:  # SIGINT, SIGTERM, SIGHUP (rocmbuild.stop): cleaned up on the way here
         err = stop.interrupted(exc)
         return verb, _fail(verb, want_json, err, err.exit_code), None
     except Exception as exc:  # a bug: say so, keep the traceback for --debug
-        if debug:
-            traceback.print_exc()
-        err = RocmbuildError(f"internal error: {type(exc).__name__}: {exc}",
-                             "this is a bug in rocmbuild; run again with --debug and report the traceback")
-        return verb, _fail(verb, want_json, err, EXIT_INTERNAL), None
+        return verb, _internal(verb, want_json, debug, exc), None
+
+
+def _internal(verb: str | None, want_json: bool, debug: bool, exc: BaseException) -> int:
+    if debug:
+        traceback.print_exc()
+    err = RocmbuildError(f"internal error: {type(exc).__name__}: {exc}",
+                         "this is a bug in rocmbuild; run again with --debug and report the traceback")
+    return _fail(verb, want_json, err, EXIT_INTERNAL)
+
+
+# the packages that fetch, build and cache: an OSError raised under them left the target untouched
+BUILD_SIDE = ("rocmbuild.build", "rocmbuild.recipe")
+BASE = ("rocmbuild.disk", "rocmbuild.home", "rocmbuild.runner", "rocmbuild.ui", "rocmbuild.errors")
+
+
+def os_error_phase(exc: BaseException) -> str:
+    """``"build"`` when the innermost rocmbuild module at work (past the base modules every layer
+    uses) is on the build side, else ``"target"``."""
+    for frame, _line in reversed(list(traceback.walk_tb(exc.__traceback__))):
+        name = frame.f_globals.get("__name__", "")
+        if name.startswith("rocmbuild.") and not name.startswith(BASE):
+            return "build" if name.startswith(BUILD_SIDE) else "target"
+    return "target"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,8 +123,9 @@ def _main(argv: list[str]) -> int:
         elif rendered:
             print(rendered, flush=True)
     except BrokenPipeError:
-        # `rocmbuild status | head -3`: the reader left; that is not an error of ours
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        # `rocmbuild status | head -3`: the reader left; that is not an error of ours, and the
+        # outcome (committed or not) keeps its code
+        ui.silence(sys.stdout)
     return code
 
 

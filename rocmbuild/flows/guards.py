@@ -120,6 +120,8 @@ def compat_refusal(check: Check, report, encoding: str) -> InputError:
 def writable(d: Path) -> str | None:
     """None when ``d`` (or its nearest existing ancestor) accepts new files; else why not."""
     d = nearest_existing(d)
+    if not d.is_dir():  # e.g. a file where the state dir belongs
+        return f"{d} is not a directory"
     if not os.access(d, os.W_OK | os.X_OK):
         return f"{d} is not writable by this user"
     try:

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from rocmbuild import disk, stop, ui
-from rocmbuild.errors import RocmbuildError, TargetError, VerifyError
+from rocmbuild.errors import (RocmbuildError, RolledBackFilesystemError, TargetError, TargetFilesystemError,
+                              VerifyError, from_os_error)
 from rocmbuild.swap.actions import FileAction
 from rocmbuild.swap.backups import prune
 from rocmbuild.swap.history import history_missing, write_history
@@ -153,11 +154,21 @@ def _undo_failed(j: Journal, plan: Plan, exc: BaseException, swapped_any: bool,
     if not swapped_any and not isinstance(exc, _VerifyFailed):
         finish_rollback(j, reason=f"{type(exc).__name__}: {exc}", verify_restored=None, quiet=True)
         if isinstance(exc, OSError):
-            return TargetError(f"could not prepare the change: {exc}", "nothing was changed; fix the cause "
-                               "(permissions, disk space) and run again")
+            return from_os_error(exc, "target", where=_lib_dir(plan)) or TargetError(
+                f"could not prepare the change: {exc}", "nothing was changed; fix the cause (permissions, disk "
+                "space) and run again")
         return None
     restored = finish_rollback(j, reason=_reason(exc), verify_restored=verify_restored)
-    return _verify_error(j, plan, exc, restored)
+    err = _verify_error(j, plan, exc, restored)
+    fs = (from_os_error(exc, "target", rolled_back=True, where=_lib_dir(plan))
+          if isinstance(exc, OSError) and restored.ok else None)
+    if isinstance(fs, TargetFilesystemError):  # a full or read-only disk, the old state back and verified
+        return RolledBackFilesystemError(err.message, fs.hint, details={**err.details, **fs.details})
+    return err
+
+
+def _lib_dir(plan: Plan) -> str | None:
+    return str(Path(plan.library).parent) if plan.library else None
 
 
 def _undo_stopped(j: Journal, plan: Plan, exc: stop.Stop, swapped: bool, verify_restored: Verify | None) -> None:

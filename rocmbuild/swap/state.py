@@ -13,15 +13,21 @@ Decisions:
   locking; a refused locker reads it to name the holder. A *shared* lock taken on an existing lock
   file opened read-only (``TargetLock(..., shared=True)``) excludes writers without writing
   anything: the "already applied" path uses it so that it writes no file in the target.
+* A lock that cannot be taken for a reason of the filesystem is the target's problem, never a bug:
+  a state path that is not what it must be (the lock a directory, ``.rocmbuild`` a file) is a
+  :class:`StatePathError` naming it (exit 2); no space or a read-only prefix is a
+  :class:`TargetFilesystemError` (exit 2). Either way nothing was changed.
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 from pathlib import Path
 
 from rocmbuild.disk import FileLock, atomic_write_bytes, atomic_write_json, read_json
-from rocmbuild.errors import LockedError
+from rocmbuild.errors import LockedError, RocmbuildError, StatePathError, from_os_error
 from rocmbuild.home import STATE_DIRNAME, cache_home, target_state_dir, targets_dir
 from rocmbuild.swap.paths import rebased
 from rocmbuild.swap.records import Unreadable
@@ -64,7 +70,53 @@ def TargetLock(state_dir: Path, *, wait: bool = False, shared: bool = False) -> 
             details={"pid": holder, "lock": str(path)},
         )
 
-    return FileLock(path, wait=wait, shared=shared, on_busy=busy)
+    return _StateLock(path, wait=wait, shared=shared, on_busy=busy)
+
+
+class _StateLock(FileLock):
+    def acquire(self) -> FileLock:
+        try:
+            return super().acquire()
+        except BlockingIOError:
+            raise
+        except OSError as exc:
+            if self.fd is not None:  # opened, then the pid could not be written: let go of it
+                os.close(self.fd)
+                self.fd = None
+            if exc.filename is None:  # ftruncate/pwrite on the open lock name no file
+                exc.filename = str(self.path)
+            err = unusable_state(self.path, exc)
+            if err is exc:
+                raise
+            raise err from exc
+
+
+# what the filesystem says when a state path has the wrong kind
+WRONG_KIND = (errno.EISDIR, errno.ENOTDIR, errno.EEXIST, errno.ELOOP)
+
+
+def _kind(path: Path) -> str:
+    """What is in the way at ``path``: itself, or a parent that is not a directory."""
+    if path.is_symlink():
+        return f"{path} is a symlink"
+    if path.is_dir():
+        return f"{path} is a directory"
+    for p in path.parents:
+        if p.exists() and not p.is_dir():
+            return f"{p} is not a directory"
+    return f"{path} is not a regular file"
+
+
+def unusable_state(path: Path, exc: OSError) -> RocmbuildError | OSError:
+    """The error for a state path (the lock) the filesystem will not let us use; ``exc`` itself when
+    it is not an expected condition."""
+    if exc.errno in WRONG_KIND:
+        return StatePathError(
+            f"the target's lock {path} cannot be used: {_kind(Path(path))}; nothing was changed",
+            f"rocmbuild keeps a plain file there: move what is in the way aside (e.g. `mv {path} {path}.old`), "
+            "then run the command again",
+            details={"path": str(path), "errno": errno.errorcode.get(exc.errno or 0, str(exc.errno))})
+    return from_os_error(exc, "target") or exc
 
 
 def append_history(state_dir: Path, record: dict) -> None:
