@@ -24,6 +24,7 @@ from rocmbuild.build.cache import Inputs, key_lock, log_path, lookup
 from rocmbuild.disk import atomic_write_json, fsync_dir
 from rocmbuild.errors import BuildError, RequirementError
 from rocmbuild.home import artifacts_dir, build_dir as build_root
+from rocmbuild.locks import LockWait
 from rocmbuild.recipe.model import Recipe
 
 if TYPE_CHECKING:
@@ -104,12 +105,14 @@ def parse_progress(line: str) -> tuple[int, int] | None:
     return None
 
 
-def build(recipe: Recipe, checkout: Checkout, *, home: Path, key: str, inp: Inputs) -> Artifact:
+def build(recipe: Recipe, checkout: Checkout, *, home: Path, key: str, inp: Inputs,
+          wait: bool | LockWait = True) -> Artifact:
     """Configure, build and install ``checkout`` into a new artifact ``artifacts/<key>``.
 
     The caller has checked the cache; a build of the same key that finished meanwhile is reused.
+    ``wait`` is the policy for the key lock (:class:`rocmbuild.disk.FileLock`).
     """
-    with key_lock(home, key):
+    with key_lock(home, key, wait=wait):
         hit = lookup(key, home)
         if hit is not None:
             return hit

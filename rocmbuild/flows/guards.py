@@ -26,6 +26,7 @@ from rocmbuild import ui
 from rocmbuild.build.artifact import Artifact
 from rocmbuild.disk import nearest_existing
 from rocmbuild.errors import InputError, TargetError
+from rocmbuild.locks import LockWait
 from rocmbuild import recipe as _recipe
 from rocmbuild.swap import plan as _plan
 from rocmbuild.swap import state
@@ -35,7 +36,7 @@ from rocmbuild.target.verify import Check, Verdict
 RESTORED_WARN_ONLY = ("compatibility",)
 
 
-def recover_prefix(prefix: Path, *, wait: bool, verify_restored=None) -> list[_txn.Recovered]:
+def recover_prefix(prefix: Path, *, wait: bool | LockWait, verify_restored=None) -> list[_txn.Recovered]:
     """Recover every unfinished journal of the target (each state dir under its lock)."""
     out: list[dict[str, Any]] = []
     for d in state.state_dirs_for(prefix):

@@ -6,8 +6,9 @@ Decisions:
   so that verbs that only know the prefix (history, recover) find it again.
 * ``history.jsonl`` is rewritten atomically (read, append one line, atomic_write_bytes) rather than
   appended in place: it is small, and a torn last line can never happen.
-* The lock is ``fcntl.flock`` on the ``lock`` file. The holder writes its pid into the file after
-  locking; a refused locker reads it to name the holder. A *shared* lock taken on an existing lock
+* The lock is ``fcntl.flock`` on the ``lock`` file (:class:`rocmbuild.disk.FileLock`): the holder
+  writes its holder record into the file after locking; a refused locker reads it to name the
+  holder (pid, command, since when). A *shared* lock taken on an existing lock
   file opened read-only (``TargetLock(..., shared=True)``) excludes writers without writing
   anything: the "already applied" path uses it so that it writes no file in the target.
 """
@@ -18,7 +19,7 @@ import json
 from pathlib import Path
 
 from rocmbuild.disk import FileLock, atomic_write_bytes, atomic_write_json, read_json
-from rocmbuild.errors import LockedError
+from rocmbuild.locks import LockWait
 from rocmbuild.home import STATE_DIRNAME, cache_home, target_state_dir, targets_dir
 
 __all__ = ["STATE_DIRNAME", "target_state_dir", "TargetLock", "register_outside_target", "state_dirs_for",
@@ -48,18 +49,10 @@ def state_dirs_for(prefix: Path) -> list[Path]:
     return out
 
 
-def TargetLock(state_dir: Path, *, wait: bool = False, shared: bool = False) -> FileLock:
-    """The lock on ``<state_dir>/lock``: fails at once (``LockedError``, exit 5) unless ``wait``."""
-    path = Path(state_dir) / "lock"
-
-    def busy(holder: str) -> LockedError:
-        return LockedError(
-            f"the target is locked by another rocmbuild run (pid {holder}); lock file: {path}",
-            "wait for that run to finish, or pass --wait to queue behind it",
-            details={"pid": holder, "lock": str(path)},
-        )
-
-    return FileLock(path, wait=wait, shared=shared, on_busy=busy)
+def TargetLock(state_dir: Path, *, wait: bool | LockWait = False, shared: bool = False) -> FileLock:
+    """The lock on ``<state_dir>/lock``: fails at once (``LockedError`` naming its holder, exit 5)
+    unless ``wait`` (a bool, or a :class:`~rocmbuild.locks.LockWait` with a timeout)."""
+    return FileLock(Path(state_dir) / "lock", wait=wait, shared=shared, what="the target")
 
 
 def append_history(state_dir: Path, record: dict) -> None:
