@@ -31,6 +31,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from rich.markup import escape
+
 from rocmbuild import ui
 from rocmbuild.errors import LockedError
 
@@ -232,10 +234,10 @@ def locked_error(what: str, path: Path, holder: Holder, waited: float | None) ->
 
 def say_waiting(what: str, path: Path, holder: Holder, policy: LockWait) -> None:
     limit = f"; giving up after {policy.timeout:g} s" if policy.timeout is not None else ""
-    ui.warn(f"waiting for {what} ({path}): {held_by(holder)}{limit}")
+    ui.warn(escape(f"waiting for {what} ({path}): {held_by(holder)}{limit}"))
 
 
 def say_taken_over(what: str, path: Path, old: Holder) -> None:
     if old.since is None or old.alive() is True:
         return  # a bare pid (an older rocmbuild never emptied it), or a live process: nothing to tell
-    ui.warn(f"took over {what} ({path}) from {old.describe()}: it ended without releasing the lock")
+    ui.warn(escape(f"took over {what} ({path}) from {old.describe()}: it ended without releasing the lock"))
