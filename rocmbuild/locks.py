@@ -83,12 +83,14 @@ def cmdline(pid: int) -> tuple[str, ...]:
     return tuple(a.decode(errors="replace") for a in raw.split(b"\0") if a)
 
 
-def fd_holders(path: Path) -> list[int]:
-    """The pids holding a ``flock`` on ``path`` through a descriptor of theirs (this one excluded)."""
+def fd_holders(path: Path, *, shared: bool = False) -> list[int]:
+    """The pids holding an exclusive (``shared``: a shared) ``flock`` on ``path`` through a
+    descriptor of theirs (this process excluded)."""
     try:
         st = os.stat(path)
     except OSError:
         return []
+    mode = " READ " if shared else " WRITE "
     out = []
     for d in Path("/proc").iterdir():
         if not d.name.isdigit() or int(d.name) == os.getpid():
@@ -105,7 +107,7 @@ def fd_holders(path: Path) -> list[int]:
                 info = (d / "fdinfo" / fd).read_text()
             except OSError:
                 continue
-            if any(line.startswith("lock:") for line in info.splitlines()):
+            if any(line.startswith("lock:") and mode in line for line in info.splitlines()):
                 out.append(int(d.name))
                 break
     return out
@@ -203,14 +205,16 @@ def _named(pids: list[int]) -> str:
 
 
 def held_by(holder: Holder) -> str:
-    """Who holds the lock: its recorded holder; the processes that kept the lock's descriptor
-    when that one is dead; the processes found holding it when there is no record (a shared
-    holder writes none)."""
+    """Who holds the lock: its recorded holder; else the shared holders (they write no record);
+    else the processes that kept the lock's descriptor when the recorded holder died."""
+    if holder.pid is not None and holder.alive() is not False:
+        return f"held by {holder.describe()}"
+    readers = fd_holders(holder.path, shared=True)
+    if readers:
+        return f"held (shared) by {_named(readers)}"
     if holder.pid is None:
         found = fd_holders(holder.path)
         return f"held by {_named(found)}" if found else "held by a process that left no record"
-    if holder.alive() is not False:
-        return f"held by {holder.describe()}"
     orphans = holder.orphans()
     who = _named(orphans) if orphans else "a process this user cannot see"
     return (f"held by {who}: its recorded holder, {holder.describe()}, is dead, and a process it started "

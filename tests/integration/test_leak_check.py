@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from tests.support.cli import REPO
+from tests.support.leaks import running
 
 LEAKY = textwrap.dedent("""
     import os, subprocess, sys
@@ -48,14 +49,6 @@ def _nested(tmp_path: Path, body: str) -> subprocess.CompletedProcess:
                           cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=120)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return text[text.rindex(")") + 2] not in "ZX"
-
-
 def test_a_session_that_leaks_fails_and_its_leftovers_are_killed(tmp_path):
     r = _nested(tmp_path, LEAKY)
     assert (tmp_path / "pids").exists(), r.stdout + r.stderr
@@ -67,9 +60,9 @@ def test_a_session_that_leaks_fails_and_its_leftovers_are_killed(tmp_path):
             assert f"pid {pid} " in r.stdout
         assert "sleep 301" in r.stdout and "sleep 302" in r.stdout
         deadline = time.monotonic() + 10
-        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        while any(running(p) for p in pids) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not any(_alive(p) for p in pids)  # the check killed them
+        assert not any(running(p) for p in pids)  # the check killed them
     finally:
         for pid in pids:
             try:

@@ -31,18 +31,19 @@ import pytest
 from rocmbuild import recipe as recipe_mod
 from rocmbuild.build import cache, source
 from rocmbuild.errors import LockedError
-from rocmbuild.home import artifacts_dir, cache_home
+from rocmbuild.home import artifacts_dir
 from rocmbuild.locks import LockWait
 from rocmbuild.swap import state
 from tests.support.cli import REPO, rb
+from tests.support.leaks import running
 
 pytestmark = pytest.mark.slow
 
 HOLDER = textwrap.dedent("""
     import os, sys
     from rocmbuild.disk import FileLock
-    path, aside, dest, _marker = sys.argv[1:5]
-    lock = FileLock(path).acquire()
+    path, aside, dest, _marker, mode = sys.argv[1:6]
+    lock = FileLock(path, shared=mode == "shared").acquire()
     print("locked", flush=True)
     sys.stdin.readline()  # the test says when to finish (or closes the pipe)
     if aside != "-":
@@ -70,9 +71,10 @@ class Holders:
         self.procs: list[subprocess.Popen] = []
         self.marker = f"lock-holder-{uuid.uuid4().hex[:8]}"
 
-    def start(self, path: Path, aside: Path | None = None, dest: Path | None = None) -> subprocess.Popen:
+    def start(self, path: Path, aside: Path | None = None, dest: Path | None = None, *,
+              mode: str = "exclusive") -> subprocess.Popen:
         p = subprocess.Popen([sys.executable, "-c", HOLDER, str(path), str(aside or "-"), str(dest or "-"),
-                              self.marker], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                              self.marker, mode], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                              cwd=str(REPO), env=_env(), start_new_session=True)
         self.procs.append(p)
         assert p.stdout.readline().strip() == "locked"
@@ -99,15 +101,6 @@ class Holders:
             except ProcessLookupError:
                 pass
             p.wait()
-
-
-def _running(pid: int) -> bool:
-    """Alive and not a zombie (a zombie has closed its files: it holds no lock)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2] not in "ZX"
 
 
 def _env() -> dict:
@@ -299,7 +292,22 @@ def test_an_orphan_that_kept_the_lock_is_named(txn_home, target_env, holders):
     assert f"kill {child}" in err["hint"]
     os.kill(child, signal.SIGKILL)  # the leftover is stopped: the lock is free, its record is stale
     deadline = time.monotonic() + 10
-    while _running(child) and time.monotonic() < deadline:
+    while running(child) and time.monotonic() < deadline:
         time.sleep(0.05)
     r = rb("apply", txn_home.recipe("mini"), "--env", env.prefix)
     assert r.returncode == 0 and f"from pid {dead}" in r.stderr, r.stderr
+
+
+def test_a_shared_holder_is_found_and_named(tmp_path, holders):
+    """A shared holder (the "already applied" path) writes no record: it is named from /proc."""
+    sdir = tmp_path / "prefix" / ".rocmbuild"
+    sdir.mkdir(parents=True)
+    (sdir / "lock").write_text(json.dumps({"pid": 999999999, "since": 1.0}))  # a stale record, too
+    h = holders.start(sdir / "lock", mode="shared")
+    with pytest.raises(LockedError) as ei:
+        state.TargetLock(sdir).acquire()
+    assert f"held (shared) by pid {h.pid}" in ei.value.message and holders.marker in ei.value.message
+    assert "kill" not in ei.value.hint  # a live reader, not a leftover
+    holders.finish(h)
+    with state.TargetLock(sdir):  # free again: the stale record is taken over
+        assert json.loads((sdir / "lock").read_text())["pid"] == os.getpid()

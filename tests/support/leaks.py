@@ -27,6 +27,12 @@ def _stat(pid: int) -> tuple[str, int, int] | None:
     return fields[0], int(fields[1]), int(fields[2])
 
 
+def running(pid: int) -> bool:
+    """Alive and not a zombie (a zombie has closed its files and holds nothing)."""
+    st = _stat(pid)
+    return st is not None and st[0] not in "ZX"
+
+
 def _pids() -> list[int]:
     return [int(d.name) for d in Path("/proc").iterdir() if d.name.isdigit()]
 
