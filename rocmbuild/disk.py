@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from rocmbuild import locks, ui
+from rocmbuild.errors import InputError
 
 
 def fsync_dir(path: Path) -> None:
@@ -178,15 +179,23 @@ class FileLock:
             return False
 
     def _open(self) -> bool:
-        if self.shared:
-            try:
-                self.fd = os.open(self.path, os.O_RDONLY)
-            except FileNotFoundError:
-                self.fd = None
-                return False
-        else:
-            makedirs_durable(self.path.parent)
-            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        """Open the lock file, never through a symlink (the holder truncates and writes it)."""
+        try:
+            if self.shared:
+                self.fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW)
+            else:
+                makedirs_durable(self.path.parent)
+                self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        except FileNotFoundError:
+            if not self.shared:
+                raise
+            self.fd = None
+            return False
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:
+                raise
+            raise InputError(f"the lock file {self.path} is a symbolic link; rocmbuild will not write through it",
+                             f"remove it (`rm {self.path}`): rocmbuild makes a plain file there") from None
         return True
 
     def _close(self) -> None:
@@ -219,15 +228,17 @@ class FileLock:
             raise self._busy(holder, None)
         locks.say_waiting(self.what, self.path, holder, self.policy)
         start = time.monotonic()
-        while not self._try():
-            waited = time.monotonic() - start
-            if self.policy.timeout is not None and waited >= self.policy.timeout:
-                raise self._busy(self.holder(), waited)
+        while True:
             time.sleep(locks.POLL)
-            now = self.holder()
-            if now.pid != holder.pid:  # another run took it meanwhile: say whom we wait for now
+            if self._try():
+                break
+            now = self.holder()  # empty for a moment while a holder lets go: keep the one we know
+            if now.pid is not None and now.pid != holder.pid:  # another run took it meanwhile
                 holder = now
                 locks.say_waiting(self.what, self.path, holder, self.policy)
+            waited = time.monotonic() - start
+            if self.policy.timeout is not None and waited >= self.policy.timeout:
+                raise self._busy(holder, waited)
         ui.info(f"got {self.what} after {time.monotonic() - start:.1f} s")
 
     def _write_record(self) -> None:

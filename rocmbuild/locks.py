@@ -37,6 +37,7 @@ from rocmbuild import ui
 from rocmbuild.errors import LockedError
 
 POLL = 0.1  # seconds between two tries of a busy lock
+RECORD_MAX = 64 * 1024  # a holder record is read up to this size (anything longer is not one)
 
 
 @dataclass(frozen=True)
@@ -154,7 +155,10 @@ class Holder:
     def when(self) -> str:
         if self.since is None:
             return ""
-        t = _dt.datetime.fromtimestamp(self.since)
+        try:
+            t = _dt.datetime.fromtimestamp(self.since)
+        except (OverflowError, OSError, ValueError):
+            return ""
         age = max(0.0, time.time() - self.since)
         ago = f"{age:.0f} s" if age < 120 else f"{age / 60:.0f} min" if age < 7200 else f"{age / 3600:.1f} h"
         return f", since {t:%Y-%m-%d %H:%M:%S} ({ago} ago)"
@@ -178,19 +182,24 @@ def parse_record(data: bytes, path: Path = Path()) -> Holder | None:
         rec = json.loads(text)
     except ValueError:
         return None
-    if isinstance(rec, int):
+    if isinstance(rec, int) and not isinstance(rec, bool) and rec > 0:
         return Holder(path, pid=rec)
-    if not isinstance(rec, dict) or not isinstance(rec.get("pid"), int):
+    pid = rec.get("pid") if isinstance(rec, dict) else None
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
         return None
-    start = rec.get("start")
-    return Holder(path, pid=rec["pid"], argv=tuple(str(a) for a in rec.get("argv") or ()),
+    start, argv = rec.get("start"), rec.get("argv")
+    return Holder(path, pid=pid, argv=tuple(str(a) for a in argv) if isinstance(argv, list) else (),
                   since=rec.get("since") if isinstance(rec.get("since"), (int, float)) else None,
                   host=str(rec["host"]) if rec.get("host") else None, start=start if isinstance(start, int) else None)
 
 
 def read_holder(path: Path) -> Holder:
     try:
-        data = Path(path).read_bytes()
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        try:
+            data = os.read(fd, RECORD_MAX)
+        finally:
+            os.close(fd)
     except OSError:
         data = b""
     return parse_record(data, Path(path)) or Holder(Path(path))
