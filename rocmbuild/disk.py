@@ -15,8 +15,12 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Callable
+
+from rocmbuild import locks, ui
+from rocmbuild.errors import InputError
 
 
 def fsync_dir(path: Path) -> None:
@@ -133,66 +137,129 @@ def link_or_copy(src: Path, dst: Path) -> bool:
 
 
 # --------------------------------------------------------------------------------------------
-# locks
+# locks (the holder record and the wait policy are in rocmbuild/locks.py)
 
 
 class FileLock:
     """An exclusive (or shared) ``fcntl.flock`` on ``path``; a context manager.
 
-    The exclusive holder writes its pid into the file after locking, so a refused locker can
-    name it. ``wait=False`` fails at once: ``on_busy(holder)`` builds the exception to raise.
-    A *shared* lock opens an existing file read-only and writes nothing (no file: nothing to
-    exclude, nothing created).
+    One policy for every lock (target, source cache, artifact key): a held lock fails at once
+    with a :class:`~rocmbuild.errors.LockedError` naming its holder (exit 5), unless ``wait``
+    (``--wait``: poll until free, saying at once who we wait for; ``--wait-timeout S``: give up
+    after S seconds, exit 5). ``wait`` is a bool or a :class:`~rocmbuild.locks.LockWait`.
+
+    The exclusive holder writes a JSON holder record (pid, argv, since, host, process start) into
+    the file after locking and empties it before unlocking, so a record found by the next taker
+    means its writer ended without releasing (killed): that takeover is reported. A *shared* lock
+    opens an existing file read-only and writes nothing (no file: nothing to exclude, nothing
+    created). ``on_busy(holder, waited)`` builds the exception instead of the default one.
     """
 
-    def __init__(self, path: Path, *, wait: bool = True, shared: bool = False,
-                 on_busy: Callable[[str], BaseException] | None = None) -> None:
+    def __init__(self, path: Path, *, wait: "bool | locks.LockWait" = False, shared: bool = False,
+                 what: str = "a lock", on_busy: Callable[..., BaseException] | None = None) -> None:
         self.path = Path(path)
-        self.wait = wait
+        self.policy = locks.LockWait.of(wait)
         self.shared = shared
+        self.what = what
         self.on_busy = on_busy
         self.fd: int | None = None
 
-    def holder(self) -> str:
-        try:
-            text = self.path.read_text().strip()
-        except OSError:
-            text = ""
-        return text or "unknown"
+    @property
+    def wait(self) -> bool:
+        return self.policy.wait
 
-    def acquire(self) -> "FileLock":
-        if self.shared:
-            try:
-                self.fd = os.open(self.path, os.O_RDONLY)
-            except FileNotFoundError:
-                self.fd = None
-                return self
-        else:
-            makedirs_durable(self.path.parent)
-            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+    def holder(self) -> "locks.Holder":
+        """Who holds the lock now, as its record says (checked against /proc)."""
+        return locks.read_holder(self.path)
+
+    def _try(self) -> bool:
         op = fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX
         try:
-            fcntl.flock(self.fd, op if self.wait else op | fcntl.LOCK_NB)
+            fcntl.flock(self.fd, op | fcntl.LOCK_NB)
+            return True
         except BlockingIOError:
-            holder = self.holder()
+            return False
+
+    def _open(self) -> bool:
+        """Open the lock file, never through a symlink (the holder truncates and writes it)."""
+        try:
+            if self.shared:
+                self.fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW)
+            else:
+                makedirs_durable(self.path.parent)
+                self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        except FileNotFoundError:
+            if not self.shared:
+                raise
+            self.fd = None
+            return False
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:
+                raise
+            raise InputError(f"the lock file {self.path} is a symbolic link; rocmbuild will not write through it",
+                             f"remove it (`rm {self.path}`): rocmbuild makes a plain file there") from None
+        return True
+
+    def _close(self) -> None:
+        if self.fd is not None:
             os.close(self.fd)
             self.fd = None
-            if self.on_busy is None:
-                raise
-            raise self.on_busy(holder) from None
+
+    def _busy(self, holder: "locks.Holder", waited: float | None) -> BaseException:
+        if self.on_busy is not None:
+            return self.on_busy(holder, waited)
+        return locks.locked_error(self.what, self.path, holder, waited)
+
+    def acquire(self) -> "FileLock":
+        if not self._open():
+            return self
+        try:
+            if not self._try():
+                self._wait_for_it()
+        except BaseException:
+            self._close()
+            raise
         if not self.shared:
-            os.ftruncate(self.fd, 0)
-            os.pwrite(self.fd, f"{os.getpid()}\n".encode(), 0)
-            os.fsync(self.fd)
+            self._write_record()
         return self
+
+    def _wait_for_it(self) -> None:
+        """Fail at once, or poll until the lock is free (or the timeout is reached)."""
+        holder = self.holder()
+        if not self.wait:
+            raise self._busy(holder, None)
+        locks.say_waiting(self.what, self.path, holder, self.policy)
+        start = time.monotonic()
+        while True:
+            time.sleep(locks.POLL)
+            if self._try():
+                break
+            now = self.holder()  # empty for a moment while a holder lets go: keep the one we know
+            if now.pid is not None and now.pid != holder.pid:  # another run took it meanwhile
+                holder = now
+                locks.say_waiting(self.what, self.path, holder, self.policy)
+            waited = time.monotonic() - start
+            if self.policy.timeout is not None and waited >= self.policy.timeout:
+                raise self._busy(holder, waited)
+        ui.info(f"got {self.what} after {time.monotonic() - start:.1f} s")
+
+    def _write_record(self) -> None:
+        assert self.fd is not None
+        old = locks.parse_record(os.pread(self.fd, 64 * 1024, 0))
+        if old is not None and old.pid != os.getpid():
+            locks.say_taken_over(self.what, self.path, old)
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, locks.my_record(), 0)
+        os.fsync(self.fd)
 
     def release(self) -> None:
         if self.fd is not None:
             try:
+                if not self.shared:
+                    os.ftruncate(self.fd, 0)  # released cleanly: no record is left to take over
                 fcntl.flock(self.fd, fcntl.LOCK_UN)
             finally:
-                os.close(self.fd)
-                self.fd = None
+                self._close()
 
     def __enter__(self) -> "FileLock":
         return self.acquire()

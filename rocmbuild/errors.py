@@ -11,7 +11,7 @@ code   meaning
 2      bad input: usage, recipe, target; nothing was fetched or changed
 3      fetch or build failed; the target was not touched
 4      verification failed; every change was rolled back
-5      the target is locked by another rocmbuild run
+5      a lock (target, source cache, artifact key) is held by another run
 128+n  stopped by signal n (130 SIGINT, 143 SIGTERM, 129 SIGHUP); what was half done is undone
 =====  =====================================================================
 
@@ -97,7 +97,7 @@ class VerifyError(RocmbuildError):
 
 
 class LockedError(RocmbuildError):
-    """Another rocmbuild run holds the target's lock (exit 5)."""
+    """Another run holds a lock this one needs: the target, a source cache, an artifact key (exit 5)."""
 
     exit_code = EXIT_LOCKED
 

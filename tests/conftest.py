@@ -7,16 +7,46 @@ the artifact cache) are made once per session and copied or pointed at per test.
 
 from __future__ import annotations
 
+import os
 import shutil
+import uuid
 from pathlib import Path
 
 import pytest
 
+from tests.support import leaks
 from tests.support.envs import make_env
 from tests.support.machine import write_kfd_topology
 from tests.support.monorepo import Monorepo, make_monorepo
 from tests.support.project import build_library
 from tests.support.world import World, build_world
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_process_survives_the_session():
+    """Fail the session if any process it started is still running at its end (then kill them).
+
+    The session marks its environment (``ROCMBUILD_TEST_SESSION=<uuid>``, inherited by every
+    child) and records what already ran; at the end, the processes that descend from pytest or
+    carry the marker are listed, killed, and reported as an error (tests/support/leaks.py)."""
+    marker = uuid.uuid4().hex
+    old = os.environ.get(leaks.MARKER)
+    os.environ[leaks.MARKER] = marker
+    before = leaks.session_processes(os.getpid(), marker)
+    try:
+        yield marker
+    finally:
+        if old is None:
+            os.environ.pop(leaks.MARKER, None)
+        else:
+            os.environ[leaks.MARKER] = old
+    left = leaks.survivors(os.getpid(), marker, before)
+    if left:
+        listing = leaks.describe(left)
+        leaks.kill(left)
+        pytest.fail(f"{len(left)} process(es) started by the test session outlived it (now killed):\n{listing}\n"
+                    "a test that starts processes must kill their process group in a finally/teardown",
+                    pytrace=False)
 
 
 @pytest.fixture(autouse=True)

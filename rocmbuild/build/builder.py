@@ -25,6 +25,7 @@ from rocmbuild.build.cache import Inputs, key_lock, log_path, lookup
 from rocmbuild.disk import atomic_write_json, fsync_dir
 from rocmbuild.errors import BuildError, RequirementError
 from rocmbuild.home import artifacts_dir, build_dir as build_root
+from rocmbuild.locks import LockWait
 from rocmbuild.recipe.model import Recipe
 from rocmbuild.recipe.parsing import prefix_problem
 
@@ -106,13 +107,15 @@ def parse_progress(line: str) -> tuple[int, int] | None:
     return None
 
 
-def build(recipe: Recipe, checkout: Checkout, *, home: Path, key: str, inp: Inputs, wait: bool = False) -> Artifact:
+def build(recipe: Recipe, checkout: Checkout, *, home: Path, key: str, inp: Inputs,
+          wait: bool | LockWait = False) -> Artifact:
     """Configure, build and install ``checkout`` into a new artifact ``artifacts/<key>``.
 
     The caller has checked the cache; a build of the same key that finished meanwhile is reused.
-    A build tree still used by a live process is not touched (exit 5), or waited for (``wait``).
+    ``wait`` is the policy for the key lock (:class:`rocmbuild.disk.FileLock`) and for a build
+    tree still used by a live process (not touched: exit 5, unless waiting).
     """
-    with key_lock(home, key):
+    with key_lock(home, key, wait=wait):
         hit = lookup(key, home)
         if hit is not None:
             return hit
@@ -125,7 +128,7 @@ def build(recipe: Recipe, checkout: Checkout, *, home: Path, key: str, inp: Inpu
         log.write_text(f"# rocmbuild build of {recipe.name} at {checkout.commit or checkout.url}\n")
         launcher = check_launcher(recipe)
         _check_expected_version(recipe, checkout)
-        owner = buildtree.claim(tree_dir, wait=wait)
+        owner = buildtree.claim(tree_dir, wait=LockWait.of(wait).wait)
         tmp = adir / f".tmp-{key}-{os.getpid()}"
         try:
             tmp.mkdir(parents=True)

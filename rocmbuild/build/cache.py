@@ -21,6 +21,7 @@ from typing import Any, Iterator, Mapping
 from rocmbuild import runner, ui
 from rocmbuild.build.artifact import MANIFEST, Artifact, Manifest
 from rocmbuild.disk import FileLock, atomic_write_json, read_json, sha256_file
+from rocmbuild.locks import LockWait
 from rocmbuild.errors import InputError
 from rocmbuild.home import artifacts_dir, logs_dir
 from rocmbuild.recipe.model import DefineValue, Recipe
@@ -178,9 +179,10 @@ def _discard(path: Path) -> None:
 
 
 @contextmanager
-def key_lock(home: Path, key: str) -> Iterator[None]:
-    """Serialize builds of the same key (a second one waits, then finds the cache hit)."""
+def key_lock(home: Path, key: str, wait: bool | LockWait = True) -> Iterator[None]:
+    """Serialize builds of the same key (a second one, told to wait, then finds the cache hit;
+    ``wait`` is the lock policy, see :class:`rocmbuild.disk.FileLock`)."""
     d = artifacts_dir(home)
     d.mkdir(parents=True, exist_ok=True)
-    with FileLock(d / f".{key}.lock"):
+    with FileLock(d / f".{key}.lock", wait=wait, what=f"the build of artifact {key[:16]}"):
         yield

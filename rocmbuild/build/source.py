@@ -24,6 +24,7 @@ from rocmbuild.build.git import (
 )
 from rocmbuild.build.patches import apply_patches
 from rocmbuild.disk import FileLock
+from rocmbuild.locks import LockWait
 from rocmbuild.errors import FetchError, RecipeError
 from rocmbuild.home import src_dir
 from rocmbuild.recipe.model import Recipe
@@ -78,15 +79,16 @@ def checkout_path(recipe: Recipe, home: Path) -> Path:
 
 
 @contextlib.contextmanager
-def source_lock(recipe: Recipe, *, home: Path) -> Iterator[None]:
-    """Hold the lock :func:`fetch` takes for this recipe's source (blocking).
+def source_lock(recipe: Recipe, *, home: Path, wait: bool | LockWait = True) -> Iterator[None]:
+    """Hold the lock :func:`fetch` takes for this recipe's source (``wait``: the lock policy;
+    the commands pass theirs, fail-at-once by default; a library caller waits).
 
     :func:`fetch` takes it itself; a caller may hold it around fetch + build to keep the shared
     work tree from being re-checked-out by another process meanwhile (flock is per open file, so
     calling :func:`fetch` inside would deadlock: use ``fetch(..., locked=True)`` there).
     """
     tree = checkout_path(recipe, home)
-    with FileLock(tree.with_name(tree.name + ".lock")):
+    with FileLock(tree.with_name(tree.name + ".lock"), wait=wait, what=f"the source cache {tree}"):
         yield
 
 
@@ -94,10 +96,11 @@ def source_lock(recipe: Recipe, *, home: Path) -> Iterator[None]:
 # fetch
 
 
-def fetch(recipe: Recipe, *, home: Path, log: Path | None = None, locked: bool = False) -> Checkout:
+def fetch(recipe: Recipe, *, home: Path, log: Path | None = None, locked: bool = False,
+          wait: bool | LockWait = True) -> Checkout:
     """Fetch ``recipe.source`` into the cache under ``home/"src"``, apply cherry-picks and
     patches, read the version. ``locked=True`` means the caller already holds :func:`source_lock`."""
-    lock = contextlib.nullcontext() if locked else source_lock(recipe, home=home)
+    lock = contextlib.nullcontext() if locked else source_lock(recipe, home=home, wait=wait)
     with lock:
         if recipe.source.git:
             return _fetch_git(recipe, home, log)

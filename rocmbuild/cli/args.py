@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 
 from rocmbuild.errors import InputError
+from rocmbuild.locks import LockWait
 from rocmbuild.recipe import Overrides
 
 
@@ -95,8 +96,21 @@ def target(p: argparse.ArgumentParser) -> None:
                    help="how long the probe may run in the target Python (default 300)")
 
 
+def waiting(p: argparse.ArgumentParser) -> None:
+    """The one lock policy: fail at once (exit 5) naming the holder, or wait, at most S seconds."""
+    p.add_argument("--wait", action="store_true",
+                   help="when another rocmbuild run holds a lock this one needs (the target, a source cache, "
+                        "an artifact's build), wait for it instead of failing with exit 5")
+    p.add_argument("--wait-timeout", type=positive_float, metavar="S",
+                   help="wait at most S seconds for each such lock, then fail with exit 5 (implies --wait)")
+
+
 def txn_opts(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--wait", action="store_true", help="wait for another rocmbuild run on this target to finish")
+    waiting(p)
+
+
+def lock_wait(args: argparse.Namespace) -> LockWait:
+    return LockWait.from_options(bool(getattr(args, "wait", False)), getattr(args, "wait_timeout", None))
 
 
 def overrides_from(args: argparse.Namespace) -> Overrides:

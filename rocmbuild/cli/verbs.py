@@ -66,6 +66,7 @@ def _add_build(sub) -> None:
     p.add_argument("recipe", nargs="?", help="recipe name or path to a .toml file")
     p.add_argument("--from-lock", metavar="FILE", help="build exactly what a `rocmbuild lock` file pins")
     a.recipe_options(p)
+    a.waiting(p)
 
 
 def _cmd_build(args) -> VerbResult:
@@ -76,7 +77,7 @@ def _cmd_build(args) -> VerbResult:
         name, overrides = export.from_lock(args.from_lock, args.recipes_dir)
     else:
         name, overrides = args.recipe, a.overrides_from(args)
-    return build.build_result(name, args.recipes_dir, overrides)
+    return build.build_result(name, args.recipes_dir, overrides, wait=a.lock_wait(args))
 
 
 # --------------------------------------------------------------------------------------------
@@ -143,12 +144,13 @@ def _add_export(sub) -> None:
     p.add_argument("what", metavar="RECIPE|KEY", help="a recipe (built or taken from the cache) or an artifact key")
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="the bundle to write (.tar.gz), or a directory")
     a.recipe_options(p)
+    a.waiting(p)
 
 
 def _cmd_export(args) -> VerbResult:
     from rocmbuild.flows import export
 
-    return export.export(args.what, args.output, args.recipes_dir, a.overrides_from(args))
+    return export.export(args.what, args.output, args.recipes_dir, a.overrides_from(args), wait=a.lock_wait(args))
 
 
 def _add_lock(sub) -> None:
@@ -198,7 +200,7 @@ def _cmd_apply(args) -> VerbResult:
         source = apply.LockSource(args.from_lock, dirs)
     else:
         source = apply.RecipeSource(args.recipe, dirs, a.overrides_from(args))
-    options = apply.ApplyOptions(expect=args.expect, smoke=args.smoke, wait=args.wait, keep=args.keep,
+    options = apply.ApplyOptions(expect=args.expect, smoke=args.smoke, wait=a.lock_wait(args), keep=args.keep,
                                  allow_outside_prefix=args.allow_outside_prefix, probe_timeout=args.probe_timeout,
                                  dry_run=args.dry_run)
     return apply.apply(source, apply.TargetSpec(args.env, args.python), options)
@@ -217,7 +219,7 @@ def _add_rollback(sub) -> None:
 def _cmd_rollback(args) -> VerbResult:
     from rocmbuild.flows import manage
 
-    return manage.rollback(env=args.env, python=args.python, to=args.to, force=args.force, wait=args.wait,
+    return manage.rollback(env=args.env, python=args.python, to=args.to, force=args.force, wait=a.lock_wait(args),
                            keep=args.keep, probe_timeout=args.probe_timeout)
 
 
@@ -243,7 +245,7 @@ def _add_recover(sub) -> None:
 def _cmd_recover(args) -> VerbResult:
     from rocmbuild.flows import manage
 
-    return manage.recover(env=args.env, python=args.python, wait=args.wait, probe_timeout=args.probe_timeout)
+    return manage.recover(env=args.env, python=args.python, wait=a.lock_wait(args), probe_timeout=args.probe_timeout)
 
 
 VERBS: list[tuple[Callable[[Any], None], Callable[[argparse.Namespace], VerbResult]]] = [

@@ -37,6 +37,7 @@ from rocmbuild.build.artifact import Artifact
 from rocmbuild.errors import RocmbuildError, VerifyError
 from rocmbuild.flows import build, export, guards
 from rocmbuild.home import cache_home
+from rocmbuild.locks import LockWait
 from rocmbuild.recipe import Overrides, Recipe
 from rocmbuild.results import ApplyResult, BuildPlan, BundleSummary, DryRunResult, TargetPlan
 from rocmbuild.swap import plan as _plan
@@ -90,7 +91,7 @@ class TargetSpec:
 class ApplyOptions:
     expect: str | None = None  # the version verification must find (default: the artifact's)
     smoke: bool = False
-    wait: bool = False
+    wait: bool | LockWait = False  # the lock policy (LockWait: --wait, --wait-timeout) for every lock
     keep: int = 5
     allow_outside_prefix: bool = False
     probe_timeout: float = 300.0
@@ -112,7 +113,7 @@ def apply(source: Source, where: TargetSpec, options: ApplyOptions = ApplyOption
     recovered = tuple(guards.recover_prefix(prefix, wait=options.wait))  # never probe a half-swapped target
     t = target.discover_at(prefix, python, timeout=options.probe_timeout)
     if recipe is not None:
-        art = build.build_recipe(recipe, before_build=_source_check(recipe, t))
+        art = build.build_recipe(recipe, before_build=_source_check(recipe, t), wait=options.wait)
         if not art.cached:
             t = target.discover_at(prefix, python, timeout=options.probe_timeout)
     assert art is not None

@@ -3,7 +3,8 @@
 recipe.load -> overrides -> requirements -> (ls-remote) cache key -> cache hit, or
 source.fetch -> builder.build -> Artifact. The source lock is held across fetch and build: the work
 tree is shared per remote, and another rocmbuild must not check out a different ref under our
-running compiler. ``build_plan`` changes nothing and never fails for what only a build needs
+running compiler. Both locks (source, artifact key) follow the one policy (``--wait``,
+``--wait-timeout``): ``build`` has no target, so its options govern exactly these two. ``build_plan`` changes nothing and never fails for what only a build needs
 (network, GPU, requirements): it reports them instead.
 """
 
@@ -18,6 +19,7 @@ from rocmbuild.build import builder, cache, cmake, requirements, source
 from rocmbuild.build.artifact import Artifact
 from rocmbuild.errors import InputError, RequirementError, RocmbuildError
 from rocmbuild.home import artifacts_dir, cache_home
+from rocmbuild.locks import LockWait
 from rocmbuild.recipe import Overrides, Recipe
 from rocmbuild.results import BuildPlan, BuildResult, SourcePlan
 from rocmbuild.target import gpu
@@ -61,11 +63,13 @@ def resolve_commit(r: Recipe) -> str | None:
     return source.resolve_ref(r)
 
 
-def build_recipe(r: Recipe, before_build: Callable[[str | None], None] | None = None) -> Artifact:
+def build_recipe(r: Recipe, before_build: Callable[[str | None], None] | None = None, *,
+                 wait: bool | LockWait = False) -> Artifact:
     """Build (or find in the cache) the artifact for an already-loaded recipe.
 
     ``before_build(version)`` is called with the version read from the fetched source (or from
-    the cached artifact) before anything is compiled; it may raise to stop."""
+    the cached artifact) before anything is compiled; it may raise to stop. ``wait`` is the lock
+    policy for the source and artifact-key locks (fail at once by default, like the target's)."""
     require(r)
     home = cache_home()
     commit = resolve_commit(r)
@@ -77,7 +81,7 @@ def build_recipe(r: Recipe, before_build: Callable[[str | None], None] | None = 
         if before_build is not None:
             before_build(hit.manifest.version)
         return hit
-    with source.source_lock(r, home=home):
+    with source.source_lock(r, home=home, wait=wait):
         checkout = source.fetch(r, home=home, log=cache.log_path(home, key), locked=True)
         if checkout.commit != commit:
             # the ref moved between ls-remote and fetch: key the build on what was really fetched
@@ -88,16 +92,18 @@ def build_recipe(r: Recipe, before_build: Callable[[str | None], None] | None = 
                 return hit
         if before_build is not None:
             before_build(checkout.version)
-        return builder.build(r, checkout, home=home, key=key, inp=inp)
+        return builder.build(r, checkout, home=home, key=key, inp=inp, wait=wait)
 
 
-def build(name: str, recipes_dirs: Sequence[str] = (), overrides: Overrides = Overrides()) -> Artifact:
-    return build_recipe(load_recipe(name, recipes_dirs, overrides))
+def build(name: str, recipes_dirs: Sequence[str] = (), overrides: Overrides = Overrides(), *,
+          wait: bool | LockWait = False) -> Artifact:
+    return build_recipe(load_recipe(name, recipes_dirs, overrides), wait=wait)
 
 
-def build_result(name: str, recipes_dirs: Sequence[str] = (), overrides: Overrides = Overrides()) -> BuildResult:
+def build_result(name: str, recipes_dirs: Sequence[str] = (), overrides: Overrides = Overrides(), *,
+                 wait: bool | LockWait = False) -> BuildResult:
     """``rocmbuild build``."""
-    return BuildResult(build(name, recipes_dirs, overrides))
+    return BuildResult(build(name, recipes_dirs, overrides, wait=wait))
 
 
 # --------------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from rocmbuild.build.artifact import Artifact
 from rocmbuild.errors import InputError
 from rocmbuild.flows import build
 from rocmbuild.home import artifacts_dir, cache_home
+from rocmbuild.locks import LockWait
 from rocmbuild.recipe import lockfile
 from rocmbuild.recipe import Overrides
 from rocmbuild.results import ExportResult, LockResult
@@ -44,8 +45,9 @@ def find_cached(key_prefix: str) -> Artifact | None:
     return art
 
 
-def export(what: str, out: str, recipes_dirs: Sequence[str] = (), overrides: Overrides = Overrides()) -> ExportResult:
-    art = find_cached(what) or build.build(what, recipes_dirs, overrides)
+def export(what: str, out: str, recipes_dirs: Sequence[str] = (), overrides: Overrides = Overrides(), *,
+           wait: bool | LockWait = False) -> ExportResult:
+    art = find_cached(what) or build.build(what, recipes_dirs, overrides, wait=wait)
     info = bundle.export(art, Path(out))
     ui.info(f"exported {info.recipe} {info.version or ''} ({info.key[:16]}) to {info.file}")
     return ExportResult(info)

@@ -30,6 +30,7 @@ from rocmbuild import ui
 from rocmbuild.build.artifact import Artifact
 from rocmbuild.disk import nearest_existing
 from rocmbuild.errors import InputError, StateError, TargetError
+from rocmbuild.locks import LockWait
 from rocmbuild import recipe as _recipe
 from rocmbuild.swap import plan as _plan
 from rocmbuild.swap import state
@@ -65,7 +66,7 @@ def refuse_unreadable(prefix: Path) -> None:
         details={"unreadable": [u.to_json() for u in bad]})
 
 
-def recover_prefix(prefix: Path, *, wait: bool, verify_restored=None) -> list[_txn.Recovered]:
+def recover_prefix(prefix: Path, *, wait: bool | LockWait, verify_restored=None) -> list[_txn.Recovered]:
     """Recover every unfinished journal of the target (each state dir under its lock); refuse
     first while a journal cannot be read (:func:`refuse_unreadable`)."""
     refuse_unreadable(prefix)

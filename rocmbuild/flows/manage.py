@@ -20,6 +20,7 @@ from pathlib import Path
 
 from rocmbuild import ui
 from rocmbuild.errors import TargetError, VerifyError
+from rocmbuild.locks import LockWait
 from rocmbuild.flows import guards
 from rocmbuild.results import (
     HistoryResult,
@@ -60,7 +61,7 @@ def _state_dir_of(prefix: Path, to: str) -> tuple[Path, str]:
 
 
 def rollback(*, env: str | None = None, python: str | None = None, to: str | None = None, force: bool = False,
-             wait: bool = False, keep: int = 5, probe_timeout: float = 300.0) -> RollbackResult:
+             wait: bool | LockWait = False, keep: int = 5, probe_timeout: float = 300.0) -> RollbackResult:
     """``rocmbuild rollback``."""
     prefix, py = target.resolve(env, python)
     recovered = guards.recover_prefix(prefix, wait=wait)
@@ -83,7 +84,7 @@ def rollback(*, env: str | None = None, python: str | None = None, to: str | Non
     return result
 
 
-def recover(*, env: str | None = None, python: str | None = None, wait: bool = False,
+def recover(*, env: str | None = None, python: str | None = None, wait: bool | LockWait = False,
             probe_timeout: float = 300.0) -> RecoverResult:
     """``rocmbuild recover``: only recovery (roll back unfinished transactions); nothing: says so."""
     prefix, py = target.resolve(env, python)

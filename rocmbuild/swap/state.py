@@ -9,8 +9,9 @@ Decisions:
   read (not JSON, not an object, mistyped keys) is reported, never hides the others;
 * ``history.jsonl`` is rewritten atomically (read, append one line, atomic_write_bytes) rather than
   appended in place: it is small, and a torn last line can never happen.
-* The lock is ``fcntl.flock`` on the ``lock`` file. The holder writes its pid into the file after
-  locking; a refused locker reads it to name the holder. A *shared* lock taken on an existing lock
+* The lock is ``fcntl.flock`` on the ``lock`` file (:class:`rocmbuild.disk.FileLock`): the holder
+  writes its holder record into the file after locking; a refused locker reads it to name the
+  holder (pid, command, since when). A *shared* lock taken on an existing lock
   file opened read-only (``TargetLock(..., shared=True)``) excludes writers without writing
   anything: the "already applied" path uses it so that it writes no file in the target.
 * A lock that cannot be taken for a reason of the filesystem is the target's problem, never a bug:
@@ -27,7 +28,8 @@ import os
 from pathlib import Path
 
 from rocmbuild.disk import FileLock, atomic_write_bytes, atomic_write_json, read_json
-from rocmbuild.errors import LockedError, RocmbuildError, StatePathError, from_os_error
+from rocmbuild.errors import RocmbuildError, StatePathError, from_os_error
+from rocmbuild.locks import LockWait
 from rocmbuild.home import STATE_DIRNAME, cache_home, target_state_dir, targets_dir
 from rocmbuild.swap.paths import rebased
 from rocmbuild.swap.records import Unreadable
@@ -59,18 +61,11 @@ def state_dirs_for(prefix: Path) -> list[Path]:
     return out
 
 
-def TargetLock(state_dir: Path, *, wait: bool = False, shared: bool = False) -> FileLock:
-    """The lock on ``<state_dir>/lock``: fails at once (``LockedError``, exit 5) unless ``wait``."""
-    path = Path(state_dir) / "lock"
-
-    def busy(holder: str) -> LockedError:
-        return LockedError(
-            f"the target is locked by another rocmbuild run (pid {holder}); lock file: {path}",
-            "wait for that run to finish, or pass --wait to queue behind it",
-            details={"pid": holder, "lock": str(path)},
-        )
-
-    return _StateLock(path, wait=wait, shared=shared, on_busy=busy)
+def TargetLock(state_dir: Path, *, wait: bool | LockWait = False, shared: bool = False) -> FileLock:
+    """The lock on ``<state_dir>/lock``: fails at once (``LockedError`` naming its holder, exit 5)
+    unless ``wait`` (a bool, or a :class:`~rocmbuild.locks.LockWait` with a timeout); a lock path
+    that cannot be used (a directory, a file for ``.rocmbuild``) is a ``StatePathError`` (exit 2)."""
+    return _StateLock(Path(state_dir) / "lock", wait=wait, shared=shared, what="the target")
 
 
 class _StateLock(FileLock):

@@ -7,6 +7,7 @@ sees, so they run ``python -m rocmbuild`` in a subprocess rather than calling ``
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -20,5 +21,16 @@ def rb(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.
     e["PYTHONPATH"] = str(REPO) + os.pathsep + e.get("PYTHONPATH", "")
     if env:
         e.update(env)
-    return subprocess.run([sys.executable, "-m", "rocmbuild", *map(str, args)], capture_output=True, text=True,
-                          env=e, cwd=str(REPO), timeout=timeout)
+    argv = [sys.executable, "-m", "rocmbuild", *map(str, args)]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=e, cwd=str(REPO),
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except BaseException:  # a timeout, or Ctrl-C on pytest: end the run and whatever it started in its group
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
