@@ -3,7 +3,8 @@
 Decisions: the artifact is staged in ``artifacts/.tmp-<key>-<pid>/`` and renamed to
 ``artifacts/<key>/`` only when complete, so an interrupted build leaves nothing a later run would
 trust; the build tree ``build/<key>/`` is kept after a failure (a rerun continues incrementally)
-and removed after success; files installed outside ``install_prefix`` are not part of the
+and removed after success; the published tree is sealed (read-only, each file's identity
+recorded: ``artifact.seal``); files installed outside ``install_prefix`` are not part of the
 artifact (a warning names them). The whole story is in ``docs/cache.md``.
 """
 
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from rocmbuild import runner, ui
 from rocmbuild.build import cmake
-from rocmbuild.build.artifact import MANIFEST, TREE, Artifact, Manifest, find_libraries, fsync_tree, scan_tree
+from rocmbuild.build.artifact import MANIFEST, TREE, Artifact, Manifest, find_libraries, scan_tree, seal
 from rocmbuild.build.cache import Inputs, key_lock, log_path, lookup
 from rocmbuild.disk import atomic_write_json, fsync_dir
 from rocmbuild.errors import BuildError, RequirementError
@@ -129,7 +130,7 @@ def build(recipe: Recipe, checkout: Checkout, *, home: Path, key: str, inp: Inpu
             tree = tmp / TREE
             _collect(tmp / "destdir", recipe.build.install_prefix, tree)
             manifest = _manifest(recipe, checkout, key, inp, tree)
-            fsync_tree(tree)
+            seal(tmp, manifest.files)  # read-only, fsynced, identities recorded
             atomic_write_json(tmp / MANIFEST, manifest.to_json())
             os.replace(tmp, adir / key)
             fsync_dir(adir)
