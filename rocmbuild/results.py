@@ -8,8 +8,7 @@ Decisions:
   are held as they are and serialized here with their own ``to_json()``; only history lines (the
   open-ended ``history.jsonl`` records) are carried as read-only mappings.
 * ``error`` is ``None`` except for the verbs whose failure keeps their data beside the error
-  (``doctor``'s failed checks, a dry run's refusal, ``cache verify``'s quarantined entries); the
-  CLI exits with that error's code.
+  (``doctor``, a dry run's refusal, ``cache verify``); the CLI exits with that error's code.
 """
 
 from __future__ import annotations
@@ -17,7 +16,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from rocmbuild.errors import FetchError, RequirementError, RocmbuildError
+from rocmbuild.build.cache import CacheReport as CacheVerifyResult  # noqa: F401 - made in build/, held as it is
+from rocmbuild.errors import RequirementError, RocmbuildError
 
 if TYPE_CHECKING:
     from rocmbuild.build.artifact import Artifact
@@ -259,42 +259,6 @@ class DoctorResult(VerbResult):
 
     def to_json(self) -> dict[str, Any]:
         return {"checks": [c.to_json() for c in self.checks], "failed": [c.name for c in self.failed]}
-
-
-# cache verify
-
-
-@dataclass(frozen=True)
-class CacheEntry(_Record):
-    key: str
-    kind: str  # "built" | "imported"
-    recipe: str | None
-    version: str | None
-    path: str
-    status: str  # "ok" | "quarantined"
-    problems: tuple[str, ...]
-    quarantined_to: str | None
-    provenance: Json | None  # imported: where the bundle came from (provenance.json)
-
-
-@dataclass(frozen=True)
-class CacheVerifyResult(VerbResult):
-    cache: str
-    entries: tuple[CacheEntry, ...]
-
-    @property
-    def error(self) -> RocmbuildError | None:
-        bad = [e for e in self.entries if e.status != "ok"]
-        if not bad:
-            return None
-        return FetchError(f"{len(bad)} cached artifact(s) did not match their manifest and were quarantined: "
-                          + ", ".join(f"{e.key[:16]} ({e.recipe or '?'})" for e in bad),
-                          "they are never served again: build the recipe again or import its bundle again; "
-                          "the quarantined copies under artifacts/.quarantine/ may be removed")
-
-    def to_json(self) -> dict[str, Any]:
-        return {"cache": self.cache, "artifacts": _records(self.entries), "checked": len(self.entries),
-                "quarantined": [e.quarantined_to for e in self.entries if e.status != "ok"]}
 
 
 # export, lock

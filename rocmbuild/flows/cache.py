@@ -23,7 +23,8 @@ from rocmbuild.build.artifact import MANIFEST, Artifact, Manifest, seal
 from rocmbuild.disk import read_json
 from rocmbuild.errors import InputError
 from rocmbuild.home import artifacts_dir, cache_home
-from rocmbuild.results import CacheEntry, CacheVerifyResult
+from rocmbuild.build.cache import CacheEntry
+from rocmbuild.results import CacheVerifyResult
 
 PROVENANCE = bundle.PROVENANCE
 
