@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import tempfile
 import time
 from pathlib import Path
@@ -134,6 +135,106 @@ def link_or_copy(src: Path, dst: Path) -> bool:
         os.fsync(fo.fileno())  # data and the inode (mode, mtime) together
     os.replace(tmp, dst)
     return True
+
+
+# --------------------------------------------------------------------------------------------
+# an own copy: a reflink where the filesystem can, else a copy hashed on the way
+
+FICLONE = 0x40049409  # _IOW(0x94, 9, int): share the source's extents, copy-on-write
+_NO_REFLINK = frozenset({errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV, errno.EINVAL, errno.ENOTTY, errno.ENOSYS,
+                         errno.EPERM, errno.EBADF})
+
+
+class ContentMismatch(Exception):
+    """The bytes read from ``path`` do not hash to the sha256 they were expected to have."""
+
+    def __init__(self, path: Path, expected: str, actual: str) -> None:
+        super().__init__(f"{path}: sha256 {actual}, expected {expected}")
+        self.path, self.expected, self.actual = Path(path), expected, actual
+
+
+def _reflink(src_fd: int, dst_fd: int) -> bool:
+    try:
+        fcntl.ioctl(dst_fd, FICLONE, src_fd)
+        return True
+    except OSError as exc:
+        if exc.errno not in _NO_REFLINK:
+            raise
+        return False
+
+
+def _hashing_copy(src_fd: int, dst_fd: int, path: Path, sha256: str | None) -> None:
+    h = hashlib.sha256()
+    while chunk := os.read(src_fd, CHUNK):
+        h.update(chunk)
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(dst_fd, view):]
+    if sha256 is not None and h.hexdigest() != sha256:
+        raise ContentMismatch(path, sha256, h.hexdigest())
+
+
+def own_copy(src: Path, dst: Path, *, sha256: str | None = None,
+             trusted: Callable[[os.stat_result], bool] | None = None) -> str:
+    """Give ``dst`` its own inode holding ``src``'s bytes (replacing a leftover ``dst``); never a
+    hardlink. Returns ``"reflink"`` or ``"copy"``.
+
+    A reflink (``FICLONE``) reads no byte, so it is taken only when ``trusted(fstat(src))`` says
+    the source is still the file that was checked (or when no ``sha256`` is expected at all); else,
+    and wherever the filesystem cannot reflink, the bytes are streamed through sha256 and compared
+    with ``sha256``: a mismatch removes the partial copy and raises :class:`ContentMismatch`. The
+    copy keeps ``src``'s mtime and its mode plus owner write (cache files are read-only; the
+    target's copy is an ordinary file). It is fsynced before it is renamed to ``dst``.
+    """
+    src, dst = Path(src), Path(dst)
+    tmp = dst.parent / (dst.name + ".part")
+    _unlink(dst)
+    _unlink(tmp)
+    sfd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        st = os.fstat(sfd)
+        dfd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            may_clone = sha256 is None or (trusted is not None and trusted(st))
+            how = "reflink" if may_clone and _reflink(sfd, dfd) else "copy"
+            if how == "copy":
+                _hashing_copy(sfd, dfd, src, sha256)
+            os.fchmod(dfd, (st.st_mode & 0o7777) | 0o200)
+            os.utime(dfd, ns=(st.st_atime_ns, st.st_mtime_ns))
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except BaseException:
+        _unlink(tmp)
+        raise
+    finally:
+        os.close(sfd)
+    os.replace(tmp, dst)
+    return how
+
+
+def reflink_supported(directory: Path) -> bool:
+    """Whether files in ``directory`` can be reflinked (tried on two temp files, removed after)."""
+    fd1, p1 = tempfile.mkstemp(prefix=".rocmbuild-reflink-", dir=directory)
+    fd2, p2 = tempfile.mkstemp(prefix=".rocmbuild-reflink-", dir=directory)
+    try:
+        os.write(fd1, b"x" * 4096)
+        return _reflink(fd1, fd2)
+    finally:
+        for fd, p in ((fd1, p1), (fd2, p2)):
+            os.close(fd)
+            _unlink(Path(p))
+
+
+def make_read_only(root: Path) -> None:
+    """Clear every write bit of the regular files below ``root`` (directories keep theirs: see
+    docs/cache.md, "Immutable")."""
+    for dirpath, _dirnames, filenames in os.walk(root):
+        for name in filenames:
+            p = os.path.join(dirpath, name)
+            st = os.lstat(p)
+            if stat.S_ISREG(st.st_mode) and st.st_mode & 0o222:
+                os.chmod(p, stat.S_IMODE(st.st_mode) & 0o7555)
 
 
 # --------------------------------------------------------------------------------------------

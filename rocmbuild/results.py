@@ -7,8 +7,8 @@ Decisions:
 * Values made below (a swap ``Plan`` and its records, a ``Target``, an ``Artifact``, a ``Verdict``)
   are held as they are and serialized here with their own ``to_json()``; only history lines (the
   open-ended ``history.jsonl`` records) are carried as read-only mappings.
-* ``error`` is ``None`` except for the two verbs whose failure keeps their data beside the error
-  (``doctor``'s failed checks, a dry run's refusal); the CLI exits with that error's code.
+* ``error`` is ``None`` except for the verbs whose failure keeps their data beside the error
+  (``doctor``, a dry run's refusal, ``cache verify``); the CLI exits with that error's code.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
+from rocmbuild.build.cache import CacheReport as CacheVerifyResult  # noqa: F401 - made in build/, held as it is
 from rocmbuild.errors import RequirementError, RocmbuildError
 
 if TYPE_CHECKING:

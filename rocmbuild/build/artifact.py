@@ -1,15 +1,20 @@
 """Artifacts: a staged install tree plus ``manifest.json``, content-addressed by the build key.
 
-Layout of one artifact, ``$ROCMBUILD_HOME/artifacts/<key>/``::
+Layout of one artifact, ``$ROCMBUILD_HOME/artifacts/<key>/`` (built) or
+``artifacts/imported/<key>/`` (from a bundle, with ``provenance.json``)::
 
     manifest.json      recipe, key, commit, version, inputs, every file, every library
+    identity.json      each tree file's identity when it was published (size, mtime_ns,
+                       ctime_ns, inode): the sidecar that lets a reflink skip reading the bytes
     tree/              the install tree, relative to the recipe's install prefix
                        (e.g. tree/lib/libMIOpen.so.1.0, tree/share/miopen/db/...)
 
-The artifact does not depend on any target. Files in ``tree/`` are treated as immutable: they
-are hardlinked into targets, so nothing ever writes one in place; :meth:`Artifact.intact`
-compares each file's size and mtime with the manifest (cheap, no hashing) and a changed artifact
-is never reused.
+Decisions: the artifact does not depend on any target and no target shares an inode with it
+(targets get a reflink or a hashed copy, see :func:`rocmbuild.disk.own_copy`). :func:`seal`
+makes its files read-only and records their identities *after* the chmod (a chmod moves the
+ctime); a file whose identity differs later is hashed before it is trusted
+(:meth:`Artifact.tampered`). :meth:`Artifact.intact` stays the cheap size + mtime check of a
+cache lookup; :meth:`Artifact.bytes_problems` re-hashes everything (``rocmbuild cache verify``).
 """
 
 from __future__ import annotations
@@ -23,11 +28,12 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from rocmbuild.build.archive import inside
-from rocmbuild.disk import sha256_file
+from rocmbuild.disk import atomic_write_json, make_read_only, read_json, sha256_file
 from rocmbuild.errors import InputError
 
 SCHEMA = 1
 MANIFEST = "manifest.json"
+IDENTITY = "identity.json"
 TREE = "tree"
 _KEY_RE = re.compile(r"^[0-9a-f]{64}$")
 
@@ -165,6 +171,102 @@ class Artifact:
             elif not stat.S_ISREG(st.st_mode) or st.st_size != f.size or st.st_mtime_ns != f.mtime_ns:
                 bad.append(f.path)
         return bad
+
+
+    @property
+    def imported(self) -> bool:
+        """From a bundle (stored apart, under ``artifacts/imported/``), not built here."""
+        return self.path.parent.name == "imported"
+
+    def recorded(self) -> dict[str, dict[str, int]]:
+        """The identities :func:`seal` recorded (empty: none, e.g. an artifact made before them)."""
+        return _recorded(self.path)
+
+    def tampered(self) -> list[str]:
+        """Files whose identity differs from the recorded one *and* whose bytes no longer hash to
+        the manifest's sha256 (only the changed ones are read)."""
+        rec = self.recorded()
+        changed = [f.path for f in self.manifest.files
+                   if f.type == "file" and f.path in rec and _identity_of(self.tree / f.path) != rec[f.path]]
+        return self.bytes_problems(changed) if changed else []
+
+    def bytes_problems(self, rels: Iterable[str] | None = None) -> list[str]:
+        """What differs from the manifest, every byte read: ``"<path>: <why>"`` per bad entry."""
+        want = None if rels is None else set(rels)
+        out = []
+        for f in self.manifest.files:
+            if want is not None and f.path not in want:
+                continue
+            p = self.tree / f.path
+            try:
+                st = p.lstat()
+            except FileNotFoundError:
+                out.append(f"{f.path}: missing")
+                continue
+            if f.type == "link":
+                if not stat.S_ISLNK(st.st_mode) or os.readlink(p) != f.target:
+                    out.append(f"{f.path}: not the link -> {f.target}")
+            elif not stat.S_ISREG(st.st_mode):
+                out.append(f"{f.path}: not a regular file")
+            elif st.st_size != f.size:
+                out.append(f"{f.path}: size {st.st_size}, manifest {f.size}")
+            elif sha256_file(p) != f.sha256:
+                out.append(f"{f.path}: sha256 differs from the manifest")
+        return out
+
+
+def _identity_of(path: Path) -> dict[str, int] | None:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns, "inode": st.st_ino}
+
+
+def _recorded(root: Path) -> dict[str, dict[str, int]]:
+    try:
+        data = read_json(Path(root) / IDENTITY)
+        files = data["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    return files if isinstance(files, dict) else {}
+
+
+def seal(root: Path, files: Iterable[FileEntry]) -> None:
+    """Make an artifact's tree read-only, fsync it, and record each file's identity (in this
+    order: the chmod moves the ctime, the identities are taken after it)."""
+    root = Path(root)
+    make_read_only(root / TREE)
+    fsync_tree(root / TREE)
+    ids = {f.path: _identity_of(root / TREE / f.path) for f in files if f.type == "file"}
+    atomic_write_json(root / IDENTITY, {"schema": 1, "files": ids})
+
+
+def artifact_root(path: Path) -> Path | None:
+    """The artifact directory holding ``path`` (a file below its ``tree/``), or None."""
+    p = Path(path)
+    for parent in p.parents:
+        if parent.name == TREE and (parent.parent / MANIFEST).is_file():
+            return parent.parent
+    return None
+
+
+def trust_check(source: Path):
+    """For a file in an artifact's tree: a predicate on its ``fstat`` that is true when the file is
+    still the one :func:`seal` recorded (None: nothing recorded, so it must be hashed)."""
+    root = artifact_root(source)
+    if root is None:
+        return None
+    rel = Path(source).relative_to(root / TREE).as_posix()
+    want = _recorded(root).get(rel)
+    if not want:
+        return None
+
+    def same(st: os.stat_result) -> bool:
+        return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns,
+                "inode": st.st_ino} == want
+
+    return same
 
 
 def fsync_tree(root: Path) -> None:

@@ -4,7 +4,8 @@ Decisions: the artifact is staged in ``artifacts/.tmp-<key>-<pid>/`` and renamed
 ``artifacts/<key>/`` only when complete, so an interrupted build leaves nothing a later run would
 trust (a stop by any signal removes it on the way out); the build tree ``build/<key>/`` is kept
 after a failure (a rerun continues incrementally) and removed after success, and is never used by
-two process trees at once (buildtree.py); files installed outside ``install_prefix`` are not part of the
+two process trees at once (buildtree.py); the published tree is sealed (read-only, each file's
+identity recorded: ``artifact.seal``); files installed outside ``install_prefix`` are not part of the
 artifact (a warning names them). The whole story is in ``docs/cache.md``.
 """
 
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from rocmbuild import runner, stop, ui
 from rocmbuild.build import buildtree, cmake
-from rocmbuild.build.artifact import MANIFEST, TREE, Artifact, Manifest, find_libraries, fsync_tree, scan_tree
+from rocmbuild.build.artifact import MANIFEST, TREE, Artifact, Manifest, find_libraries, scan_tree, seal
 from rocmbuild.build.cache import Inputs, key_lock, log_path, lookup
 from rocmbuild.disk import atomic_write_json, fsync_dir
 from rocmbuild.errors import BuildError, RequirementError
@@ -136,7 +137,7 @@ def build(recipe: Recipe, checkout: Checkout, *, home: Path, key: str, inp: Inpu
             tree = tmp / TREE
             _collect(tmp / "destdir", recipe.build.install_prefix, tree)
             manifest = _manifest(recipe, checkout, key, inp, tree)
-            fsync_tree(tree)
+            seal(tmp, manifest.files)  # read-only, fsynced, identities recorded
             atomic_write_json(tmp / MANIFEST, manifest.to_json())
             os.replace(tmp, adir / key)
             fsync_dir(adir)

@@ -5,7 +5,9 @@
 ``import_bundle`` takes a path or an http(s) URL, checks the bundle's sha256, extracts it safely
 (the same rules as source tarballs: no absolute paths, no ``..``, no links leaving the tree),
 checks every file against the manifest's sha256 and link targets, and places it in the local
-artifact cache under its key, atomically. The importing machine needs no compiler and no source.
+artifact cache, apart from built artifacts, under ``artifacts/imported/<key>/`` with its
+provenance (``provenance.json``: the file or URL, the bundle's sha256, whether that was checked
+against a given one, the time), atomically. The importing machine needs no compiler and no source.
 
 Decisions:
 * The bundle's sha256 comes from ``--sha256``, else from the ``.sha256`` file beside the bundle
@@ -17,6 +19,11 @@ Decisions:
 * :func:`inspect` (``apply --artifact --dry-run``) makes every check of an import without
   writing anything: members are checked as headers, the manifest and each file's bytes are
   streamed from the archive.
+* An imported artifact is never a recipe's cache hit (``cache.lookup`` does not look there): a
+  bundle is only trusted as what it is, for ``apply --artifact`` and ``export KEY`` (a re-export
+  of an imported key is allowed: it carries the same manifest, and the importer checks it again).
+* An imported artifact already in the cache under the same key, intact and with the same manifest,
+  is reused (its provenance is kept); one with another manifest is replaced by the new bundle.
 """
 
 from __future__ import annotations
@@ -35,11 +42,14 @@ from typing import Any
 
 from rocmbuild import ui
 from rocmbuild.build.archive import download
+from rocmbuild.build.artifact import MANIFEST, TREE, Artifact, Manifest, seal
+from rocmbuild.build.cache import imported_dir, quarantine
 from rocmbuild.build.extract import CORRUPT, Refused, check_members, corrupt, parts_of, refusal, safe_extract
-from rocmbuild.build.artifact import MANIFEST, TREE, Artifact, Manifest, fsync_tree
-from rocmbuild.disk import CHUNK, atomic_write_bytes, fsync_dir, read_json, sha256_file
+from rocmbuild.disk import CHUNK, atomic_write_bytes, atomic_write_json, fsync_dir, read_json, sha256_file
 from rocmbuild.errors import FetchError, InputError
-from rocmbuild.home import artifacts_dir, downloads_dir
+from rocmbuild.home import downloads_dir
+
+PROVENANCE = "provenance.json"
 
 TOP = "rocmbuild-artifact"
 MAX_MANIFEST = 64 << 20  # bytes; a real MIOpen manifest is a few MB
@@ -183,6 +193,30 @@ def _parse_manifest(path: Path, data: bytes) -> Manifest:
         raise InputError(f"{path}: unreadable manifest ({exc})", "export the bundle again") from exc
 
 
+def _provenance(src: str, path: Path, checked: str | None) -> dict[str, Any]:
+    import datetime as _dt
+
+    is_url = urllib.parse.urlparse(src).scheme in ("http", "https")
+    return {"source": src if is_url else str(Path(path).absolute()), "kind": "url" if is_url else "file",
+            "bundle_sha256": checked or sha256_file(path), "sha256_checked": checked is not None,
+            "imported": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+
+
+def _reusable(final: Path, manifest: Manifest) -> Artifact | None:
+    """The imported artifact already at ``final`` if it holds exactly this manifest, intact; an
+    entry with another manifest (or damaged) is set aside for the new one."""
+    if not final.exists():
+        return None
+    try:
+        existing = Artifact(final, Manifest.from_json(read_json(final / MANIFEST)), cached=True)
+        if existing.manifest == manifest and not existing.intact():
+            return existing
+    except (OSError, ValueError, KeyError, TypeError, InputError):
+        pass
+    shutil.rmtree(quarantine(final), ignore_errors=True)
+    return None
+
+
 def _bundle_error(exc: FetchError) -> FetchError:
     return type(exc)(exc.message.replace("tarball", "bundle"),
                       "give a .tar.gz written by `rocmbuild export` (copy it again if it is damaged)",
@@ -223,11 +257,11 @@ def inspect(src: str, *, home: Path, sha256: str | None = None) -> Artifact:
 
 
 def import_bundle(src: str, *, home: Path, sha256: str | None = None) -> Artifact:
-    """Check and place a bundle in the local cache; returns the cached Artifact."""
-    path, _checked = _fetch(src, home, sha256)
-    adir = artifacts_dir(home)
-    adir.mkdir(parents=True, exist_ok=True)
-    tmp = adir / f".tmp-import-{os.getpid()}"
+    """Check and place a bundle in the local cache (apart from built artifacts); returns it."""
+    path, checked = _fetch(src, home, sha256)
+    idir = imported_dir(home)
+    idir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = idir.parent / f".tmp-import-{os.getpid()}"  # imported/ itself only once something is imported
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         try:
@@ -238,17 +272,17 @@ def import_bundle(src: str, *, home: Path, sha256: str | None = None) -> Artifac
         if not (top / MANIFEST).is_file() or not (top / TREE).is_dir():
             raise _not_a_bundle(path)
         manifest = _parse_manifest(path, (top / MANIFEST).read_bytes())
-        final = adir / manifest.key
-        if (final / MANIFEST).is_file():
-            existing = Artifact(final, Manifest.from_json(read_json(final / MANIFEST)), cached=True)
-            if not existing.intact():
-                ui.info(f"artifact {manifest.key[:16]} is already in the cache")
-                return existing
-            shutil.rmtree(final)
+        final = idir / manifest.key
+        idir.mkdir(exist_ok=True)
+        existing = _reusable(final, manifest)
+        if existing is not None:
+            ui.info(f"artifact {manifest.key[:16]} is already in the cache (imported)")
+            return existing
         _check_tree(manifest, top / TREE)
-        fsync_tree(top)
+        seal(top, manifest.files)
+        atomic_write_json(top / PROVENANCE, _provenance(src, path, checked))
         os.replace(top, final)
-        fsync_dir(adir)
+        fsync_dir(idir)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     ui.info(f"imported {manifest.recipe} {manifest.version or ''} ({manifest.key[:16]}) from {src}")

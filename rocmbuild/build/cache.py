@@ -5,24 +5,32 @@ cache hit touches no source tree and starts no compiler; tool versions are remem
 ``home/tools.json`` by (resolved path, size, mtime), so even ``cc --version`` is not run again
 until the compiler changes; a cached artifact whose files changed on disk is moved aside and
 rebuilt, never reused. What goes into the key, and what is left out, is in ``docs/cache.md``.
+
+Imported artifacts (bundles) live apart, in ``artifacts/imported/<key>/``: :func:`lookup` (what a
+recipe build asks) never looks there, so a bundle that claims a recipe build's key is never that
+recipe's cache hit; :func:`lookup_imported` serves ``apply --artifact`` and ``export KEY``. An
+entry whose bytes do not match its manifest is quarantined (:func:`quarantine`): renamed to
+``artifacts/.quarantine/``, kept for a look, never served again.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
 import hashlib
 import json
 import os
+import re
 import shutil
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from rocmbuild import runner, ui
 from rocmbuild.build.artifact import MANIFEST, Artifact, Manifest
 from rocmbuild.disk import FileLock, atomic_write_json, read_json, sha256_file
+from rocmbuild.errors import FetchError, InputError
 from rocmbuild.locks import LockWait
-from rocmbuild.errors import InputError
 from rocmbuild.home import artifacts_dir, logs_dir
 from rocmbuild.recipe.model import DefineValue, Recipe
 
@@ -166,6 +174,115 @@ def lookup(key: str, home: Path) -> Artifact | None:
         _discard(path)
         return None
     return art
+
+
+def imported_dir(home: Path) -> Path:
+    """Where artifacts imported from bundles live, apart from the built ones."""
+    return artifacts_dir(home) / "imported"
+
+
+def lookup_imported(key: str, home: Path) -> Artifact | None:
+    """The imported artifact ``key`` (for ``apply --artifact`` and ``export KEY``), or None."""
+    path = imported_dir(home) / key
+    try:
+        art = Artifact(path, Manifest.from_json(read_json(path / MANIFEST)), cached=True)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError, InputError):
+        return None
+    return None if art.intact() else art
+
+
+_KEY = re.compile(r"^[0-9a-f]{64}$")
+
+
+def entries(home: Path) -> list[Path]:
+    """Every artifact directory in the cache: the built ones, then the imported ones (sorted)."""
+    out = []
+    for d in (artifacts_dir(home), imported_dir(home)):
+        if d.is_dir():
+            out += sorted(p for p in d.iterdir() if _KEY.match(p.name) and p.is_dir() and not p.is_symlink())
+    return out
+
+
+def quarantine(path: Path) -> Path:
+    """Move the artifact directory ``path`` to ``artifacts/.quarantine/`` (a rename: a process still
+    reading it is not disturbed); returns where it went. It is never served again."""
+    path = Path(path)
+    adir = path.parent.parent if path.parent.name == "imported" else path.parent
+    qdir = adir / ".quarantine"
+    qdir.mkdir(parents=True, exist_ok=True)
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+    kind = "imported-" if path.parent.name == "imported" else ""
+    dest = qdir / f"{kind}{path.name}-{stamp}-{os.getpid()}"
+    os.replace(path, dest)
+    return dest
+
+
+def corrupt(art: Artifact, problems: list[str]) -> FetchError:
+    """Quarantine ``art`` and the error (exit 3) that says so."""
+    try:
+        where = str(quarantine(art.path))
+    except OSError as exc:
+        where = f"nowhere ({exc.strerror or exc})"
+    again = ("import the bundle again" if art.imported
+             else f"run the command again: the recipe is rebuilt ({art.manifest.recipe})")
+    return FetchError(
+        f"the cached artifact {art.key[:16]} ({art.manifest.recipe}) does not match its manifest: "
+        + "; ".join(problems[:5]) + f"; it was quarantined to {where}; nothing in the target was changed",
+        f"{again}; `rocmbuild cache verify` checks the whole cache",
+        details={"artifact": str(art.path), "quarantined": where, "problems": problems},
+    )
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    """One artifact as ``cache verify`` found it (``to_json()``: docs/json.md, "cache")."""
+
+    key: str
+    kind: str  # "built" | "imported"
+    recipe: str | None
+    version: str | None
+    path: str
+    status: str  # "ok" | "quarantined"
+    problems: tuple[str, ...]
+    quarantined_to: str | None
+    provenance: dict[str, Any] | None  # imported: where the bundle came from (provenance.json)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class CacheReport:
+    """``cache verify``'s result (``rocmbuild.results.CacheVerifyResult``): every entry as found;
+    ``error`` is a FetchError (exit 3) when anything was quarantined, the report kept beside it."""
+
+    cache: str
+    entries: tuple[CacheEntry, ...]
+
+    @property
+    def error(self) -> FetchError | None:
+        bad = [e for e in self.entries if e.status != "ok"]
+        if not bad:
+            return None
+        return FetchError(f"{len(bad)} cached artifact(s) did not match their manifest and were quarantined: "
+                          + ", ".join(f"{e.key[:16]} ({e.recipe or '?'})" for e in bad),
+                          "they are never served again: build the recipe again or import its bundle again; "
+                          "the quarantined copies under artifacts/.quarantine/ may be removed")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cache": self.cache, "artifacts": [e.to_json() for e in self.entries],
+                "checked": len(self.entries), "quarantined": [e.quarantined_to for e in self.entries
+                                                              if e.quarantined_to]}
+
+
+def check_untampered(art: Artifact) -> None:
+    """Before a swap: every file whose identity moved since it was published is hashed; a
+    mismatch quarantines the artifact and raises (exit 3) before the target is touched."""
+    bad = art.tampered()
+    if bad:
+        raise corrupt(art, bad)
 
 
 def _discard(path: Path) -> None:

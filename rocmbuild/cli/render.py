@@ -15,6 +15,7 @@ from rocmbuild.results import (
     ApplyResult,
     BuildPlan,
     BuildResult,
+    CacheVerifyResult,
     DoctorResult,
     DryRunResult,
     ExportResult,
@@ -138,6 +139,17 @@ def _doctor(r: DoctorResult) -> str:
 
 # --------------------------------------------------------------------------------------------
 # export, lock, apply, rollback, history, recover
+
+
+@text.register
+def _cache_verify(r: CacheVerifyResult) -> str:
+    lines = [f"{e.status:11} {e.kind:8} {e.key[:16]} {e.recipe or '?'} {e.version or ''}".rstrip()
+             + "".join(f"\n  {p}" for p in e.problems)
+             + (f"\n  quarantined to {e.quarantined_to}" if e.quarantined_to else "") for e in r.entries]
+    bad = sum(e.status != "ok" for e in r.entries)
+    lines.append(f"{len(r.entries)} artifact(s) in {r.cache} re-hashed: "
+                 + (f"{bad} quarantined" if bad else "all match their manifests"))
+    return "\n".join(lines)
 
 
 @text.register

@@ -135,6 +135,18 @@ def _cmd_doctor(args) -> VerbResult:
     return DoctorResult(tuple(doctor.run(r, args.env, args.python, timeout=args.probe_timeout)))
 
 
+def _add_cache(sub) -> None:
+    p = sub.add_parser("cache", help="the artifact cache: `cache verify` re-hashes it, quarantining what changed")
+    p.add_argument("action", choices=["verify"], help="verify: re-hash every cached artifact against its manifest")
+    a.common(p)
+
+
+def _cmd_cache(args) -> VerbResult:
+    from rocmbuild.flows import cache
+
+    return cache.verify()
+
+
 # --------------------------------------------------------------------------------------------
 # export / lock
 
@@ -256,6 +268,7 @@ VERBS: list[tuple[Callable[[Any], None], Callable[[argparse.Namespace], VerbResu
     (_add_status, _cmd_status),
     (_add_verify, _cmd_verify),
     (_add_doctor, _cmd_doctor),
+    (_add_cache, _cmd_cache),
     (_add_export, _cmd_export),
     (_add_lock, _cmd_lock),
     (_add_apply, _cmd_apply),

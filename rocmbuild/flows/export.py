@@ -18,7 +18,7 @@ from rocmbuild.build import bundle
 from rocmbuild.build.artifact import Artifact
 from rocmbuild.errors import InputError
 from rocmbuild.flows import build
-from rocmbuild.home import artifacts_dir, cache_home
+from rocmbuild.home import cache_home
 from rocmbuild.locks import LockWait
 from rocmbuild.recipe import lockfile
 from rocmbuild.recipe import Overrides
@@ -28,20 +28,22 @@ _HEX = re.compile(r"^[0-9a-f]{8,64}$")
 
 
 def find_cached(key_prefix: str) -> Artifact | None:
-    """The cached artifact whose key starts with ``key_prefix`` (None if not a key)."""
+    """The cached artifact whose key starts with ``key_prefix`` (None if not a key): a built one,
+    else an imported one (exporting an imported key is allowed: the bundle carries the same
+    manifest, and whoever imports it checks every file again)."""
     if not _HEX.match(key_prefix):
         return None
     home = cache_home()
-    adir = artifacts_dir(home)
-    matches = sorted(p.name for p in adir.glob(f"{key_prefix}*") if p.is_dir()) if adir.is_dir() else []
-    if len(matches) > 1:
-        raise InputError(f"artifact key prefix {key_prefix} is ambiguous: {', '.join(m[:16] for m in matches)}",
+    dirs = [d for d in cache.entries(home) if d.name.startswith(key_prefix)]
+    keys = sorted({d.name for d in dirs})
+    if len(keys) > 1:
+        raise InputError(f"artifact key prefix {key_prefix} is ambiguous: {', '.join(m[:16] for m in keys)}",
                          "give more digits of the key")
-    if not matches:
+    if not keys:
         return None
-    art = cache.lookup(matches[0], home)
+    art = cache.lookup(keys[0], home) or cache.lookup_imported(keys[0], home)
     if art is None:
-        raise InputError(f"cached artifact {matches[0]} is damaged and was set aside", "build it again")
+        raise InputError(f"cached artifact {keys[0]} is damaged and was set aside", "build it again")
     return art
 
 

@@ -9,8 +9,10 @@ Decisions:
   what it still tells and where its backups are; rocmbuild never guesses what it did. An
   unreadable history line only warns (the journals are the record that matters).
 * Refusals come before anything is written: an artifact that cannot load under the target's torch
-  (:func:`compat_refusal`), a changed artifact, a lib dir that is not writable, too little free
-  space for the bytes that must be copied (hardlinks cost nothing) (:func:`preflight`).
+  (:func:`compat_refusal`), a changed artifact (a cache file whose identity moved since it was
+  published and whose bytes no longer match: quarantined, exit 3), a lib dir that is not writable, too little free
+  space for the bytes that must be copied (every artifact file: the target gets its own copy;
+  backups are hardlinks and cost nothing) (:func:`preflight`).
 * The verifier runs the probe in the target's Python (a fresh process) and judges it against the
   expectation. The smoke test runs only for the new state; an old state put back (a rollback, the
   restore after a failed apply) must prove identity and version only: a failed compatibility check
@@ -27,6 +29,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from rocmbuild import ui
+from rocmbuild.build import cache
 from rocmbuild.build.artifact import Artifact
 from rocmbuild.disk import nearest_existing
 from rocmbuild.errors import InputError, StateError, TargetError
@@ -143,7 +146,9 @@ def _copy_bytes(the_plan: "_plan.Plan") -> tuple[dict[int, int], dict[int, Path]
     for a in the_plan.pending:
         ddir = nearest_existing(Path(a.path).parent)
         ddev = os.stat(ddir).st_dev
-        if a.source and os.stat(a.source).st_dev != ddev:
+        # an artifact file is always copied (a reflink costs less, but is not known in advance);
+        # a backup put back is a hardlink unless it lives on another filesystem
+        if a.source and (a.sha256 is not None or os.stat(a.source).st_dev != ddev):
             need[ddev] = need.get(ddev, 0) + a.size
             where[ddev] = ddir
         if a.before.kind == "file" and a.before.dev != sdev:
@@ -164,6 +169,7 @@ def preflight(the_plan: "_plan.Plan", artifact: Artifact) -> int:
         )
     if the_plan.already_applied:
         return 0  # nothing will be written: do not even test-write (the no-op writes nothing)
+    cache.check_untampered(artifact)  # a cache file changed since it was published: exit 3, quarantined
     for d in sorted({Path(a.path).parent for a in the_plan.pending} | {Path(the_plan.state_dir)}):
         why = writable(d)
         if why:
@@ -175,9 +181,9 @@ def preflight(the_plan: "_plan.Plan", artifact: Artifact) -> int:
         free = shutil.disk_usage(where[dev]).free
         if n + (1 << 20) > free:
             raise TargetError(
-                f"not enough free space in {where[dev]}: {n} bytes must be copied (different filesystem "
-                f"than the artifact cache), {free} free; nothing was changed",
-                "free some space, or put $ROCMBUILD_HOME on the target's filesystem so files are hardlinked",
+                f"not enough free space in {where[dev]}: {n} bytes must be copied (the target gets its own "
+                f"copy of each artifact file), {free} free; nothing was changed",
+                "free some space in the environment's filesystem and run again",
                 details={"needed": n, "free": free, "dir": str(where[dev])},
             )
     return sum(need.values())

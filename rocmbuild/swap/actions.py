@@ -3,8 +3,12 @@
 Decisions (each step in full: docs/transactions.md, "File actions"):
 * every step is idempotent (recovery re-runs them) and every change of a destination is one
   ``os.replace``: a destination is never missing, a process that maps the old file keeps its inode;
-* new content is staged beside the destination (a hardlink of the source, a copy only across
-  filesystems), never symlinked into the cache; each new directory entry is fsynced;
+* new content from an artifact is staged beside the destination as the target's *own* inode,
+  never a hardlink or symlink into the cache (a user's in-place ``cp`` over the target must not
+  reach the cache or any other env): a reflink where the filesystem can and the cache file's
+  identity is still the one recorded at publish, else a copy hashed on the way and compared with
+  the manifest (a mismatch quarantines the artifact: exit 3, the target unchanged); a restore
+  from a backup is a hardlink of it (the original inode back); each new directory entry is fsynced;
 * an original is backed up by hardlink (O(1), nothing hashed); whether a backup is a copy is
   journaled, since a restore from a copy is a new inode (:meth:`FileAction.is_before`);
 * a revert puts the original inode back by rename; an added path is removed only if it is what
@@ -18,7 +22,10 @@ import errno
 import os
 from pathlib import Path
 
-from rocmbuild.disk import fsync_dir, link_or_copy, makedirs_durable, sha256_file
+from rocmbuild.build import cache
+from rocmbuild.build.artifact import MANIFEST, Artifact, Manifest, artifact_root, trust_check
+from rocmbuild.disk import ContentMismatch, fsync_dir, link_or_copy, makedirs_durable, own_copy, read_json, sha256_file
+from rocmbuild.errors import FetchError, InputError
 from rocmbuild.swap.observe import PathState, observe
 from rocmbuild.swap.plan import Action
 
@@ -177,12 +184,32 @@ class ReplaceFile(FileAction):
     def stage(self) -> PathState:
         self._make_dirs()
         src = Path(self.action.source or "")
-        cur = observe(self.staged)
-        srcst = observe(src)
-        if not (cur.kind == "file" and (cur.dev, cur.inode) == (srcst.dev, srcst.inode)):
-            link_or_copy(src, self.staged)  # a copy is fsynced there
-        _fsync_parent(self.staged)  # the new directory entry (all a hardlink is)
+        if self.action.sha256 is None and artifact_root(src) is None:  # a backup: its inode is put back
+            cur, srcst = observe(self.staged), observe(src)
+            if not (cur.kind == "file" and (cur.dev, cur.inode) == (srcst.dev, srcst.inode)):
+                link_or_copy(src, self.staged)  # a copy is fsynced there
+        else:
+            try:
+                own_copy(src, self.staged, sha256=self.action.sha256, trusted=trust_check(src))
+            except ContentMismatch as exc:
+                raise _corrupt_source(src, exc) from None
+        _fsync_parent(self.staged)  # the new directory entry
         return observe(self.staged)
+
+
+def _corrupt_source(src: Path, exc: ContentMismatch) -> FetchError:
+    """The artifact file ``src`` no longer holds its manifest's bytes: quarantine the artifact."""
+    root = artifact_root(src)
+    problem = f"{src.name}: sha256 {exc.actual[:16]}..., manifest {exc.expected[:16]}..."
+    if root is None:
+        return FetchError(f"{src} does not hold the bytes it should ({problem}); nothing was changed",
+                          "build or import the artifact again")
+    try:
+        art = Artifact(root, Manifest.from_json(read_json(root / MANIFEST)), cached=True)
+    except (OSError, ValueError, KeyError, TypeError, InputError) as err:
+        return FetchError(f"{src} does not hold the bytes it should ({problem}); its manifest: {err}",
+                          "build or import the artifact again")
+    return cache.corrupt(art, [problem])
 
 
 class AddFile(ReplaceFile):

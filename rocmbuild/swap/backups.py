@@ -49,7 +49,10 @@ def _needed_identities(state_dir: Path) -> set[tuple[int, int]]:
 
     * for every path rocmbuild ever touched here, the file it held before rocmbuild's first
       transaction on it (the stock library a user wants back: ``rollback --to`` the oldest apply);
-    * the files the latest apply in effect replaced (what a plain ``rollback`` restores).
+    * the files the latest two applies in effect replaced: what the next plain ``rollback``
+      restores, and the one after it (a target's files are its own copies, never the cache's
+      inode, so a later transaction's backup no longer holds the same inode by chance; two, not
+      all: a boot loop of applies must not keep every backup against ``--keep``).
 
     Identity, not transaction ids: after a rollback is itself undone ("redo"), the original inode
     lives on in the redo's backup, not in the backup of the apply that first replaced it."""
@@ -65,9 +68,7 @@ def _needed_identities(state_dir: Path) -> set[tuple[int, int]]:
                 seen.add(a.path)
                 if a.before.kind == "file":
                     needed.add((a.before.dev, a.before.inode))
-    applies = [j for j in active(state_dir) if j.data["verb"] == "apply"]
-    if applies:
-        j = applies[-1]
+    for j in [j for j in active(state_dir) if j.data["verb"] == "apply"][-2:]:
         for step in j.data["steps"]:
             a = j.plan.actions[step["index"]]
             if a.before.kind == "file":

@@ -62,9 +62,11 @@ def test_apply_then_rollback_restores_every_path(txn_home, env350, layout):
     assert data["plan"]["layout"] == layout
     art = txn_home.artifacts["mini"]
     lib_dest = Path(data["plan"]["library"])
-    # the placed file IS the artifact's file (hardlink, no bytes copied), and the target loads it
+    # the placed file is the target's own copy of the artifact's file (never its inode), and the
+    # target loads it
     st, ast = os.stat(lib_dest), os.stat(art.file("lib/libMIOpen.so.1.0"))
-    assert (st.st_dev, st.st_ino) == (ast.st_dev, ast.st_ino)
+    assert (st.st_dev, st.st_ino) != (ast.st_dev, ast.st_ino) and ast.st_nlink == 1
+    assert lib_dest.read_bytes() == art.file("lib/libMIOpen.so.1.0").read_bytes()
     assert _version_of(env) == "3.5.1"
     data_file = Path(data["plan"]["libdir"]).parent / "share/miopen/db/gfx1151.db.txt"
     assert data_file.read_bytes() == b"fixture perf db\n"
@@ -88,11 +90,15 @@ def test_apply_then_rollback_restores_every_path(txn_home, env350, layout):
     first = h["transactions"][0]
     assert first["version_before"] == "3.5.0" and first["version_after"] == "3.5.1"
     assert first["recipe"] == "mini" and first["commit"] == art.manifest.commit and first["outcome"] == "committed"
-    # every backup is a hardlink: of the original (back in the target) or of the artifact's file
-    # (in the cache): the backups keep no byte alive on their own
-    backups = [p for p in Path(rb_data["target"]["state_dir"], "backups").rglob("*") if p.is_file()]
-    assert backups and all(p.stat().st_nlink > 1 for p in backups)
-    assert h["backup_bytes"] == 0 and "backups keep alive" in h["backup_bytes_note"]
+    # every backup is a hardlink (+0 bytes copied): the apply's of the original (back in the target,
+    # so it costs nothing); the rollback's of the copy the apply placed, which only it keeps alive now
+    sdir = Path(rb_data["target"]["state_dir"], "backups")
+    originals = [p for p in (sdir / data["txn"]).iterdir() if p.is_file()]
+    assert originals and all(p.stat().st_nlink > 1 for p in originals)
+    placed = [p for p in (sdir / rb_data["txn"]).iterdir() if p.is_file()]
+    assert placed and all(p.stat().st_nlink == 1 for p in placed)
+    assert h["backup_bytes"] == sum(p.stat().st_blocks * 512 for p in placed)
+    assert "backups keep alive" in h["backup_bytes_note"]
 
 
 def test_apply_twice_is_a_noop_touching_no_file(txn_home, env350):
@@ -460,6 +466,7 @@ def test_rollback_to_and_keep_pruning(txn_home, env350):
     env = env350("conda")
     before, ids = snapshot(env.prefix), inodes(env.prefix)
     a = _json(rb("apply", txn_home.recipe("mini"), "--env", env.prefix, "--json"))
+    placed_a = os.stat(env.prefix / "lib/libMIOpen.so.1.0")  # the target's own copy
     b = _json(rb("apply", txn_home.recipe("mini-fix"), "--env", env.prefix, "--json"))
     assert b["ok"] and b["plan"]["version_before"] == "3.5.1"
     # --to: never empty, never an ambiguous prefix (both ids start with 000), never unknown
@@ -472,7 +479,8 @@ def test_rollback_to_and_keep_pruning(txn_home, env350):
     assert r.returncode == 0 and _json(r)["undoes"] == [b["txn"]]
     st = os.stat(env.prefix / "lib/libMIOpen.so.1.0")
     art = os.stat(txn_home.artifacts["mini"].file("lib/libMIOpen.so.1.0"))
-    assert (st.st_dev, st.st_ino) == (art.st_dev, art.st_ino)
+    # the inode apply a placed is back (by rename from b's backup); it never was the cache's
+    assert (st.st_dev, st.st_ino) == (placed_a.st_dev, placed_a.st_ino) != (art.st_dev, art.st_ino)
     # apply b again, then --to a: undo everything since a, in one transaction
     b2 = _json(rb("apply", txn_home.recipe("mini-fix"), "--env", env.prefix, "--json"))
     r = rb("rollback", "--env", env.prefix, "--to", a["txn"], "--json")

@@ -39,10 +39,18 @@ def test_export_import_roundtrip(tmp_path, monkeypatch, artifact):
     assert side.startswith(out.sha256) and side.strip().endswith("mini.tar.gz")
     home_b = other_home(tmp_path, monkeypatch)
     imported = bundle.import_bundle(out.file, home=home_b)
-    assert imported.path == home_b / "artifacts" / artifact.key
+    assert imported.path == home_b / "artifacts" / "imported" / artifact.key  # apart from built ones
     assert imported.manifest == artifact.manifest
     assert imported.intact() == []  # sizes, mtimes and links as the manifest says
-    assert cache.lookup(artifact.key, home_b) is not None  # a cache hit on machine B now
+    # never a recipe's cache hit: only apply --artifact / export KEY find it
+    assert cache.lookup(artifact.key, home_b) is None
+    assert cache.lookup_imported(artifact.key, home_b).path == imported.path
+    prov = json.loads((imported.path / bundle.PROVENANCE).read_text())
+    assert prov["kind"] == "file" and prov["source"] == str(Path(out.file).absolute())
+    assert prov["bundle_sha256"] == out.sha256 and prov["sha256_checked"] is True and prov["imported"]
+    # sealed: read-only files, identities recorded after the chmod
+    lib = imported.file("lib/libMIOpen.so.1.0")
+    assert lib.stat().st_mode & 0o222 == 0 and imported.recorded()["lib/libMIOpen.so.1.0"]["inode"] == lib.stat().st_ino
     again = bundle.import_bundle(out.file, home=home_b)  # idempotent
     assert again.path == imported.path
 

@@ -57,7 +57,7 @@ def _doc_tables() -> dict[str, dict[str, bool]]:
 
 TABLES = _doc_tables()
 COMMON = set(TABLES["common"])
-VERBS = ["recipes", "show", "plan", "build", "status", "verify", "doctor", "export", "lock", "apply",
+VERBS = ["recipes", "show", "plan", "build", "status", "verify", "doctor", "cache", "export", "lock", "apply",
          "rollback", "history", "recover"]
 
 
@@ -354,3 +354,24 @@ def test_history_and_recover(txn_home, env350, tmp_path):
 
     for verb in ("history", "recover"):
         fail(rb(verb, "--env", tmp_path / "nope", "--json"), verb, 2, "TargetError")
+
+
+def test_cache_verify_all_good_and_quarantined(txn_world, tmp_path, monkeypatch):
+    import shutil
+
+    home = tmp_path / "home"
+    shutil.copytree(txn_world.home / "artifacts", home / "artifacts", symlinks=True)
+    env = {"ROCMBUILD_HOME": str(home)}
+    d = ok(rb("cache", "verify", "--json", env=env), "cache")
+    assert d["checked"] == len(d["artifacts"]) >= len(txn_world.artifacts) and d["quarantined"] == []
+    assert {a.key for a in txn_world.artifacts.values()} <= {e["key"] for e in d["artifacts"] if e["kind"] == "built"}
+    assert {e["status"] for e in d["artifacts"]} == {"ok"}
+    victim = home / "artifacts" / txn_world.artifacts["mini"].key / "tree/share/miopen/db/gfx1151.db.txt"
+    victim.chmod(0o644)
+    victim.write_bytes(b"fixture perf DB\n")  # same size
+    r = rb("cache", "verify", "--json", env=env)
+    assert r.returncode == 3, r.stderr
+    d = _common(r, "cache")
+    assert set(d) - COMMON - {"error"} == set(TABLES["cache"]) and d["error"]["type"] == "FetchError"
+    (bad,) = [e for e in d["artifacts"] if e["status"] == "quarantined"]
+    assert bad["key"] == txn_world.artifacts["mini"].key and d["quarantined"] == [bad["quarantined_to"]]

@@ -2,7 +2,7 @@
 from the fixture library, a conda-style lib dir, and a verify callback standing in for the probe.
 
 What this proves beyond tests/integration/test_apply.py: backups are hardlinks of the original
-inode (no byte copied), staged files are hardlinks of the artifact, every failure mode before and
+inode (no byte copied), staged files are the target's own inodes (never the artifact's), every failure mode before and
 after the first rename leaves exactly the old state, recovery is idempotent and survives being
 killed itself, the lock excludes a second holder in the same process, and drift is detected.
 """
@@ -107,9 +107,12 @@ def test_commit_hardlinks_backups_and_staged_files(art, prefix):
     # the backup is the original inode (a hardlink): no byte copied
     (bk,) = [b for b in (Path(p.state_dir) / "backups" / out.id).iterdir() if "libMIOpen" in b.name]
     assert (bk.stat().st_dev, bk.stat().st_ino) == (orig.st_dev, orig.st_ino)
-    # the placed file is the artifact's file (a hardlink), never a symlink into the cache
+    # the placed file is the target's own inode holding the artifact's bytes: never a hardlink
+    # (nor a symlink) into the cache, so an in-place write there cannot reach the cache
     new = prefix / "lib/libMIOpen.so.1.0"
-    assert not new.is_symlink() and new.stat().st_ino == art.file("lib/libMIOpen.so.1.0").stat().st_ino
+    cached = art.file("lib/libMIOpen.so.1.0")
+    assert not new.is_symlink() and (new.stat().st_dev, new.stat().st_ino) != (cached.stat().st_dev, cached.stat().st_ino)
+    assert new.read_bytes() == cached.read_bytes() and cached.stat().st_nlink == 1
     assert (prefix / "share/miopen/db/gfx1151.db.txt").read_bytes() == b"fixture perf db\n"
     assert art.intact() == []
     (line,) = state.read_history(Path(p.state_dir))
@@ -140,16 +143,16 @@ def test_failure_after_the_swap_restores_the_old_state(art, prefix, failure):
 
 def test_failure_before_the_first_rename_changes_nothing(art, prefix, mocker):
     before, ids = snapshot(prefix), inodes(prefix)
-    real = actions.link_or_copy
+    real = actions.own_copy  # staging an artifact file: the target's own copy
     calls = {"n": 0}
 
-    def flaky(src, dst):
+    def flaky(src, dst, **kw):
         calls["n"] += 1
         if calls["n"] == 2:
             raise OSError(28, "No space left on device", str(dst))
-        return real(src, dst)
+        return real(src, dst, **kw)
 
-    mocker.patch.object(actions, "link_or_copy", side_effect=flaky)
+    mocker.patch.object(actions, "own_copy", side_effect=flaky)
     p = plan.make(art, facts(prefix))
     with pytest.raises(TargetError) as ei:
         transaction.execute(p, verify=Verifier())
@@ -401,10 +404,12 @@ def test_prune_removes_undone_backups_before_active_ones(art, art_b, prefix):
     t3 = transaction.execute(plan.make(art, facts(prefix)), verify=Verifier(), keep=None)
     r4 = transaction.execute(transaction.rollback_plan(sdir), verify=Verifier(), keep=None)  # undoes t3
     assert [j.id for j in transaction.active(sdir)] == [t1.id, t2.id, r4.id]
-    assert transaction.protected_backups(sdir) == {t1.id, r4.id}
+    # t2's backup holds the only inode a plain rollback restores (t1's own copy of the artifact:
+    # targets never share the cache's inode, so no other backup holds that one)
+    assert transaction.protected_backups(sdir) == {t1.id, t2.id, r4.id}
     assert [p["id"] for p in transaction.prune(sdir, 3)] == [t3.id]  # undone first, though t2 is older
-    assert [p["id"] for p in transaction.prune(sdir, 1)] == [t2.id]  # then active; t1 and r4 never
-    assert sorted(d.name for d in (sdir / "backups").iterdir()) == [t1.id, r4.id]
+    assert [p["id"] for p in transaction.prune(sdir, 1)] == []  # t1, t2 and r4 never
+    assert sorted(d.name for d in (sdir / "backups").iterdir()) == [t1.id, t2.id, r4.id]
 
 
 def test_active_after_rollback_to_does_not_resurrect_older_undone_transactions(art, art_b, prefix):
@@ -483,7 +488,7 @@ def test_a_failing_journal_write_after_the_first_rename_still_reverts_everything
 
 
 def test_stage_and_new_directories_are_fsynced(art, prefix, mocker):
-    """DESIGN step 4: a staged hardlink is a directory entry: its directory is fsynced by stage();
+    """DESIGN step 4: a staged copy is fsynced before its rename, and its directory entry after it;
     every directory created (data parents, journal/, backups/, backups/<txn>/) is followed by an
     fsync of its parent."""
     fsynced = _record_fsyncs(mocker)
@@ -491,14 +496,17 @@ def test_stage_and_new_directories_are_fsynced(art, prefix, mocker):
     lib_action = next(a for a in p.actions if a.role == "library")
     fa = actions.make(lib_action, "0000-test", prefix / ".rocmbuild/backups/0000-test", 0)
     fa.stage()
-    assert fsynced == [str(prefix / "lib")]  # the directory holding the new hardlink
+    # the staged copy itself (data and inode, before its rename), then the directory holding it
+    staged = str(actions.staged_name(prefix / "lib/libMIOpen.so.1.0", "0000-test"))
+    assert fsynced == [staged + ".part", str(prefix / "lib")]
     fa.discard()
     fsynced.clear()
     data_action = next(a for a in p.actions if a.role == "data")
     assert data_action.create_dirs == tuple(str(prefix / d) for d in ("share", "share/miopen", "share/miopen/db"))
     actions.make(data_action, "0000-test", prefix / ".rocmbuild/backups/0000-test", 3).stage()
     assert fsynced[:3] == [str(prefix), str(prefix / "share"), str(prefix / "share/miopen")]
-    assert fsynced[3] == str(prefix / "share/miopen/db")  # the staged file's directory entry
+    assert fsynced[3].endswith(".part")  # the staged copy
+    assert fsynced[4] == str(prefix / "share/miopen/db")  # the staged file's directory entry
     actions.make(data_action, "0000-test", prefix / ".rocmbuild/backups/0000-test", 3).discard()
     fsynced.clear()
     out = transaction.execute(plan.make(art, facts(prefix)), verify=Verifier())

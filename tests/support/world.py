@@ -2,9 +2,9 @@
 
 Built once per session by the real ``workflow.build`` from recipes that point at the fixture
 monorepo (``file://``), so that every later ``build`` or ``apply`` of those recipes is a cache
-hit instead of a cmake run per test. The artifact files are hardlinked into targets by apply:
-tests must never write a target file in place (they simulate a clobbering update with a
-rename, as package managers do). The pytest fixtures over it (``txn_world``, ``txn_home``) are
+hit instead of a cmake run per test. Targets get their own copies of the artifact files (never
+the cache's inode), so a test may write a target file in place; a test that tampers with the
+cache itself works on a private copy of it (``own_home`` in test_cache_immutable.py). The pytest fixtures over it (``txn_world``, ``txn_home``) are
 in tests/conftest.py.
 """
 
