@@ -325,12 +325,26 @@ def scan_tree(tree: Path) -> tuple[FileEntry, ...]:
     return tuple(sorted(entries, key=lambda e: e.path))
 
 
+def expand_stems(files: Iterable[FileEntry], stems: Iterable[str]) -> list[str]:
+    """Each stem as written, a glob (``libcudnn*``) replaced by every stem of a real ``.so`` file
+    it matches (the name before ``.so``), sorted; a glob matching nothing stays as written (and is
+    then reported as not found)."""
+    import fnmatch
+
+    names = {Path(f.path).name.split(".so")[0] for f in files if f.type == "file" and ".so" in Path(f.path).name}
+    out: list[str] = []
+    for stem in stems:
+        found = sorted(n for n in names if fnmatch.fnmatchcase(n, stem)) if any(c in stem for c in "*?[") else []
+        out += [s for s in (found or [stem]) if s not in out]
+    return out
+
+
 def find_libraries(tree: Path, files: Iterable[FileEntry], stems: Iterable[str]) -> tuple[LibraryEntry, ...]:
     """For each stem, the real ELF file and the chain of links that resolve to it."""
     files = list(files)
     by_path = {f.path: f for f in files}
     out = []
-    for stem in stems:
+    for stem in expand_stems(files, stems):
         candidates = [f for f in files if Path(f.path).name.startswith(stem + ".so")]
         reals = [f for f in candidates if f.type == "file"]
         if not reals:

@@ -1,4 +1,5 @@
-"""checkout -> configure -> build -> install (DESTDIR staging) -> a new artifact in the cache.
+"""checkout -> configure -> build -> install (DESTDIR staging) -> a new artifact in the cache;
+for a prebuilt recipe, the archive's subtree extracted straight into the artifact instead.
 
 Decisions: the artifact is staged in ``artifacts/.tmp-<key>-<pid>/`` and renamed to
 ``artifacts/<key>/`` only when complete, so an interrupted build leaves nothing a later run would
@@ -23,6 +24,7 @@ from rocmbuild import runner, stop, ui
 from rocmbuild.build import buildtree, cmake
 from rocmbuild.build.artifact import MANIFEST, TREE, Artifact, Manifest, find_libraries, scan_tree, seal
 from rocmbuild.build.cache import Inputs, key_lock, log_path, lookup
+from rocmbuild.build.extract import safe_extract
 from rocmbuild.disk import atomic_write_json, fsync_dir
 from rocmbuild.errors import BuildError, RequirementError
 from rocmbuild.home import artifacts_dir, build_dir as build_root
@@ -129,13 +131,16 @@ def build(recipe: Recipe, checkout: Checkout, *, home: Path, key: str, inp: Inpu
         log.write_text(f"# rocmbuild build of {recipe.name} at {checkout.commit or checkout.url}\n")
         launcher = check_launcher(recipe)
         _check_expected_version(recipe, checkout)
-        owner = buildtree.claim(tree_dir, wait=LockWait.of(wait).wait)
+        owner = None if recipe.build.prebuilt else buildtree.claim(tree_dir, wait=LockWait.of(wait).wait)
         tmp = adir / f".tmp-{key}-{os.getpid()}"
         try:
             tmp.mkdir(parents=True)
-            _compile(recipe, checkout, tree_dir, tmp / "destdir", log, launcher, owner.started)
             tree = tmp / TREE
-            _collect(tmp / "destdir", recipe.build.install_prefix, tree)
+            if owner is None:
+                _extract_prebuilt(recipe, checkout, tree)
+            else:
+                _compile(recipe, checkout, tree_dir, tmp / "destdir", log, launcher, owner.started)
+                _collect(tmp / "destdir", recipe.build.install_prefix, tree)
             manifest = _manifest(recipe, checkout, key, inp, tree)
             seal(tmp, manifest.files)  # read-only, fsynced, identities recorded
             atomic_write_json(tmp / MANIFEST, manifest.to_json())
@@ -168,6 +173,16 @@ def _compile(recipe: Recipe, checkout: Checkout, build_dir: Path, destdir: Path,
                    on_line=_Progress(prog, task), what="build failed", hint=hint, on_start=started)
     runner.run(cmake.install_argv(build_dir), env=cmake.build_env(recipe.build, destdir), log=log,
                what="install failed", hint=hint, on_start=started)
+
+
+def _extract_prebuilt(recipe: Recipe, checkout: Checkout, tree: Path) -> None:
+    """A prebuilt recipe: the archive's subtree (``[source] subdir``) is extracted straight into
+    the artifact's tree, with the same walls as every extraction; the download is the only other
+    copy (no ``src/`` tree, no build tree, no process)."""
+    subdir = recipe.source.subdir or ""
+    ui.info(f"extracting {subdir or 'the archive'} from {checkout.root.name} into the artifact (prebuilt: "
+            "no configure, no compile)")
+    safe_extract(checkout.root, tree, subdir=subdir)
 
 
 def _manifest(recipe: Recipe, checkout: Checkout, key: str, inp: Inputs, tree: Path) -> Manifest:

@@ -35,6 +35,9 @@ from rocmbuild.home import artifacts_dir, logs_dir
 from rocmbuild.recipe.model import DefineValue, Recipe
 
 
+PREBUILT_TOOL = "none (prebuilt)"
+
+
 @dataclass(frozen=True)
 class Tools:
     """``--version`` of cmake and of the C and C++ compilers the build will use."""
@@ -119,16 +122,17 @@ def tool_version(program: str, home: Path) -> str:
 
 def inputs(recipe: Recipe, *, commit: str | None, home: Path) -> Inputs:
     """The inputs of building ``recipe`` at ``commit`` (hashed into the cache key)."""
-    comp = compilers(recipe)
     canonical = recipe.canonical()
     # Where the source came from and how its ref was spelled do not change what is built: the
     # resolved commit (or the tarball's sha256) does. So a mirror (--source), a tag and the sha it
     # names all share one artifact.
-    for k in ("git", "tarball", "ref"):
+    for k in ("git", "archive", "ref"):
         canonical["source"].pop(k, None)
     # Nor do the parallelism and a compiler cache: -j8 and ccache build the same library.
     for k in ("jobs", "launcher"):
         canonical["build"].pop(k, None)
+    if not recipe.build.prebuilt:
+        canonical["build"].pop("system", None)  # cmake, the default: the keys of earlier builds stay
     return Inputs(
         recipe=json.loads(json.dumps(canonical, sort_keys=True)),
         commit=commit,
@@ -139,11 +143,19 @@ def inputs(recipe: Recipe, *, commit: str | None, home: Path) -> Inputs:
         env=recipe.build.env,
         build_type=recipe.build.build_type,
         install_prefix=recipe.build.install_prefix,
-        tools=Tools(
-            cmake=tool_version("cmake", home),
-            cc=f"{comp['c']}: {tool_version(comp['c'], home)}",
-            cxx=f"{comp['cxx']}: {tool_version(comp['cxx'], home)}",
-        ),
+        tools=_tools(recipe, home),
+    )
+
+
+def _tools(recipe: Recipe, home: Path) -> Tools:
+    """The tool versions; a prebuilt build runs no tool, so none is asked (no ``cmake --version``)."""
+    if recipe.build.prebuilt:
+        return Tools(cmake=PREBUILT_TOOL, cc=PREBUILT_TOOL, cxx=PREBUILT_TOOL)
+    comp = compilers(recipe)
+    return Tools(
+        cmake=tool_version("cmake", home),
+        cc=f"{comp['c']}: {tool_version(comp['c'], home)}",
+        cxx=f"{comp['cxx']}: {tool_version(comp['cxx'], home)}",
     )
 
 

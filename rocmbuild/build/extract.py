@@ -21,19 +21,28 @@ Decisions:
   always keeps rw on files and rwx on directories (the tree is patched and removed later).
   Owners and groups in the archive are ignored. Parent directories without an entry of their own
   are created.
+* Zip archives (``.zip``, ``.whl``) are read as tar members (:mod:`rocmbuild.build.ziparchive`)
+  and pass the same walls; the format is told by the bytes, not the name.
+* A *subtree* (a prebuilt recipe's install tree) is the whole archive checked first, then the
+  members below its root (its single top-level directory, if any) and ``subdir``, renamed
+  relative to it and checked again as a tree of their own: a link that leaves the subtree, or a
+  hardlink to a file outside it, is refused, and nothing else is written.
 """
 
 from __future__ import annotations
 
+import copy
 import os
 import shutil
 import stat
 import tarfile
+import zipfile
 import zlib
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
 from rocmbuild.build.archive import unsafe_member
+from rocmbuild.build.ziparchive import ZipReader, is_zip
 from rocmbuild.disk import CHUNK
 from rocmbuild.errors import CorruptArchiveError, FetchError
 
@@ -41,7 +50,7 @@ MAX_HOPS = 40  # symlinks followed while resolving one link (Linux's MAXSYMLINKS
 Parts = tuple[str, ...]
 Kind = Optional[tuple[str, Optional[str]]]  # ("dir"|"file"|"link"|"other", link text) or None: absent
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-CORRUPT = (tarfile.TarError, EOFError, zlib.error)
+CORRUPT = (tarfile.TarError, EOFError, zlib.error, zipfile.BadZipFile)
 
 
 class Refused(Exception):
@@ -275,16 +284,51 @@ def _check_disk(root: int) -> None:
                 raise Refused(rel, "not a file, a directory or a symlink")
 
 
-def safe_extract(archive: Path, dest: Path) -> None:
-    """Extract ``archive`` into the new directory ``dest`` (see the module notes); on any
-    refusal ``dest`` is removed and a :class:`FetchError` raised."""
+def subtree(planned: list[tuple[tarfile.TarInfo, Parts]], subdir: str,
+            archive: Path) -> list[tuple[tarfile.TarInfo, Parts]]:
+    """The checked members below the archive's root and ``subdir``, renamed relative to it and
+    checked again on their own (see the module notes); a :class:`FetchError` if there are none."""
+    tops = {parts[0] for _, parts in planned}
+    base: Parts = ()
+    if len(tops) == 1 and all(len(p) > 1 or m.isdir() for m, p in planned):
+        base = (tops.pop(),)
+    base += parts_of(subdir)
+    n, out = len(base), []
+    for m, parts in planned:
+        if parts[:n] != base or len(parts) == n:
+            continue
+        m2 = copy.copy(m)
+        m2.name = "/".join(parts[n:])
+        if m.islnk():
+            target = parts_of(m.linkname)
+            m2.linkname = "/".join(target[n:]) if target[:n] == base else f"../{m.linkname}"
+        out.append(m2)
+    if not out:
+        raise FetchError(f"the archive {archive.name} has nothing below '{'/'.join(base) or '/'}' "
+                         f"([source] subdir = {subdir!r}); nothing was extracted",
+                         "check [source] subdir against the archive's layout (unzip -l / tar tf)",
+                         details={"archive": str(archive), "subdir": subdir})
+    return check_members(out)
+
+
+def _open(archive: Path):
     try:
-        tf = tarfile.open(archive, "r:*")
+        return ZipReader(archive) if is_zip(archive) else tarfile.open(archive, "r:*")
     except (*CORRUPT, OSError) as exc:
-        raise FetchError(f"cannot open tarball {archive}: {exc}", "check source.tarball points at a tar archive") from exc
+        raise FetchError(f"cannot open archive {archive}: {exc}",
+                         "check [source] archive points at a .tar*, .zip or .whl file") from exc
+
+
+def safe_extract(archive: Path, dest: Path, *, subdir: str | None = None) -> None:
+    """Extract ``archive`` (tar or zip) into the new directory ``dest`` (see the module notes);
+    with ``subdir`` (``""``: the archive's root) only that :func:`subtree`. On any refusal
+    ``dest`` is removed and a :class:`FetchError` raised."""
+    tf = _open(archive)
     with tf:
         try:
             planned = check_members(tf.getmembers())
+            if subdir is not None:
+                planned = subtree(planned, subdir, archive)
         except Refused as exc:
             raise refusal(archive, exc) from None
         except CORRUPT as exc:

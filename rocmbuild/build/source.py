@@ -75,6 +75,8 @@ def checkout_path(recipe: Recipe, home: Path) -> Path:
     src = recipe.source
     if src.git:
         return src_dir(home) / remote_key(normalize_url(src.git))
+    if recipe.build.prebuilt:
+        return tarball.download_path(src.sha256 or "", home)
     return tarball.tree_path(src.sha256 or "", home)
 
 
@@ -104,9 +106,11 @@ def fetch(recipe: Recipe, *, home: Path, log: Path | None = None, locked: bool =
     with lock:
         if recipe.source.git:
             return _fetch_git(recipe, home, log)
-        if recipe.source.tarball:
+        if recipe.source.archive and recipe.build.prebuilt:
+            return _fetch_prebuilt(recipe, home)
+        if recipe.source.archive:
             return _fetch_tarball(recipe, home, log)
-    raise RecipeError(f"{recipe.path}: [source] needs 'git' or 'tarball'", "add git = URL or tarball = URL")
+    raise RecipeError(f"{recipe.path}: [source] needs 'git' or 'archive'", "add git = URL or archive = URL")
 
 
 # --------------------------------------------------------------------------------------------
@@ -299,3 +303,13 @@ def _fetch_tarball(recipe: Recipe, home: Path, log: Path | None) -> Checkout:
     version = read_version(recipe, source_dir)
     ui.info(f"extracted {src.tarball} (sha256 {sha[:12]})" + (f", version {version}" if version else ""))
     return Checkout(root, source_dir, src.tarball, None, None, version, patches, (), sha)
+
+
+def _fetch_prebuilt(recipe: Recipe, home: Path) -> Checkout:
+    """The checked download only: a prebuilt tree is extracted by the builder straight into the
+    artifact, never into ``src/`` (``root`` and ``source_dir`` are the archive file)."""
+    src = recipe.source
+    assert src.archive and src.sha256
+    archive = tarball.fetch(src.archive, src.sha256, home)
+    ui.info(f"archive {src.archive} (sha256 {src.sha256[:12]}) at {archive}")
+    return Checkout(archive, archive, src.archive, None, None, None, (), (), src.sha256.lower())

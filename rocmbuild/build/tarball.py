@@ -1,4 +1,6 @@
-"""Tarball sources: one checked download per sha256, extracted fresh for every fetch.
+"""Archive sources: one checked download per sha256; a tarball source is extracted fresh for
+every fetch, a prebuilt one is not extracted here at all (the builder extracts its subtree
+straight into the artifact: :mod:`rocmbuild.build.prebuilt`).
 
 Decisions: a cached download (``home/downloads/<sha256>``) is re-hashed before reuse and fetched
 again if it changed; the tree is extracted into a temp dir and renamed to
@@ -25,10 +27,15 @@ def tree_path(sha256: str, home: Path) -> Path:
     return src_dir(home) / f"tarball-{sha256[:16]}"
 
 
-def unpack(url: str, sha256: str, home: Path) -> Path:
-    """Download ``url`` (once per sha256), extract it fresh and return the tree's root."""
+def download_path(sha256: str, home: Path) -> Path:
+    """Where the archive with this sha256 is kept (content-addressed; nothing is created)."""
+    return downloads_dir(home) / sha256.lower()
+
+
+def fetch(url: str, sha256: str, home: Path) -> Path:
+    """The checked download of ``url`` at ``downloads/<sha256>``, downloaded only if missing or changed."""
     sha = sha256.lower()
-    archive = downloads_dir(home) / sha
+    archive = download_path(sha, home)
     if archive.is_file():
         if sha256_file(archive) == sha:
             ui.info(f"using cached download {archive}")
@@ -38,7 +45,13 @@ def unpack(url: str, sha256: str, home: Path) -> Path:
     if not archive.is_file():
         ui.info(f"downloading {url}")
         download(url, archive, sha)
+    return archive
 
+
+def unpack(url: str, sha256: str, home: Path) -> Path:
+    """Download ``url`` (once per sha256), extract it fresh and return the tree's root."""
+    sha = sha256.lower()
+    archive = fetch(url, sha, home)
     final = tree_path(sha, home)
     tmp = final.with_name(f"{final.name}.tmp-{os.getpid()}")
     if tmp.exists():

@@ -62,7 +62,7 @@ def build_plan(plan: BuildPlan) -> str:
     if plan.gpu_targets is not None:
         lines.append(f"  GPU_TARGETS {plan.gpu_targets}")
     env = " ".join(f"{k}={v}" for k, v in plan.env.items())
-    for step in ("configure", "build", "install"):
+    for step in (s_ for s_ in ("configure", "build", "install") if s_ in plan.commands):
         prefix = ("DESTDIR=" + plan.destdir + " ") if step == "install" else ""
         lines.append(f"  {step:10}{(env + ' ') if env else ''}{prefix}{runner.display(list(plan.commands[step]))}")
     state_ = "cached (build would do nothing)" if plan.cached else ("not cached" if plan.cache_key else "key needs the commit")

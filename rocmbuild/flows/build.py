@@ -158,10 +158,15 @@ def build_plan(name: str, recipes_dirs: Sequence[str] = (), overrides: Overrides
     checks = requirement_checks(r)
     if ref_error:
         notes.append(f"ref '{r.source.ref}' unresolved: {ref_error}")
+    commands = {"configure": cmake.configure_argv(r.build, src_dir, build_dir, r.build.launcher),
+                "build": cmake.build_argv(r.build, build_dir), "install": cmake.install_argv(build_dir)}
+    if r.build.prebuilt:
+        commands = {}  # nothing runs: the archive's subtree is the install tree
+        notes.append(f"prebuilt: '{r.source.subdir or '/'}' of {source.checkout_path(r, home)} is extracted "
+                     "into the artifact; no configure, no compile")
     return BuildPlan(
         recipe=r.name, path=str(r.path), source=_source_plan(r, commit), gpu_targets=gpu_targets,
-        commands={"configure": cmake.configure_argv(r.build, src_dir, build_dir, r.build.launcher),
-                  "build": cmake.build_argv(r.build, build_dir), "install": cmake.install_argv(build_dir)},
+        commands=commands,
         env=dict(r.build.env),
         destdir=str(artifacts_dir(home) / f".tmp-{key or '<key>'}-<pid>" / "destdir"),
         cache_key=key, cached=bool(key and (artifacts_dir(home) / key / "manifest.json").is_file()),

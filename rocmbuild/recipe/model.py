@@ -4,7 +4,9 @@ The format is a public contract (``docs/recipes.md``); :mod:`rocmbuild.recipe.pa
 into these values and is the only place that reports what a user got wrong. Decision: defines
 are typed values (bool, int, float, str, tuple of str) so ``cmake.define_arg`` can spell them;
 the literal ``GPU_TARGETS = "auto"`` stays in the recipe and is resolved against the machine
-later (:func:`rocmbuild.recipe.overrides.resolve_gpu_targets`).
+later (:func:`rocmbuild.recipe.overrides.resolve_gpu_targets`). ``[source] archive`` (alias
+``tarball``) is one field, :attr:`Source.archive`; ``[build] system = "prebuilt"`` means the
+archive's tree (after ``subdir``) is the install tree: no configure, no compile.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ class VersionSpec:
 @dataclass(frozen=True)
 class Source:
     git: str | None = None
-    tarball: str | None = None
+    archive: str | None = None
     sha256: str | None = None
     ref: str | None = None
     subdir: str | None = None
@@ -38,12 +40,18 @@ class Source:
     version: VersionSpec | None = None
 
     @property
+    def tarball(self) -> str | None:
+        """The archive URL under its older name (``[source] tarball`` is an alias of ``archive``)."""
+        return self.archive
+
+    @property
     def url(self) -> str:
-        return self.git or self.tarball or ""
+        return self.git or self.archive or ""
 
 
 @dataclass(frozen=True)
 class Build:
+    system: str = "cmake"
     generator: str = "Unix Makefiles"
     build_type: str = "Release"
     jobs: int = 0
@@ -52,6 +60,10 @@ class Build:
     env: tuple[tuple[str, str], ...] = ()
     install_prefix: str = "/usr/local"
     launcher: str | None = None
+
+    @property
+    def prebuilt(self) -> bool:
+        return self.system == "prebuilt"
 
     def define(self, name: str) -> DefineValue | None:
         return dict(self.defines).get(name)
@@ -105,6 +117,7 @@ class Recipe:
         return json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"), default=str)
 
 
+SYSTEMS = ("cmake", "prebuilt")
 GENERATORS = ("Ninja", "Unix Makefiles")
 ENCODINGS = ("miopen", "cudnn")
 SMOKES = ("batchnorm",)

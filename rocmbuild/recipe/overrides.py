@@ -48,11 +48,11 @@ def apply_overrides(recipe: Recipe, ov: Overrides) -> Recipe:
     source = recipe.source
     if ov.ref is not None:
         if source.tarball:
-            raise InputError("--ref only applies to git sources", f"recipe '{recipe.name}' uses a tarball")
+            raise InputError("--ref only applies to git sources", f"recipe '{recipe.name}' uses an archive")
         source = dataclasses.replace(source, ref=ov.ref)
     if ov.source is not None:
         if source.tarball:
-            source = dataclasses.replace(source, tarball=ov.source)
+            source = dataclasses.replace(source, archive=ov.source)
         else:
             source = dataclasses.replace(source, git=ov.source)
     defines = dict(recipe.build.defines)

@@ -5,7 +5,11 @@ a "did you mean" for typos) and, for TOML syntax errors, the line -- before anyt
 Decisions: ``[build.defines]`` values may be bool, int, float, string or a list of strings,
 anything else is a type error naming the define; ``verify.version = "source"`` requires
 ``[source] version``; patch files are looked up in ``patches/<name>/`` beside the recipe file, then
-in ``patches/<name>/`` in the parent of the recipe's directory (the bundled layout).
+in ``patches/<name>/`` in the parent of the recipe's directory (the bundled layout);
+``[source] tarball`` is an alias of ``archive`` (both at once is an error); a prebuilt build
+(``[build] system = "prebuilt"``) needs an archive source and refuses every key that only a
+compile would use (patches, cherry-picks, a version file, generator, defines, env, ...), so a
+recipe never carries a setting that silently does nothing.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import Any, Iterable, Mapping
 
 from rocmbuild.errors import RecipeError
 from rocmbuild.recipe.model import (
-    DEFINE_RE, ENCODINGS, GENERATORS, LAUNCHERS, NAME_RE, SMOKES, Build, DefineValue, Install, Recipe,
+    DEFINE_RE, ENCODINGS, GENERATORS, LAUNCHERS, NAME_RE, SMOKES, SYSTEMS, Build, DefineValue, Install, Recipe,
     Requires, Source, Verify, VersionSpec,
 )
 
@@ -34,6 +38,7 @@ SCHEMA: dict[str, Any] = {
     "description": _STR,
     "source": {
         "git": _STR,
+        "archive": _STR,
         "tarball": _STR,
         "sha256": _STR,
         "ref": _STR,
@@ -44,6 +49,7 @@ SCHEMA: dict[str, Any] = {
         "version": {"file": _STR, "regex": _STR},
     },
     "build": {
+        "system": _STR,
         "generator": _STR,
         "build_type": _STR,
         "jobs": _INT,
@@ -68,6 +74,7 @@ def parse(text: str, path: Path) -> Recipe:
     # the tables in this order, so that the first mistake in the file is the one reported
     source = _source(data, path)
     build = _build(data.get("build", {}), path)
+    _prebuilt(data, build, path)
     requires = _requires(data.get("requires", {}), path)
     install = _install(data.get("install", {}), path)
     verify = _verify(data.get("verify", {}), install, source, path)
@@ -164,7 +171,7 @@ def _relative_inside(value: str) -> bool:
 
 def _source(data: Mapping[str, Any], path: Path) -> Source:
     if "source" not in data:
-        raise _fail(path, "source", "missing [source] table", "add [source] with git = URL (or tarball = URL and sha256)")
+        raise _fail(path, "source", "missing [source] table", "add [source] with git = URL (or archive = URL and sha256)")
     src = data["source"]
     _source_kind(src, path)
     inside = [("subdir", src.get("subdir"))] + [("sparse", p) for p in src.get("sparse", [])]
@@ -175,7 +182,7 @@ def _source(data: Mapping[str, Any], path: Path) -> Source:
             raise _fail(path, f"source.{k}", f"'{v}' must be a relative path inside the source", "e.g. projects/miopen")
     return Source(
         git=src.get("git"),
-        tarball=src.get("tarball"),
+        archive=src.get("archive", src.get("tarball")),
         sha256=src.get("sha256", "").lower() or None,
         ref=src.get("ref"),
         subdir=src.get("subdir"),
@@ -187,20 +194,43 @@ def _source(data: Mapping[str, Any], path: Path) -> Source:
 
 
 def _source_kind(src: Mapping[str, Any], path: Path) -> None:
-    """Exactly one of git and tarball, and only the keys that kind knows."""
-    if "git" in src and "tarball" in src:
-        raise _fail(path, "source", "[source] has both 'git' and 'tarball'", "keep exactly one of them")
-    if "git" not in src and "tarball" not in src:
-        raise _fail(path, "source", "[source] needs 'git' or 'tarball'", "add git = URL or tarball = URL")
-    if "tarball" in src:
+    """Exactly one of git and archive (alias tarball), and only the keys that kind knows."""
+    archive = "archive" if "archive" in src else "tarball"
+    if "archive" in src and "tarball" in src:
+        raise _fail(path, "source", "[source] has both 'archive' and 'tarball' (the same key)", "keep only 'archive'")
+    if "git" in src and archive in src:
+        raise _fail(path, "source", f"[source] has both 'git' and '{archive}'", "keep exactly one of them")
+    if "git" not in src and archive not in src:
+        raise _fail(path, "source", "[source] needs 'git' or 'archive'", "add git = URL or archive = URL")
+    if archive in src:
         if not re.fullmatch(r"[0-9a-fA-F]{64}", src.get("sha256", "")):
-            raise _fail(path, "source.sha256", "a tarball source needs sha256 = 64 hex digits",
+            raise _fail(path, "source.sha256", f"a {archive} source needs sha256 = 64 hex digits",
                         "compute it with: sha256sum FILE")
         for k in ("ref", "sparse", "cherry_pick"):
             if k in src:
                 raise _fail(path, f"source.{k}", f"'{k}' only applies to git sources", f"remove source.{k}")
     elif "sha256" in src:
-        raise _fail(path, "source.sha256", "'sha256' only applies to tarball sources", "remove source.sha256")
+        raise _fail(path, "source.sha256", "'sha256' only applies to archive (tarball) sources", "remove source.sha256")
+
+
+#: keys that only a compile uses: a prebuilt recipe that sets one is told so
+_COMPILE_ONLY = {"source": ("patches", "version"),
+                 "build": ("generator", "build_type", "jobs", "targets", "defines", "env", "install_prefix",
+                           "launcher")}
+
+
+def _prebuilt(data: Mapping[str, Any], build: Build, path: Path) -> None:
+    """A prebuilt recipe takes an archive source and none of the compile-only keys."""
+    if not build.prebuilt:
+        return
+    if "git" in data["source"]:
+        raise _fail(path, "build.system", "[build] system = \"prebuilt\" needs an archive source, not git",
+                    "give [source] archive = URL|PATH with sha256 (.tar*, .zip or .whl)")
+    for table, keys in _COMPILE_ONLY.items():
+        for k in keys:
+            if k in data.get(table, {}):
+                raise _fail(path, f"{table}.{k}", f"'{table}.{k}' does not apply to a prebuilt build "
+                            "(no configure, no compile)", f"remove {table}.{k}, or use [build] system = \"cmake\"")
 
 
 def _version_spec(v: Mapping[str, Any], path: Path) -> VersionSpec:
@@ -219,6 +249,10 @@ def _version_spec(v: Mapping[str, Any], path: Path) -> VersionSpec:
 
 
 def _build(b: Mapping[str, Any], path: Path) -> Build:
+    system = b.get("system", "cmake")
+    if system not in SYSTEMS:
+        raise _fail(path, "build.system", f"unknown build system '{system}'",
+                    f"use one of: {', '.join(SYSTEMS)} ({suggest(system, SYSTEMS)})")
     generator = b.get("generator", "Unix Makefiles")
     if generator not in GENERATORS:
         raise _fail(path, "build.generator", f"unknown generator '{generator}'",
@@ -229,6 +263,7 @@ def _build(b: Mapping[str, Any], path: Path) -> Build:
     if launcher is not None and launcher not in LAUNCHERS:
         raise _fail(path, "build.launcher", f"unknown launcher '{launcher}'", f"use one of: {', '.join(LAUNCHERS)}")
     build = Build(
+        system=system,
         generator=generator,
         build_type=b.get("build_type", "Release"),
         jobs=b.get("jobs", 0),
