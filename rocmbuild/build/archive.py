@@ -3,7 +3,8 @@
 Used for source tarballs (:mod:`rocmbuild.build.tarball`) and artifact bundles (:mod:`rocmbuild.build.bundle`).
 
 * :func:`download` fetches an https/http URL (``requests``, streamed, with a progress bar), a
-  ``file://`` URL or a plain path to ``dest`` through ``dest.part``, hashing as it goes; a sha256
+  ``file://`` URL, a plain path, or a pinned PyPI package (``pypi:NAME==VERSION``, through
+  ``pip download``) to ``dest`` through ``dest.part``, hashing as it goes; a sha256
   mismatch deletes the download (never the user's own local file) and raises :class:`FetchError`.
 * :func:`unsafe_member` is the first, per-header wall of safe extraction (absolute names, ``..``,
   devices and FIFOs, links that leave the tree lexically); :mod:`rocmbuild.build.extract` adds
@@ -15,13 +16,81 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
+import sys
 import tarfile
+import tempfile
 import urllib.parse
 from pathlib import Path, PurePosixPath
 
-from rocmbuild import ui
+from rocmbuild import runner, ui
 from rocmbuild.disk import CHUNK
 from rocmbuild.errors import FetchError
+
+def _copy(chunks, out, h, what: str, total: int | None) -> None:
+    with ui.progress(what, total) as (prog, task):
+        for chunk in chunks:
+            out.write(chunk)
+            h.update(chunk)
+            prog.update(task, advance=len(chunk))
+
+
+def _fetch_http(url: str, out, h) -> None:
+    import requests
+
+    try:
+        with requests.get(url, stream=True, timeout=(30, 300)) as resp:
+            resp.raise_for_status()
+            total = int(resp.headers.get("content-length") or 0) or None
+            _copy(resp.iter_content(CHUNK), out, h, f"downloading {Path(urllib.parse.urlparse(url).path).name}", total)
+    except requests.RequestException as exc:
+        raise FetchError(f"cannot download {url}: {exc}",
+                         "check the URL (source.archive or --source), your network and proxy",
+                         details={"url": url}) from exc
+
+
+def _fetch_local(url: str, parsed, out, h) -> None:
+    local = Path(urllib.parse.unquote(parsed.path)) if parsed.scheme == "file" else Path(url).expanduser()
+    if parsed.scheme not in ("", "file"):
+        raise FetchError(f"unsupported archive URL scheme '{parsed.scheme}' in {url}",
+                         "use https://, http://, file://, pypi:NAME==VERSION or a local path")
+    try:
+        src = open(local, "rb")
+    except OSError as exc:
+        raise FetchError(f"cannot read archive {local}: {exc.strerror or exc}",
+                         "check the path in source.archive (or --source)", details={"url": url}) from exc
+    with src:
+        _copy(iter(lambda: src.read(CHUNK), b""), out, h, f"copying {local.name}", local.stat().st_size)
+
+
+def _fetch_pypi(spec: str, workdir: Path, out, h) -> None:
+    """``pypi:NAME==VERSION``: the one wheel pip downloads for it (``pip download --no-deps``, the
+    index pip is configured with), hashed like any other download. Decision: a package registry is
+    named by package, not by a host, and only an exact pin is accepted (its sha256 is in the recipe)."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    try:
+        req = Requirement(spec)
+    except InvalidRequirement as exc:
+        raise FetchError(f"pypi:{spec} is not a package requirement ({exc})", "write pypi:NAME==VERSION") from exc
+    pins = [s for s in req.specifier if s.operator == "=="]
+    if len(pins) != 1 or len(req.specifier) != 1 or "*" in pins[0].version:
+        raise FetchError(f"pypi:{spec} must pin one exact version", "write pypi:NAME==VERSION (e.g. pypi:nvidia-cudnn-cu13==9.25.1.1)")
+    tmp = Path(tempfile.mkdtemp(prefix=".pip-download-", dir=workdir))
+    try:
+        runner.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                    "--disable-pip-version-check", "-q", "-d", str(tmp), str(req)], error=FetchError,
+                   what=f"pip download {req} failed",
+                   hint="check the name and version, your network and pip's index settings (pip.conf)")
+        files = sorted(p for p in tmp.iterdir() if p.is_file())
+        if len(files) != 1:
+            raise FetchError(f"pip download {req} gave {len(files)} files, expected one wheel",
+                             "pin a package that has a wheel for this platform")
+        with open(files[0], "rb") as src:
+            _copy(iter(lambda: src.read(CHUNK), b""), out, h, f"copying {files[0].name}", files[0].stat().st_size)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
 
 def unsafe_member(member: tarfile.TarInfo) -> str | None:
     """Why a tar member may not be extracted, or None if it is safe."""
@@ -64,7 +133,8 @@ def inside(path: str | PurePosixPath) -> bool:
 
 
 def download(url: str, dest: Path, expected: str) -> None:
-    """Fetch ``url`` (http/https/file/path) to ``dest`` via ``dest.part``, checking sha256."""
+    """Fetch ``url`` (http/https/file/path, or ``pypi:NAME==VERSION``) to ``dest`` via
+    ``dest.part``, checking sha256."""
     part = dest.with_name(dest.name + ".part")
     part.parent.mkdir(parents=True, exist_ok=True)
     h = hashlib.sha256()
@@ -72,36 +142,11 @@ def download(url: str, dest: Path, expected: str) -> None:
     try:
         with open(part, "wb") as out:
             if parsed.scheme in ("http", "https"):
-                import requests
-
-                try:
-                    with requests.get(url, stream=True, timeout=(30, 300)) as resp:
-                        resp.raise_for_status()
-                        total = int(resp.headers.get("content-length") or 0) or None
-                        with ui.progress(f"downloading {Path(parsed.path).name}", total) as (prog, task):
-                            for chunk in resp.iter_content(CHUNK):
-                                out.write(chunk)
-                                h.update(chunk)
-                                prog.update(task, advance=len(chunk))
-                except requests.RequestException as exc:
-                    raise FetchError(f"cannot download {url}: {exc}",
-                                     "check the URL (source.tarball or --source), your network and proxy",
-                                     details={"url": url}) from exc
+                _fetch_http(url, out, h)
+            elif parsed.scheme == "pypi":
+                _fetch_pypi(url[len("pypi:"):], part.parent, out, h)
             else:
-                local = Path(urllib.parse.unquote(parsed.path)) if parsed.scheme == "file" else Path(url).expanduser()
-                if parsed.scheme not in ("", "file"):
-                    raise FetchError(f"unsupported tarball URL scheme '{parsed.scheme}' in {url}",
-                                     "use https://, http://, file:// or a local path")
-                try:
-                    src = open(local, "rb")
-                except OSError as exc:
-                    raise FetchError(f"cannot read tarball {local}: {exc.strerror or exc}",
-                                     "check the path in source.tarball (or --source)", details={"url": url}) from exc
-                with src, ui.progress(f"copying {local.name}", local.stat().st_size) as (prog, task):
-                    for chunk in iter(lambda: src.read(CHUNK), b""):
-                        out.write(chunk)
-                        h.update(chunk)
-                        prog.update(task, advance=len(chunk))
+                _fetch_local(url, parsed, out, h)
             out.flush()
             os.fsync(out.fileno())
     except BaseException:

@@ -10,6 +10,7 @@ import os
 import shutil
 import stat
 import tarfile
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -209,3 +210,30 @@ def test_zip_modes_lose_setuid_and_keep_exec(tmp_path):
     extract.safe_extract(zpath, tmp_path / "t")
     assert stat.S_IMODE((tmp_path / "t" / "bin" / "tool").stat().st_mode) == 0o755
     assert stat.S_IMODE((tmp_path / "t" / "plain.txt").stat().st_mode) == 0o600
+
+
+# --------------------------------------------------------------------------------------------
+# pypi:NAME==VERSION archives (a registry named by its package, fetched with pip)
+
+SIX_WHEEL_SHA256 = "8abb2f1d86890a2dfb989f9a77cfcfd3e47c2a354b01111771326f8aa26e0254"  # six 1.16.0, py2.py3-none-any
+
+
+def test_a_pinned_pypi_package_is_downloaded_with_pip_and_checked(tmp_path):
+    from rocmbuild.build import archive
+
+    dest = tmp_path / "six.whl"
+    archive.download("pypi:six==1.16.0", dest, SIX_WHEEL_SHA256)
+    assert zipfile.is_zipfile(dest) and "six.py" in zipfile.ZipFile(dest).namelist()
+    assert not list(tmp_path.glob(".pip-download-*")) and not list(tmp_path.glob("*.part"))
+    with pytest.raises(FetchError) as ei:
+        archive.download("pypi:six==1.16.0", tmp_path / "again.whl", "0" * 64)
+    assert "sha256 mismatch" in ei.value.message and not (tmp_path / "again.whl").exists()
+
+
+@pytest.mark.parametrize("spec", ["six", "six>=1.16", "six==1.*", "six==1.16.0,>=1", "not a requirement!"])
+def test_a_pypi_archive_must_pin_one_exact_version(tmp_path, spec):
+    from rocmbuild.build import archive
+
+    with pytest.raises(FetchError) as ei:
+        archive.download(f"pypi:{spec}", tmp_path / "x.whl", "0" * 64)
+    assert "pypi:" in ei.value.message and not list(tmp_path.iterdir())
