@@ -6,8 +6,10 @@ check fails, 2 otherwise.
 
 Decisions:
 
-* ROCm (``$ROCM_PATH``, else ``/opt/rocm``) missing, or missing hipcc / ``llvm/bin/clang++`` /
-  ``lib/cmake/hip/hip-config.cmake``: **fail** (MIOpen cannot be built without them).
+* ROCm (``$ROCM_PATH``, ``/opt/rocm`` or the distribution's ``/usr``: requirements.find_rocm)
+  missing, or missing hipcc / clang++ / ``hip-config.cmake``: **fail** (MIOpen cannot be built
+  without them). Only for a ROCm target or none: a CUDA target (the backend the probe found) gets
+  its CUDA facts (cuDNN versions, the cuDNN set loaded, one file per SONAME) instead, and no AMD GPU check.
 * No GPU found: **warn** (building works with ``--gpu-targets``; only ``GPU_TARGETS = "auto"``
   and the smoke test need one).
 * cmake below 3.16 (the fixture/MIOpen minimum rocmbuild was tested with): fail; a recipe may set
@@ -29,7 +31,8 @@ import shutil
 from pathlib import Path
 
 from rocmbuild import runner
-from rocmbuild.build.requirements import FAIL, OK, WARN, DoctorCheck, check_program, check_requirements, rocm_root
+from rocmbuild.build.requirements import (FAIL, OK, WARN, DoctorCheck, check_program, check_requirements, find_rocm,
+                                          host_root)
 from rocmbuild.disk import nearest_existing
 from rocmbuild.errors import RocmbuildError
 from rocmbuild.home import cache_home
@@ -99,21 +102,29 @@ def check_compilers() -> list[DoctorCheck]:
 
 
 def check_rocm() -> list[DoctorCheck]:
-    root = rocm_root()
-    via = "$ROCM_PATH" if os.environ.get("ROCM_PATH") else "default"
-    fix = ("install ROCm (https://rocm.docs.amd.com, e.g. amdgpu-install --usecase=rocm) or set ROCM_PATH "
-           "to its root")
+    """ROCm, wherever it is (requirements.find_rocm): which one was found, and its hipcc, clang++, HIP config."""
+    found = find_rocm()
+    fix = ("install ROCm (https://rocm.docs.amd.com, e.g. amdgpu-install --usecase=rocm, or the distribution's "
+           "packages: apt install hipcc libamdhip64-dev) or set ROCM_PATH to its root")
+    if found is None:
+        return [DoctorCheck("ROCm", FAIL, f"none found: $ROCM_PATH is not set, {host_root() / 'opt/rocm'} does not "
+                                          f"exist and {host_root() / 'usr'} has no hipcc or HIP cmake config", fix)]
+    root = found.root
     if not root.is_dir():
-        return [DoctorCheck("ROCm", FAIL, f"{root} ({via}) does not exist", fix)]
-    out = [DoctorCheck("ROCm", OK, f"{root} ({via})")]
-    for label, rel in (("hipcc", "bin/hipcc"), ("ROCm clang++", "llvm/bin/clang++"),
-                       ("HIP cmake config", "lib/cmake/hip/hip-config.cmake")):
-        p = root / rel
-        if p.exists():
-            out.append(DoctorCheck(label, OK, str(p)))
+        return [DoctorCheck("ROCm", FAIL, f"{root} ({found.via}) does not exist", fix)]
+    out = [DoctorCheck("ROCm", OK, f"{root} ({found.via}; {found.layout} layout)")]
+    dev = (f"install the ROCm development packages under {root} (e.g. apt install rocm-hip-sdk"
+           + ("; on Debian/Ubuntu: hipcc, clang, libamdhip64-dev)" if found.layout == "distribution" else ")"))
+    for label, path, looked in (
+        ("hipcc", found.hipcc, root / "bin/hipcc"),
+        ("ROCm clang++", found.clang, f"{root}/llvm/bin/clang++ (or lib/llvm/bin/clang++, bin/clang++-NN)"),
+        ("HIP cmake config", found.hip_cmake and found.hip_cmake / "hip-config.cmake",
+         f"{root}/lib/cmake/hip/hip-config.cmake (or lib/<multiarch>/cmake/hip/)"),
+    ):
+        if path is not None:
+            out.append(DoctorCheck(label, OK, str(path)))
         else:
-            out.append(DoctorCheck(label, FAIL, f"{p} not found",
-                                   f"install the ROCm development packages (e.g. apt install rocm-hip-sdk) under {root}"))
+            out.append(DoctorCheck(label, FAIL, f"{looked} not found", dev))
     return out
 
 
