@@ -36,7 +36,7 @@ from rocmbuild.build.requirements import (FAIL, OK, WARN, DoctorCheck, check_pro
 from rocmbuild.disk import nearest_existing
 from rocmbuild.errors import RocmbuildError
 from rocmbuild.home import cache_home
-from rocmbuild.target import gpu, target
+from rocmbuild.target import gpu, target, verify
 
 CMAKE_MIN = "3.16"
 GiB = 1 << 30
@@ -152,21 +152,27 @@ def check_disk(name: str, path: Path, fail_below: int, warn_below: int, what: st
     return DoctorCheck(name, OK, detail)
 
 
-def check_target(env: str | None, python: str | None, timeout: float = 300) -> list[DoctorCheck]:
-    """The target's torch: ROCm or CUDA build, compile-time MIOpen/cuDNN version, library loaded."""
+def _discover(env: str | None, python: str | None, timeout: float) -> tuple[list[DoctorCheck], target.Target | None]:
+    """The target's checks and the target (None when there is none, or it cannot be probed)."""
     if not env and not python and not os.environ.get("CONDA_PREFIX") and not os.environ.get("VIRTUAL_ENV"):
         return [DoctorCheck("target", WARN, "no target: no --env/--python given and no active conda env or venv",
-                            "pass --env PREFIX (or --python EXE) to check the environment you will change")]
+                            "pass --env PREFIX (or --python EXE) to check the environment you will change")], None
     try:
         t = target.discover(env, python, timeout=timeout)
     except RocmbuildError as exc:
-        return [DoctorCheck("target torch", FAIL, exc.message.splitlines()[0], exc.hint)]
+        return [DoctorCheck("target torch", FAIL, exc.message.splitlines()[0], exc.hint)], None
     disk = check_disk("target disk", t.prefix, TARGET_FAIL, TARGET_WARN, "staging a new library beside the old")
-    return [check_torch(t), disk]
+    return [check_torch(t), disk], t
+
+
+def check_target(env: str | None, python: str | None, timeout: float = 300) -> list[DoctorCheck]:
+    """The target's torch: ROCm or CUDA build, compile-time MIOpen/cuDNN version, library loaded."""
+    return _discover(env, python, timeout)[0]
 
 
 def check_torch(t: target.Target) -> DoctorCheck:
-    """One line on a discovered target's torch: its backend, the versions, the library files loaded."""
+    """One line on a discovered target's torch: its backend, the versions, the library files loaded
+    (a set, e.g. cuDNN 9's libcudnn.so.9 + libcudnn_graph.so.9, is healthy with one file per SONAME)."""
     r = t.report
     if r.hip:
         kind, lib = f"ROCm {r.hip}", "MIOpen"
@@ -182,21 +188,39 @@ def check_torch(t: target.Target) -> DoctorCheck:
     where = ", ".join(f"{x.path} ({t.layout_of(x)})" for x in loaded) or "none loaded"
     detail = f"torch {r.torch_version} ({kind}), compiled against {lib} {compiled}, loads {lib} {runtime}: {where}"
     status, fix = OK, ""
+    dups = verify.duplicates(loaded) if lib == "cuDNN" else ({"libMIOpen": loaded} if len(loaded) > 1 else {})
     if not loaded:
         status, fix = WARN, f"torch loaded no {lib} file after import; check its installation"
-    elif len(loaded) > 1:
-        status, fix = FAIL, f"more than one {lib} is loaded; remove the stray copy or LD_LIBRARY_PATH entry"
+    elif dups:
+        status, fix = FAIL, (f"more than one {lib} is loaded ({', '.join(dups)} from several files); remove the "
+                             "stray copy or LD_LIBRARY_PATH entry")
     elif r.version_error:
         status, fix = FAIL, (f"torch raises on cudnn.version(): {r.version_error} -- install {lib} "
                              f"{compiled.rsplit('.', 1)[0]}.x (rocmbuild rollback if rocmbuild changed it)")
     return DoctorCheck("target torch", status, f"{t.prefix}: {detail}", fix)
 
 
+def check_cuda(t: target.Target) -> list[DoctorCheck]:
+    """A CUDA target's facts in place of ROCm's: no ROCm needed, the CUDA device torch sees."""
+    r = t.report
+    out = [DoctorCheck("ROCm", OK, f"not checked: the target's torch is a CUDA {r.cuda} build (cuDNN)")]
+    if r.cuda_available:
+        out.append(DoctorCheck("CUDA device", OK, "torch.cuda.is_available() is True"))
+    else:
+        out.append(DoctorCheck("CUDA device", WARN, "torch.cuda.is_available() is False: no CUDA GPU visible",
+                               "swapping and verifying cuDNN work without one; the smoke suite is then skipped "
+                               "(ROCMBUILD_SMOKE_DEVICE=cpu runs it on the CPU)"))
+    return out
+
+
 def run(recipe=None, env: str | None = None, python: str | None = None, *, timeout: float = 300) -> list[DoctorCheck]:
-    """Every check, in a stable order."""
-    checks = [check_git(), check_cmake(), check_build_tool(), *check_compilers(), *check_rocm(), check_gpu(),
-              check_disk("cache disk", cache_home(), CACHE_FAIL, CACHE_WARN, "source clones and build trees")]
-    checks += check_target(env, python, timeout)
+    """Every check, in a stable order; ROCm and the AMD GPU only for a ROCm target (or none)."""
+    tchecks, t = _discover(env, python, timeout)
+    cuda = t is not None and t.report.backend == "cudnn"
+    checks = [check_git(), check_cmake(), check_build_tool(), *check_compilers()]
+    checks += check_cuda(t) if cuda else [*check_rocm(), check_gpu()]
+    checks += [check_disk("cache disk", cache_home(), CACHE_FAIL, CACHE_WARN, "source clones and build trees")]
+    checks += tchecks
     if recipe is not None:
         checks += check_requirements(recipe)
     return checks
