@@ -6,8 +6,10 @@ check fails, 2 otherwise.
 
 Decisions:
 
-* ROCm (``$ROCM_PATH``, else ``/opt/rocm``) missing, or missing hipcc / ``llvm/bin/clang++`` /
-  ``lib/cmake/hip/hip-config.cmake``: **fail** (MIOpen cannot be built without them).
+* ROCm (``$ROCM_PATH``, ``/opt/rocm`` or the distribution's ``/usr``: requirements.find_rocm)
+  missing, or missing hipcc / clang++ / ``hip-config.cmake``: **fail** (MIOpen cannot be built
+  without them). Only for a ROCm target or none: a CUDA target (the backend the probe found) gets
+  its CUDA facts (cuDNN versions, the cuDNN set loaded, one file per SONAME) instead, and no AMD GPU check.
 * No GPU found: **warn** (building works with ``--gpu-targets``; only ``GPU_TARGETS = "auto"``
   and the smoke test need one).
 * cmake below 3.16 (the fixture/MIOpen minimum rocmbuild was tested with): fail; a recipe may set
@@ -29,11 +31,12 @@ import shutil
 from pathlib import Path
 
 from rocmbuild import runner
-from rocmbuild.build.requirements import FAIL, OK, WARN, DoctorCheck, check_program, check_requirements, rocm_root
+from rocmbuild.build.requirements import (FAIL, OK, WARN, DoctorCheck, check_program, check_requirements, find_rocm,
+                                          host_root)
 from rocmbuild.disk import nearest_existing
 from rocmbuild.errors import RocmbuildError
 from rocmbuild.home import cache_home
-from rocmbuild.target import gpu, target
+from rocmbuild.target import gpu, target, verify
 
 CMAKE_MIN = "3.16"
 GiB = 1 << 30
@@ -99,21 +102,29 @@ def check_compilers() -> list[DoctorCheck]:
 
 
 def check_rocm() -> list[DoctorCheck]:
-    root = rocm_root()
-    via = "$ROCM_PATH" if os.environ.get("ROCM_PATH") else "default"
-    fix = ("install ROCm (https://rocm.docs.amd.com, e.g. amdgpu-install --usecase=rocm) or set ROCM_PATH "
-           "to its root")
+    """ROCm, wherever it is (requirements.find_rocm): which one was found, and its hipcc, clang++, HIP config."""
+    found = find_rocm()
+    fix = ("install ROCm (https://rocm.docs.amd.com, e.g. amdgpu-install --usecase=rocm, or the distribution's "
+           "packages: apt install hipcc libamdhip64-dev) or set ROCM_PATH to its root")
+    if found is None:
+        return [DoctorCheck("ROCm", FAIL, f"none found: $ROCM_PATH is not set, {host_root() / 'opt/rocm'} does not "
+                                          f"exist and {host_root() / 'usr'} has no hipcc or HIP cmake config", fix)]
+    root = found.root
     if not root.is_dir():
-        return [DoctorCheck("ROCm", FAIL, f"{root} ({via}) does not exist", fix)]
-    out = [DoctorCheck("ROCm", OK, f"{root} ({via})")]
-    for label, rel in (("hipcc", "bin/hipcc"), ("ROCm clang++", "llvm/bin/clang++"),
-                       ("HIP cmake config", "lib/cmake/hip/hip-config.cmake")):
-        p = root / rel
-        if p.exists():
-            out.append(DoctorCheck(label, OK, str(p)))
+        return [DoctorCheck("ROCm", FAIL, f"{root} ({found.via}) does not exist", fix)]
+    out = [DoctorCheck("ROCm", OK, f"{root} ({found.via}; {found.layout} layout)")]
+    dev = (f"install the ROCm development packages under {root} (e.g. apt install rocm-hip-sdk"
+           + ("; on Debian/Ubuntu: hipcc, clang, libamdhip64-dev)" if found.layout == "distribution" else ")"))
+    for label, path, looked in (
+        ("hipcc", found.hipcc, root / "bin/hipcc"),
+        ("ROCm clang++", found.clang, f"{root}/llvm/bin/clang++ (or lib/llvm/bin/clang++, bin/clang++-NN)"),
+        ("HIP cmake config", found.hip_cmake and found.hip_cmake / "hip-config.cmake",
+         f"{root}/lib/cmake/hip/hip-config.cmake (or lib/<multiarch>/cmake/hip/)"),
+    ):
+        if path is not None:
+            out.append(DoctorCheck(label, OK, str(path)))
         else:
-            out.append(DoctorCheck(label, FAIL, f"{p} not found",
-                                   f"install the ROCm development packages (e.g. apt install rocm-hip-sdk) under {root}"))
+            out.append(DoctorCheck(label, FAIL, f"{looked} not found", dev))
     return out
 
 
@@ -141,21 +152,27 @@ def check_disk(name: str, path: Path, fail_below: int, warn_below: int, what: st
     return DoctorCheck(name, OK, detail)
 
 
-def check_target(env: str | None, python: str | None, timeout: float = 300) -> list[DoctorCheck]:
-    """The target's torch: ROCm or CUDA build, compile-time MIOpen/cuDNN version, library loaded."""
+def _discover(env: str | None, python: str | None, timeout: float) -> tuple[list[DoctorCheck], target.Target | None]:
+    """The target's checks and the target (None when there is none, or it cannot be probed)."""
     if not env and not python and not os.environ.get("CONDA_PREFIX") and not os.environ.get("VIRTUAL_ENV"):
         return [DoctorCheck("target", WARN, "no target: no --env/--python given and no active conda env or venv",
-                            "pass --env PREFIX (or --python EXE) to check the environment you will change")]
+                            "pass --env PREFIX (or --python EXE) to check the environment you will change")], None
     try:
         t = target.discover(env, python, timeout=timeout)
     except RocmbuildError as exc:
-        return [DoctorCheck("target torch", FAIL, exc.message.splitlines()[0], exc.hint)]
+        return [DoctorCheck("target torch", FAIL, exc.message.splitlines()[0], exc.hint)], None
     disk = check_disk("target disk", t.prefix, TARGET_FAIL, TARGET_WARN, "staging a new library beside the old")
-    return [check_torch(t), disk]
+    return [check_torch(t), disk], t
+
+
+def check_target(env: str | None, python: str | None, timeout: float = 300) -> list[DoctorCheck]:
+    """The target's torch: ROCm or CUDA build, compile-time MIOpen/cuDNN version, library loaded."""
+    return _discover(env, python, timeout)[0]
 
 
 def check_torch(t: target.Target) -> DoctorCheck:
-    """One line on a discovered target's torch: its backend, the versions, the library files loaded."""
+    """One line on a discovered target's torch: its backend, the versions, the library files loaded
+    (a set, e.g. cuDNN 9's libcudnn.so.9 + libcudnn_graph.so.9, is healthy with one file per SONAME)."""
     r = t.report
     if r.hip:
         kind, lib = f"ROCm {r.hip}", "MIOpen"
@@ -171,21 +188,39 @@ def check_torch(t: target.Target) -> DoctorCheck:
     where = ", ".join(f"{x.path} ({t.layout_of(x)})" for x in loaded) or "none loaded"
     detail = f"torch {r.torch_version} ({kind}), compiled against {lib} {compiled}, loads {lib} {runtime}: {where}"
     status, fix = OK, ""
+    dups = verify.duplicates(loaded) if lib == "cuDNN" else ({"libMIOpen": loaded} if len(loaded) > 1 else {})
     if not loaded:
         status, fix = WARN, f"torch loaded no {lib} file after import; check its installation"
-    elif len(loaded) > 1:
-        status, fix = FAIL, f"more than one {lib} is loaded; remove the stray copy or LD_LIBRARY_PATH entry"
+    elif dups:
+        status, fix = FAIL, (f"more than one {lib} is loaded ({', '.join(dups)} from several files); remove the "
+                             "stray copy or LD_LIBRARY_PATH entry")
     elif r.version_error:
         status, fix = FAIL, (f"torch raises on cudnn.version(): {r.version_error} -- install {lib} "
                              f"{compiled.rsplit('.', 1)[0]}.x (rocmbuild rollback if rocmbuild changed it)")
     return DoctorCheck("target torch", status, f"{t.prefix}: {detail}", fix)
 
 
+def check_cuda(t: target.Target) -> list[DoctorCheck]:
+    """A CUDA target's facts in place of ROCm's: no ROCm needed, the CUDA device torch sees."""
+    r = t.report
+    out = [DoctorCheck("ROCm", OK, f"not checked: the target's torch is a CUDA {r.cuda} build (cuDNN)")]
+    if r.cuda_available:
+        out.append(DoctorCheck("CUDA device", OK, "torch.cuda.is_available() is True"))
+    else:
+        out.append(DoctorCheck("CUDA device", WARN, "torch.cuda.is_available() is False: no CUDA GPU visible",
+                               "swapping and verifying cuDNN work without one; the smoke suite is then skipped "
+                               "(ROCMBUILD_SMOKE_DEVICE=cpu runs it on the CPU)"))
+    return out
+
+
 def run(recipe=None, env: str | None = None, python: str | None = None, *, timeout: float = 300) -> list[DoctorCheck]:
-    """Every check, in a stable order."""
-    checks = [check_git(), check_cmake(), check_build_tool(), *check_compilers(), *check_rocm(), check_gpu(),
-              check_disk("cache disk", cache_home(), CACHE_FAIL, CACHE_WARN, "source clones and build trees")]
-    checks += check_target(env, python, timeout)
+    """Every check, in a stable order; ROCm and the AMD GPU only for a ROCm target (or none)."""
+    tchecks, t = _discover(env, python, timeout)
+    cuda = t is not None and t.report.backend == "cudnn"
+    checks = [check_git(), check_cmake(), check_build_tool(), *check_compilers()]
+    checks += check_cuda(t) if cuda else [*check_rocm(), check_gpu()]
+    checks += [check_disk("cache disk", cache_home(), CACHE_FAIL, CACHE_WARN, "source clones and build trees")]
+    checks += tchecks
     if recipe is not None:
         checks += check_requirements(recipe)
     return checks

@@ -102,13 +102,16 @@ def _add_verify(sub) -> None:
     a.common(p)
     a.target(p)
     p.add_argument("--expect", type=a.version, metavar="VERSION", help="the library version that must be loaded, e.g. 3.5.1")
-    p.add_argument("--expect-file", metavar="PATH",
-                   help="the loaded library must be this very file (same device and inode)")
-    p.add_argument("--smoke", action="store_true", help="run the BatchNorm2d GPU smoke test (skipped without a GPU)")
+    p.add_argument("--expect-file", metavar="PATH", action="append",
+                   help="the loaded library must be this very file (same device and inode); repeat it for "
+                        "every file of a library set")
+    p.add_argument("--smoke", action="store_true",
+                   help="run the smoke suite on the GPU (skipped without one; ROCMBUILD_SMOKE_DEVICE=cpu: on the CPU)")
     p.add_argument("--hash", action="store_true", help="also sha256 each loaded library")
-    p.add_argument("--encoding", choices=["miopen", "cudnn"], default="miopen",
-                   help="how to decode the version integer (default miopen)")
-    p.add_argument("--library", default="libMIOpen", metavar="NAME", help="library file stem (default libMIOpen)")
+    p.add_argument("--encoding", choices=["miopen", "cudnn"], default=None,
+                   help="how to decode the version integer (default: the library's, else the torch's backend)")
+    p.add_argument("--library", default=None, metavar="NAME",
+                   help="library file stem, or a set as a glob (default: libMIOpen for a ROCm torch, libcudnn* for CUDA)")
 
 
 def _cmd_verify(args) -> VerbResult:

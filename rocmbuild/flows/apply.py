@@ -137,6 +137,8 @@ def _plan_on(art: Artifact, t: Target, options: ApplyOptions,
              observer: FsObserver | None = None) -> tuple[_plan.TargetFacts, _plan.Plan]:
     """Refuse an artifact that cannot load under the target's torch, then plan the swap (pure)."""
     m = art.manifest
+    if m.encoding and m.libraries:
+        verify_mod.choose(t.report, m.libraries[0].name, m.encoding)  # a MIOpen for a CUDA torch: refused
     if m.version and m.encoding:
         check = verify_mod.compatible(m.version, t.report, m.encoding)
         if not check.ok:
@@ -162,6 +164,7 @@ def _swap(art: Artifact, t: Target, recovered: tuple, options: ApplyOptions) -> 
     m = art.manifest
     facts, the_plan = _plan_on(art, t, options)
     copy_bytes = guards.preflight(the_plan, art)
+    options = replace(options, smoke=options.smoke or bool(m.smoke))  # the recipe's [verify] smoke
     verify = guards.verifier(t.python, timeout=options.probe_timeout, smoke=options.smoke)
     sdir = Path(the_plan.state_dir)
     if the_plan.already_applied:
@@ -175,9 +178,9 @@ def _swap(art: Artifact, t: Target, recovered: tuple, options: ApplyOptions) -> 
     with state.TargetLock(sdir, wait=options.wait):
         raced = tuple(_txn.recover(sdir, verify_restored=verify)) if _txn.needs_recovery(sdir) else ()
         recovered += raced
-        stem = m.libraries[0].name if m.libraries else "libMIOpen"
-        lib_now = t.library(probe.probe_kind(stem))
-        if raced or (lib_now is not None and not lib_now.same_file(lib_now.path)):
+        stem = m.libraries[0].name if m.libraries else probe.BACKEND_LIBRARY.get(t.report.backend or "", "libMIOpen")
+        moved = [lib for lib in t.report.named(stem) if not lib.same_file(lib.path)]
+        if raced or moved:
             t = target.discover_at(t.prefix, t.python, timeout=options.probe_timeout)  # it changed while we waited
             facts, the_plan = _plan_on(art, t, options)
         else:

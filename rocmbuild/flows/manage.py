@@ -155,12 +155,15 @@ def status(*, env: str | None = None, python: str | None = None, probe_timeout: 
 
 
 def verify(*, env: str | None = None, python: str | None = None, probe_timeout: float = 300.0,
-           want_hash: bool = False, smoke: bool = False, library: str = "libMIOpen", encoding: str = "miopen",
-           expect: str | None = None, expect_file: str | None = None) -> VerifyResult:
-    """``rocmbuild verify``: judge what the target loads; VerifyError (exit 4) when a check fails."""
+           want_hash: bool = False, smoke: bool = False, library: str | None = None, encoding: str | None = None,
+           expect: str | None = None, expect_file: str | list[str] | None = None) -> VerifyResult:
+    """``rocmbuild verify``: judge what the target loads; VerifyError (exit 4) when a check fails.
+    Library and encoding follow the backend the probe found unless given; a contradiction: InputError."""
     t = target.discover(env, python, timeout=probe_timeout, want_hash=want_hash, smoke=smoke)
+    library, encoding = verify_mod.choose(t.report, library, encoding)
+    files = [expect_file] if isinstance(expect_file, str) else list(expect_file or ())
     verdict = verify_mod.judge(t.report, library=library, encoding=encoding, expect=expect,
-                          expected_file=Path(expect_file) if expect_file else None, smoke=smoke)
+                               expected_file=[Path(f) for f in files] if files else None, smoke=smoke)
     if not verdict.ok:
         bad = verdict.failures()
         raise VerifyError(

@@ -9,8 +9,15 @@ Constraints and decisions:
 * It touches only ``torch.__version__``, ``torch.version.hip``, ``torch.version.cuda``,
   ``torch.backends.cudnn.is_available()``, ``torch.backends.cudnn.version()``,
   ``torch._C._cudnn.getRuntimeVersion()``, ``torch._C._cudnn.getCompileVersion()``,
-  ``torch.cuda.is_available()`` and, only with ``--smoke`` and a GPU present,
-  ``torch.cuda.get_device_properties(0).gcnArchName`` and the modules the smoke test needs.
+  ``torch.cuda.is_available()`` and, only with ``--smoke`` and a GPU present (or
+  ``ROCMBUILD_SMOKE_DEVICE=cpu``), the device's properties and the modules the smoke suite needs.
+* The smoke suite (``--smoke``) is the checks users ran by hand after a swap, each one result in
+  ``smoke.checks`` (:data:`SMOKE_CHECKS`): install facts, device properties, a 1000x1000 matmul vs
+  the CPU, a Linear-ReLU-Linear forward, 5 allocations then ``empty_cache`` back to the baseline,
+  BatchNorm2d forward+backward in train mode vs the CPU, 3 training steps of a
+  Conv-BatchNorm-SiLU network vs the CPU. Without a GPU each is ``skipped: no GPU``;
+  ``ROCMBUILD_SMOKE_DEVICE=cpu`` runs the same code with the CPU as the device (the CPU allocator
+  has no statistics: the memory check proves the 5 tensors are freed instead).
   Anything missing or raising is recorded in ``errors`` (attribute -> exception text); the probe
   itself never crashes on torch's account.
 * ``torch.backends.cudnn.version()`` is called twice: PyTorch sets its cached version *before*
@@ -125,39 +132,162 @@ def _tuple(value):
         return None
 
 
-def _smoke(torch, out, errors):
-    """nn.BatchNorm2d forward+backward (train mode) on the GPU with cudnn enabled vs the CPU."""
-    cuda_ok = out.get("cuda_available")
-    if not cuda_ok:
-        return {"status": "skipped", "reason": "no GPU", "node": None}
-    out["gpu_arch"] = _call(errors, "torch.cuda.get_device_properties(0).gcnArchName",
-                            lambda: str(torch.cuda.get_device_properties(0).gcnArchName).split(":")[0])
+SMOKE_CHECKS = ("install", "device", "matmul", "mlp", "memory", "batchnorm", "training")
+
+
+def _smoke_device(out):
+    """``$ROCMBUILD_SMOKE_DEVICE`` (``cpu`` runs the same code on the CPU), else the GPU, else None."""
+    forced = os.environ.get("ROCMBUILD_SMOKE_DEVICE")
+    if forced:
+        return forced
+    return "cuda" if out.get("cuda_available") else None
+
+
+def _close(torch, got, want, what, rtol=1e-3, atol=1e-3):
     try:
-        torch.backends.cudnn.enabled = True
-        torch.manual_seed(0)
-        x = torch.randn(8, 16, 12, 12, dtype=torch.float32)
-        grad = torch.randn(8, 16, 12, 12, dtype=torch.float32)
-        results = {}
-        for device in ("cpu", "cuda"):
-            bn = torch.nn.BatchNorm2d(16).to(device).train()
-            xi = x.clone().to(device).requires_grad_(True)
-            y = bn(xi)
-            y.backward(grad.to(device))
-            results[device] = (y, xi.grad, bn.weight.grad, bn.bias.grad,
-                               type(y.grad_fn).__name__ if y.grad_fn is not None else None)
-        node = results["cuda"][4]
-        names = ("output", "grad_input", "grad_weight", "grad_bias")
-        for i, name in enumerate(names):
-            try:
-                torch.testing.assert_close(results["cuda"][i].cpu(), results["cpu"][i], rtol=1e-3, atol=1e-3)
-            except AssertionError as exc:
-                return {"status": "failed", "reason": "%s differs from the CPU: %s" % (name, str(exc)[:500]),
-                        "node": node}
+        torch.testing.assert_close(got.detach().cpu(), want.detach().cpu(), rtol=rtol, atol=atol)
+    except AssertionError as exc:
+        raise AssertionError("%s differs from the CPU: %s" % (what, str(exc)[:500]))
+
+
+def _sync(torch, device):
+    if device != "cpu":
         torch.cuda.synchronize()
-        return {"status": "passed", "reason": "BatchNorm2d forward+backward matches the CPU", "node": node}
-    except Exception as exc:  # noqa: BLE001
-        return {"status": "failed", "reason": _exc_text(exc), "node": None,
-                "traceback": traceback.format_exc()[-2000:]}
+
+def _smoke_install(torch, device, out):
+    v = torch.backends.cudnn.version()
+    if not torch.backends.cudnn.is_available() or not isinstance(v, int):
+        raise AssertionError("torch.backends.cudnn is not usable (is_available() %s, version() %r)"
+                             % (torch.backends.cudnn.is_available(), v))
+    backend = "ROCm %s" % out["hip"] if out.get("hip") else "CUDA %s" % out.get("cuda")
+    return "torch %s (%s), cudnn.version() = %d" % (torch.__version__, backend, v)
+
+
+def _smoke_properties(torch, device, out):
+    if device == "cpu":
+        return "cpu: %s, %d threads" % (platform.machine(), torch.get_num_threads())
+    p = torch.cuda.get_device_properties(0)
+    arch = getattr(p, "gcnArchName", None) or "sm_%d%d" % (p.major, p.minor)
+    out["gpu_arch"] = str(arch).split(":")[0]
+    if not p.total_memory or not p.multi_processor_count:
+        raise AssertionError("device 0 reports no memory or no multiprocessors")
+    return "%s, %d MiB, %d multiprocessors, %s" % (p.name, p.total_memory >> 20, p.multi_processor_count, arch)
+
+
+def _smoke_matmul(torch, device, out):
+    if device != "cpu":
+        torch.backends.cuda.matmul.allow_tf32 = False
+    torch.manual_seed(0)
+    a, b = torch.randn(1000, 1000), torch.randn(1000, 1000)
+    got = a.to(device) @ b.to(device)
+    _sync(torch, device)
+    _close(torch, got, a @ b, "the 1000x1000 product", rtol=1e-3, atol=1e-2)
+    return "1000x1000 matmul on %s matches the CPU" % device
+
+
+def _twins(torch, build, device):
+    """The same network twice (same seed): on the CPU and on the device."""
+    torch.manual_seed(0)
+    ref = build()
+    torch.manual_seed(0)
+    return ref, build().to(device)
+
+
+def _smoke_mlp(torch, device, out):
+    nn = torch.nn
+    model, dev_model = _twins(torch, lambda: nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10)), device)
+    x = torch.randn(32, 64)
+    with torch.no_grad():
+        _close(torch, dev_model(x.to(device)), model(x), "the Linear-ReLU-Linear output")
+    return "Linear-ReLU-Linear forward on %s matches the CPU" % device
+
+
+def _smoke_memory(torch, device, out):
+    if device == "cpu":  # the CPU allocator keeps no statistics: nothing but the list may hold the 5 tensors
+        blocks = [torch.empty(1 << 22) for _ in range(5)]
+        held = [sys.getrefcount(blocks[i]) - 2 for i in range(5)]  # minus the list's and the argument's
+        del blocks
+        if any(held):
+            raise AssertionError("the 5 tensors are held elsewhere (%s more references): not freed" % held)
+        return "5 allocations of 16 MiB, freed on release (cpu: no allocator statistics)"
+    _sync(torch, device)
+    torch.cuda.empty_cache()
+    base, base_reserved = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
+    blocks = [torch.empty(1 << 24, device=device) for _ in range(5)]
+    grown = torch.cuda.memory_allocated() - base
+    del blocks
+    torch.cuda.empty_cache()
+    now, reserved = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
+    if grown < 5 * (1 << 26) or now != base or reserved > base_reserved:
+        raise AssertionError("allocated %d bytes over 5 tensors; after empty_cache allocated %d (baseline %d), "
+                             "reserved %d (baseline %d)" % (grown, now, base, reserved, base_reserved))
+    return "5 allocations of 64 MiB, then empty_cache: back to the baseline (%d bytes)" % base
+
+
+def _smoke_batchnorm(torch, device, out):
+    """nn.BatchNorm2d forward+backward in train mode, cudnn enabled, vs the CPU (the gfx1151 bug)."""
+    torch.backends.cudnn.enabled = True
+    torch.manual_seed(0)
+    x = torch.randn(8, 16, 12, 12)
+    grad = torch.randn(8, 16, 12, 12)
+    results = {}
+    for where in ("cpu", device):
+        bn = torch.nn.BatchNorm2d(16).to(where).train()
+        xi = x.clone().to(where).requires_grad_(True)
+        y = bn(xi)
+        y.backward(grad.to(where))
+        results[where] = (y, xi.grad, bn.weight.grad, bn.bias.grad,
+                          type(y.grad_fn).__name__ if y.grad_fn is not None else None)
+    out["smoke_node"] = results[device][4]
+    for i, name in enumerate(("output", "grad_input", "grad_weight", "grad_bias")):
+        _close(torch, results[device][i], results["cpu"][i], name)
+    _sync(torch, device)
+    return "BatchNorm2d forward+backward matches the CPU (node %s)" % results[device][4]
+
+
+def _smoke_training(torch, device, out):
+    nn = torch.nn
+    net, dev_net = _twins(torch, lambda: nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.SiLU(),
+                                                      nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 4)), device)
+    x, y = torch.randn(16, 3, 16, 16), torch.randint(0, 4, (16,))
+    losses = {}
+    for where, model in (("cpu", net), (device, dev_net)):
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        losses[where] = []
+        for _ in range(3):
+            opt.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(x.to(where)), y.to(where))
+            loss.backward()
+            opt.step()
+            losses[where].append(loss.detach().cpu())
+    _close(torch, torch.stack(losses[device]), torch.stack(losses["cpu"]), "the losses", rtol=1e-2, atol=1e-3)
+    return "3 training steps of Conv-BatchNorm-SiLU match the CPU (losses %s)" % ", ".join(
+        "%.4f" % float(v) for v in losses[device])
+
+
+_SMOKE_FUNCS = {"install": _smoke_install, "device": _smoke_properties, "matmul": _smoke_matmul, "mlp": _smoke_mlp,
+                "memory": _smoke_memory, "batchnorm": _smoke_batchnorm, "training": _smoke_training}
+
+
+def _smoke(torch, out, errors):
+    """The smoke suite: one result per check of SMOKE_CHECKS; each skipped without a device."""
+    device = _smoke_device(out)
+    checks = []
+    for name in SMOKE_CHECKS:
+        if device is None:
+            checks.append({"name": name, "status": "skipped", "reason": "no GPU"})
+            continue
+        try:
+            checks.append({"name": name, "status": "passed", "reason": _SMOKE_FUNCS[name](torch, device, out)})
+        except Exception as exc:  # noqa: BLE001 - a failing check is a result
+            checks.append({"name": name, "status": "failed", "reason": _exc_text(exc),
+                           "traceback": traceback.format_exc()[-2000:]})
+    if device is None:
+        return {"status": "skipped", "reason": "no GPU", "node": None, "device": None, "checks": checks}
+    failed = [c for c in checks if c["status"] == "failed"]
+    return {"status": "failed" if failed else "passed", "device": device, "node": out.pop("smoke_node", None),
+            "reason": "; ".join("%s: %s" % (c["name"], c["reason"]) for c in failed) or "every check passed",
+            "checks": checks}
 
 
 def probe(want_hash=False, smoke=False):

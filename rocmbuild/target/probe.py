@@ -14,15 +14,22 @@ Decisions:
   raised the incompatibility error), else one computed from ``getRuntimeVersion()``.
 * A library is selected by file name: ``<library>.so*`` (``libMIOpen`` matches
   ``libMIOpen.so.1.0`` but not ``libMIOpenFoo``; ``libcudnn`` matches ``libcudnn.so.9`` but not
-  cuDNN 9's ``libcudnn_ops.so.9``).
+  cuDNN 9's ``libcudnn_ops.so.9``); a name with ``*?[`` is a glob over file names, a library
+  *set* (``libcudnn*``: ``libcudnn.so.9``, ``libcudnn_graph.so.9``, ...).
+* A mapped file's SONAME is read from its ELF dynamic section when the file at that path is still
+  the mapped inode, else derived from the name (``libcudnn.so.9.1.0`` -> ``libcudnn.so.9``).
+* The library and encoding of a target follow its backend unless given: a ROCm torch is judged on
+  ``libMIOpen``/``miopen``, a CUDA torch on the set ``libcudnn*``/``cudnn`` (:data:`BACKEND_LIBRARY`).
 * The JSON is the whole stdout, else its last line that parses as an object (interpreter
   startup, e.g. a ``sitecustomize`` or a ``.pth`` file, may print before the probe redirects fd 1).
 """
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
+import re
 import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
@@ -31,12 +38,14 @@ from pathlib import Path
 from packaging.version import Version
 
 from rocmbuild import runner
+from rocmbuild.build.artifact import read_soname
 from rocmbuild.errors import RequirementError, TargetError
 from rocmbuild.target.versions import decode_version, encode_version
 
 PROBE_SCRIPT = Path(__file__).with_name("_probe.py")
 KINDS = ("miopen", "hip", "cudnn")
 _LIBRARY_KIND = {"libMIOpen": "miopen", "libamdhip64": "hip", "libcudnn": "cudnn"}
+BACKEND_LIBRARY = {"miopen": "libMIOpen", "cudnn": "libcudnn*"}  # what a backend is judged on by default
 
 
 # --------------------------------------------------------------------------------------------
@@ -62,6 +71,21 @@ class LoadedLibrary:
 
     def to_json(self) -> dict:
         return {**asdict(self), "device": f"{os.major(self.dev):x}:{os.minor(self.dev):02x}"}
+
+    @property
+    def soname(self) -> str:
+        """The mapped file's DT_SONAME (read while the path is still that inode), else from its name."""
+        if self.same_file(self.path):
+            found = read_soname(Path(self.path))
+            if found:
+                return found
+        return soname_from_name(os.path.basename(self.path))
+
+
+def soname_from_name(name: str) -> str:
+    """``libcudnn.so.9.1.0`` -> ``libcudnn.so.9``; ``libMIOpen.so`` stays."""
+    m = re.match(r"^(.*?\.so(?:\.\d+)?)(?:\.|$)", name)
+    return m.group(1) if m else name
 
 
 def _tuple3(value) -> tuple[int, int, int] | None:
@@ -182,8 +206,15 @@ class ProbeReport:
         return d
 
 
+def is_set(library: str) -> bool:
+    """True for a glob (``libcudnn*``): a library set judged one file per SONAME."""
+    return any(c in library for c in "*?[")
+
+
 def _name_matches(path: str, library: str) -> bool:
     base = os.path.basename(path)
+    if is_set(library):
+        return fnmatch.fnmatchcase(base, library)
     return base == f"{library}.so" or base.startswith(f"{library}.so.")
 
 
@@ -259,11 +290,18 @@ def parse_output(stdout: str) -> dict | None:
 
 
 def probe_kind(library: str) -> str:
-    """The probe's kind for a library stem ("libMIOpen" -> "miopen")."""
-    return _LIBRARY_KIND.get(library, "miopen")
+    """The probe's kind for a library stem or set ("libMIOpen" -> "miopen", "libcudnn*" -> "cudnn")."""
+    stem = re.split(r"[*?\[]", library, maxsplit=1)[0]
+    if stem in _LIBRARY_KIND:
+        return _LIBRARY_KIND[stem]
+    for prefix, kind in _LIBRARY_KIND.items():
+        if stem.startswith(prefix):
+            return kind
+    return "miopen"
 
 
-__all__ = ["LoadedLibrary", "ProbeReport", "run_probe", "parse_output", "PROBE_SCRIPT", "KINDS", "probe_kind"]
+__all__ = ["LoadedLibrary", "ProbeReport", "run_probe", "parse_output", "PROBE_SCRIPT", "KINDS", "probe_kind",
+           "BACKEND_LIBRARY", "is_set", "soname_from_name"]
 
 if __name__ == "__main__":  # pragma: no cover - a debugging aid
     print(run_probe(Path(sys.argv[1] if len(sys.argv) > 1 else sys.executable)))

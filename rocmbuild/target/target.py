@@ -18,8 +18,11 @@ Decisions:
   its directory (``libMIOpen.so.1 -> libMIOpen.so.1.0``), "wheel" when nothing links to it
   (``site-packages/torch/lib/libMIOpen.so``, RPATH ``$ORIGIN``); "outside" when it resolves outside
   the prefix (e.g. ``/opt/rocm/lib``: the apply step refuses it unless asked); "none" when not loaded.
-* :meth:`Target.library` returns the single loaded library of a kind; more than one loaded is
-  ambiguous and raises :class:`TargetError` (verification reports it as a failed check instead).
+* :meth:`Target.library` returns the single loaded library of a kind; two files of one SONAME
+  loaded is ambiguous and raises :class:`TargetError` (verification reports it as a failed check
+  instead). Members of a set with distinct SONAMEs are no ambiguity (cuDNN 9 maps
+  ``libcudnn.so.9`` and, on the first version call, ``libcudnn_graph.so.9``): the kind's main
+  file (``libcudnn.so*``, ``libMIOpen.so*``) is the library.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ from rocmbuild import runner
 from rocmbuild.errors import RequirementError, TargetError
 from rocmbuild.home import target_state_dir
 from rocmbuild.target.probe import LoadedLibrary, ProbeReport, run_probe
+
+_MAIN = {"miopen": "libMIOpen", "cudnn": "libcudnn", "hip": "libamdhip64"}
 
 RESOLVE_TIMEOUT = 60.0
 
@@ -49,6 +54,12 @@ class Target:
         libs = self.report.loaded(kind)
         if not libs:
             return None
+        by_soname: dict[str, list[LoadedLibrary]] = {}
+        for lib in libs:
+            by_soname.setdefault(lib.soname, []).append(lib)
+        main = self.report.named(_MAIN.get(kind, kind))
+        if len(libs) > 1 and all(len(v) == 1 for v in by_soname.values()) and len(main) == 1:
+            return main[0]
         if len(libs) > 1:
             raise TargetError(
                 f"{len(libs)} {kind} libraries are loaded by {self.python}: " + ", ".join(lib.path for lib in libs),

@@ -13,8 +13,14 @@ Decisions:
   raised, so ``PYTORCH_SKIP_CUDNN_COMPATIBILITY_CHECK=1`` in the user's environment does not hide
   a mismatch.
 * A torch that does not import stops the judging: no other check can be answered.
-* A smoke test asked for but impossible (no GPU) is a non-failing check whose ``found`` says
-  ``skipped: no GPU`` and whose ``skipped`` flag is set: it is never reported as passed.
+* Library and encoding follow the backend the probe found unless given (:func:`choose`); a
+  contradiction (``--encoding miopen`` on a cuDNN set or a CUDA torch) is refused (exit 2).
+* A library set (``libcudnn*``) is judged per SONAME: one file per SONAME mapped, and identity for
+  every mapped member (each must be one of the files placed).
+* The version is the process's: the integer ``torch.backends.cudnn.version()`` returns on its
+  second call, never a file name nor a number computed from the runtime tuple.
+* Each smoke-suite check asked for but impossible (no GPU) is a non-failing check whose ``found``
+  says ``skipped: no GPU`` and whose ``skipped`` flag is set: it is never reported as passed.
 * A torch with neither ``torch.version.hip`` nor ``torch.version.cuda`` is a CPU build: the
   verdict says "no MIOpen/cuDNN in this torch" rather than only "library not loaded".
 * :meth:`Verdict.relaxed` turns named failed checks into warnings (an earlier state put back may
@@ -24,64 +30,17 @@ Decisions:
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Iterable
 
 from packaging.version import InvalidVersion, Version
 
-from rocmbuild.target.probe import LoadedLibrary, ProbeReport, probe_kind
-from rocmbuild.target.versions import ENCODINGS, as_tuple, compatible_versions, decode_version, major_minor, show
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    ok: bool
-    expected: str
-    found: str
-    message: str = ""
-    skipped: bool = False  # a check asked for but not possible here (smoke test without a GPU)
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-    def render(self) -> str:
-        mark = "skip" if self.skipped else ("ok" if self.ok else "FAIL")
-        line = f"[{mark:>4}] {self.name}: expected {self.expected}; found {self.found}"
-        return line + (f"\n       {self.message}" if self.message else "")
-
-
-@dataclass(frozen=True)
-class Verdict:
-    ok: bool
-    checks: tuple[Check, ...]
-    report: ProbeReport
-    warnings: tuple[Check, ...] = ()  # failed checks that do not count (see relaxed)
-    relaxed_for: tuple[str, ...] | None = field(default=None, repr=False)  # the names relaxed() was given
-
-    def failures(self) -> tuple[Check, ...]:
-        return tuple(c for c in self.checks if not c.ok and c not in self.warnings)
-
-    def relaxed(self, warn_only: tuple[str, ...]) -> Verdict:
-        """This verdict with the failed checks named in ``warn_only`` as warnings, not failures."""
-        names = tuple(dict.fromkeys((*(self.relaxed_for or ()), *warn_only)))
-        warnings = tuple(c for c in self.checks if not c.ok and c.name in names)
-        ok = all(c.ok for c in self.checks if c.name not in names)
-        return Verdict(ok, self.checks, self.report, warnings, names)
-
-    def to_json(self) -> dict:
-        out = {
-            "ok": self.ok,
-            "checks": [c.to_json() for c in self.checks],
-            "failures": [c.name for c in self.failures()],
-            "report": self.report.summary(),
-        }
-        if self.relaxed_for is not None:
-            out["warnings"] = [c.to_json() for c in self.warnings]
-        return out
-
-    def render(self) -> str:
-        return "\n".join(c.render() for c in self.checks)
+from rocmbuild.errors import InputError
+from rocmbuild.target.smoke import check_smoke
+from rocmbuild.target.verdict import Check, Verdict
+from rocmbuild.target.probe import BACKEND_LIBRARY, LoadedLibrary, ProbeReport, is_set, probe_kind
+from rocmbuild.target.versions import (ENCODINGS, as_tuple, compatible_versions, decode_version, encode_version,
+                                       major_minor, show)
 
 
 # --------------------------------------------------------------------------------------------
@@ -147,16 +106,42 @@ def incompatibility_message(runtime, compiled, report: ProbeReport, encoding: st
 # after a swap: one function per check
 
 
+def choose(report: ProbeReport, library: str | None = None, encoding: str | None = None) -> tuple[str, str]:
+    """The library and encoding to judge: from the backend the probe found unless given (ROCm torch:
+    ``libMIOpen``/``miopen``, CUDA torch: ``libcudnn*``/``cudnn``); a contradiction is an InputError."""
+    backend, given = report.backend, f"--encoding {encoding}" if encoding else f"--library {library}"
+    if library is None:
+        library = BACKEND_LIBRARY[encoding or backend or "miopen"]
+    kind = probe_kind(library)
+    if encoding is None:
+        encoding = kind if kind in ENCODINGS else (backend or "miopen")
+    hint = "leave out --encoding (it follows the library and the backend torch was built for)"
+    if kind in ENCODINGS and encoding != kind:
+        raise InputError(f"--encoding {encoding} cannot decode {library}: its version integer is a {kind} number",
+                         hint + f", or pass --encoding {kind}")
+    if backend is not None and encoding != backend:
+        build = "ROCm" if backend == "miopen" else "CUDA"
+        raise InputError(f"this torch is a {build} build: torch.backends.cudnn.version() is a {backend} number, "
+                         f"{given} would misread it",
+                         hint + f"; for this torch: --library {BACKEND_LIBRARY[backend]} --encoding {backend}")
+    return library, encoding
+
+
 def judge(
     report: ProbeReport,
     *,
-    library: str = "libMIOpen",
-    encoding: str = "miopen",
+    library: str | None = None,
+    encoding: str | None = None,
     expect: str | None = None,
-    expected_file: Path | None = None,
+    expected_file: Path | Iterable[Path] | None = None,
     smoke: bool = False,
 ) -> Verdict:
-    """Judge a probe report. Every condition is a :class:`Check`; the verdict is ok when all are."""
+    """Judge a probe report. Every condition is a :class:`Check`; the verdict is ok when all are.
+
+    ``library``/``encoding`` default to the backend's (:func:`choose`); ``expected_file`` is the
+    file placed, or every file of a library set placed."""
+    if library is None or encoding is None:
+        library, encoding = choose(report, library, encoding)
     if encoding not in ENCODINGS:
         raise ValueError(f"unknown encoding {encoding!r}")
     torch = check_torch(report)
@@ -166,12 +151,13 @@ def judge(
     checks = [torch, check_backend(report, library), check_library(report, library, libs)]
     checks += check_hip_runtime(report)
     if expected_file is not None:
-        checks.append(check_identity(Path(expected_file), libs))
+        files = (expected_file,) if isinstance(expected_file, (str, os.PathLike)) else tuple(expected_file)
+        checks.append(check_identity(tuple(Path(f) for f in files), libs, library))
     if expect is not None:
         checks.append(check_version(report, library, encoding, expect))
     checks += check_compatibility(report, encoding)
     if smoke:
-        checks.append(check_smoke(report))
+        checks += check_smoke(report)
     return Verdict(all(c.ok for c in checks), tuple(checks), report)
 
 
@@ -201,17 +187,28 @@ def _shown(libs: tuple[LoadedLibrary, ...]) -> str:
     return ", ".join(lib.path + (" (deleted)" if lib.deleted else "") for lib in libs) or "none loaded"
 
 
+def duplicates(libs: tuple[LoadedLibrary, ...]) -> dict[str, list[LoadedLibrary]]:
+    """SONAMEs mapped from more than one file (a set's members each have their own SONAME)."""
+    by: dict[str, list[LoadedLibrary]] = {}
+    for lib in libs:
+        by.setdefault(lib.soname, []).append(lib)
+    return {k: v for k, v in by.items() if len(v) > 1}
+
+
 def check_library(report: ProbeReport, library: str, libs: tuple[LoadedLibrary, ...]) -> Check:
-    """3. exactly one library of that name is mapped."""
-    expected, found = f"exactly one {library} loaded", _shown(libs)
-    if len(libs) == 1:
+    """3. exactly one library of that name is mapped; for a set (``libcudnn*``) one file per SONAME."""
+    expected, found = (f"one file per SONAME of {library} loaded" if is_set(library)
+                       else f"exactly one {library} loaded"), _shown(libs)
+    dups = duplicates(libs) if is_set(library) else ({library: list(libs)} if len(libs) > 1 else {})
+    if libs and not dups:
         return Check("library", True, expected, found)
     if not libs:
         return Check("library", False, expected, found,
                      "" if report.backend is None else
                      f"the target process mapped no {library}* file after importing torch: check the "
                      "library name (--library) and that torch's own copy is not missing")
-    return Check("library", False, expected, f"{len(libs)}: {found}",
+    shown = "; ".join(f"{len(v)} of {k}: {_shown(tuple(v))}" for k, v in dups.items())
+    return Check("library", False, expected, shown if is_set(library) else f"{len(libs)}: {found}",
                  "two copies of the library are mapped into one process (e.g. one through RPATH and "
                  "one through LD_LIBRARY_PATH or a plugin): which one runs is unpredictable; remove "
                  "the stray copy or the LD_LIBRARY_PATH entry")
@@ -231,44 +228,67 @@ def check_hip_runtime(report: ProbeReport) -> list[Check]:
                   "point CMAKE_PREFIX_PATH at it")]
 
 
-def check_identity(expected_file: Path, libs: tuple[LoadedLibrary, ...]) -> Check:
-    """4. the one loaded library is the file we placed (same device and inode, not deleted)."""
-    try:
-        st = os.stat(expected_file)
-        exp_id = (st.st_dev, st.st_ino)
-        expected = f"{expected_file} (device {os.major(st.st_dev)}:{os.minor(st.st_dev)}, inode {st.st_ino})"
-    except OSError as exc:
-        exp_id, expected = None, f"{expected_file} ({exc.strerror})"
-    if len(libs) != 1:
-        return Check("identity", False, expected, _shown(libs), "cannot check identity: not exactly one loaded")
-    lib = libs[0]
-    got = f"{lib.path} (device {os.major(lib.dev)}:{os.minor(lib.dev)}, inode {lib.inode})"
-    if exp_id is not None and exp_id == (lib.dev, lib.inode) and not lib.deleted:
+def _ident(path, dev: int, ino: int) -> str:
+    return f"{path} (device {os.major(dev)}:{os.minor(dev)}, inode {ino})"
+
+
+def check_identity(expected_files: tuple[Path, ...], libs: tuple[LoadedLibrary, ...], library: str = "") -> Check:
+    """4. every mapped member is a file that was placed (same device and inode, not deleted); for a
+    single library, the one loaded is the file placed."""
+    want: dict[tuple[int, int], Path] = {}
+    shown = []
+    for f in expected_files:
+        try:
+            st = os.stat(f)
+            want[(st.st_dev, st.st_ino)] = f
+            shown.append(_ident(f, st.st_dev, st.st_ino))
+        except OSError as exc:
+            shown.append(f"{f} ({exc.strerror})")
+    expected = "; ".join(shown) if len(shown) != 1 else shown[0]
+    if not libs or (not is_set(library) and len(libs) != 1) or duplicates(libs):
+        return Check("identity", False, expected, _shown(libs), "cannot check identity: not exactly one loaded"
+                     + (" per SONAME" if is_set(library) else ""))
+    got = "; ".join(_ident(lib.path, lib.dev, lib.inode) for lib in libs)
+    strangers = [lib for lib in libs if lib.deleted or (lib.dev, lib.inode) not in want]
+    if not strangers:
         return Check("identity", True, expected, got)
     return Check("identity", False, expected, got,
                  "the target loads a different file than the one placed there (another path "
-                 "earlier in the search order, or the file was replaced after placing)")
+                 "earlier in the search order, or the file was replaced after placing)"
+                 + (": " + ", ".join(lib.path for lib in strangers) if len(libs) > 1 else ""))
+
+
+def _answered_by(report: ProbeReport, encoding: str) -> str:
+    """cuDNN 9's cudnnGetVersion is answered by libcudnn_graph, not libcudnn: name the file."""
+    if encoding != "cudnn":
+        return ""
+    graph = report.named("libcudnn_graph")
+    return f"; answered by {graph[0].path}" if graph else ""
 
 
 def check_version(report: ProbeReport, library: str, encoding: str, expect: str) -> Check:
-    """5. the decoded version integer equals the expected version."""
-    n = report.effective_version_int(encoding)
-    decoded = None
-    if n is not None:
-        try:
-            decoded = decode_version(n, encoding)
-        except ValueError:
-            decoded = None
+    """5. the user's call is the judge: ``torch.backends.cudnn.version()`` returns the expected
+    integer on its SECOND call (the first may raise torch's compatibility error; both are reported)."""
     try:
         want = Version(str(expect))
     except InvalidVersion:
-        return Check("version", False, str(expect), show(decoded), f"cannot parse expected version {expect!r}")
-    if decoded is None:
-        why = ("no MIOpen/cuDNN in this torch" if report.backend is None else
-               report.version_error or report.errors.get("torch._C._cudnn.getRuntimeVersion()") or "unknown cause")
-        return Check("version", False, str(want), "unknown", f"torch reported no version integer: {why}")
-    return Check("version", decoded == want, str(want), f"{decoded} ({n})",
-                 "" if decoded == want else
+        return Check("version", False, str(expect), "unknown", f"cannot parse expected version {expect!r}")
+    n = report.version_int_retry
+    first = (f"first call raised {report.version_error}" if report.version_error else
+             f"first call returned {report.version_int}")
+    if n is None:
+        second = report.errors.get("torch.backends.cudnn.version() (second call)", "returned None")
+        why = "no MIOpen/cuDNN in this torch" if report.backend is None else f"{first}; second call {second}"
+        return Check("version", False, f"{want} ({encode_version(want, encoding)})", "unknown",
+                     f"torch.backends.cudnn.version() did not return the version integer: {why}")
+    try:
+        decoded = decode_version(n, encoding)
+    except ValueError:
+        decoded = None
+    found = f"{decoded} ({n})" + (f"; {first}" if report.version_error else "") + _answered_by(report, encoding)
+    ok = decoded == want
+    return Check("version", ok, str(want), found,
+                 "" if ok else
                  f"the loaded {library} is {decoded}, not {want}; the version integer proves a version, "
                  "not a file (stock ROCm releases report the same number)")
 
@@ -293,18 +313,3 @@ def check_compatibility(report: ProbeReport, encoding: str) -> list[Check]:
             detail += f"; second call returned {report.version_int_retry}"
     return [Check("compatibility", ok, rule, detail,
                   "" if ok else incompatibility_message(runtime, compiled, report, encoding))]
-
-
-def check_smoke(report: ProbeReport) -> Check:
-    """7. the smoke test passed; skipped (no GPU) is not a failure but is never reported as passed."""
-    s = report.smoke or {}
-    status, node = s.get("status"), s.get("node")
-    expected = "BatchNorm2d fwd+bwd on GPU matches CPU"
-    if status == "passed":
-        return Check("smoke", True, expected, f"passed (node {node})" if node else "passed")
-    if status == "skipped":
-        return Check("smoke", True, expected, f"skipped: {s.get('reason') or 'no GPU'}",
-                     "not run: the smoke test needs a GPU; nothing was proven by it", skipped=True)
-    return Check("smoke", False, expected,
-                 f"{status or 'not run'}: {s.get('reason', 'the probe returned no smoke result')}",
-                 "the library loads but its batchnorm is wrong or crashes on this GPU")

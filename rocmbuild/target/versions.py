@@ -42,7 +42,9 @@ def decode_version(n: int, encoding: str) -> Version:
 def encode_version(v, encoding: str) -> int:
     """The inverse of :func:`decode_version` for a (major, minor, patch) tuple or version string."""
     if isinstance(v, str):
-        v = Version(v).release
+        v = Version(v)
+    if isinstance(v, Version):
+        v = v.release
     major, minor, patch = (tuple(v) + (0, 0, 0))[:3]
     if encoding == "miopen":
         return major * 1000000 + minor * 1000 + patch

@@ -28,6 +28,7 @@ DEFAULT_KNOBS = {
     "sleep_after_swap": 0,
     "fork_child": 0,
     "setsid_child": False,
+    "version_raises": None,
 }
 
 _INIT = r'''
@@ -209,6 +210,8 @@ else:
 
 def version():
     """Return the version of cuDNN."""
+    if torch._config.get("version_raises"):
+        raise RuntimeError(torch._config["version_raises"])
     if not _init():
         return None
     return __cudnn_version

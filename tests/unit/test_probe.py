@@ -50,6 +50,8 @@ def report(**over) -> ProbeReport:
                        "inode": 42, "deleted": False, "sha256": None}],
         "smoke": None, "errors": {},
     }
+    if "version_int" in over and "version_int_retry" not in over and not over.get("version_error"):
+        raw["version_int_retry"] = over["version_int"]  # torch's second call returns the first call's number
     raw.update(over)
     return ProbeReport.from_json(raw)
 

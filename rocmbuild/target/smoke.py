@@ -1,0 +1,49 @@
+"""Judging the smoke suite the probe ran (``_probe.py --smoke``): one check per suite check.
+
+Decisions: the BatchNorm2d check keeps the name ``smoke`` (the check recipes' ``[verify] smoke =
+"batchnorm"`` named first); every other one is ``smoke: NAME``. A report without a suite (an older
+probe, or none run) gives one ``smoke`` check saying why.
+"""
+
+from __future__ import annotations
+
+from rocmbuild.target.probe import ProbeReport
+from rocmbuild.target.verdict import Check
+
+
+def check_smoke(report: ProbeReport) -> list[Check]:
+    """7. each check of the smoke suite passed; skipped (no GPU) is not a failure but is never
+    reported as passed. The BatchNorm2d check keeps the name ``smoke``; the others are ``smoke: NAME``."""
+    s = report.smoke or {}
+    items = s.get("checks")
+    if not items:  # no suite ran: one check saying why
+        items = [{"name": "batchnorm", "status": s.get("status"), "reason": s.get("reason")}]
+    return [_smoke_check(c, s) for c in items]
+
+
+def _smoke_check(c: dict, s: dict) -> Check:
+    name = "smoke" if c.get("name") == "batchnorm" else f"smoke: {c.get('name')}"
+    status, reason = c.get("status"), c.get("reason")
+    expected = SMOKE_EXPECTED.get(c.get("name"), "passes")
+    where = f" on {s['device']}" if s.get("device") else ""
+    if status == "passed":
+        node = s.get("node") if c.get("name") == "batchnorm" and not reason else None
+        return Check(name, True, expected, f"passed{where}" + (f" (node {node})" if node else "")
+                     + (f": {reason}" if reason else ""))
+    if status == "skipped":
+        return Check(name, True, expected, f"skipped: {reason or 'no GPU'}",
+                     "not run: the smoke suite needs a GPU (or ROCMBUILD_SMOKE_DEVICE=cpu); nothing was proven by it",
+                     skipped=True)
+    return Check(name, False, expected, f"{status or 'not run'}{where}: {reason or 'the probe returned no smoke result'}",
+                 "the library loads but computes wrong results or crashes on this device")
+
+
+SMOKE_EXPECTED = {
+    "install": "torch imports and cudnn.version() returns an integer",
+    "device": "device properties (name, memory, multiprocessors, architecture)",
+    "matmul": "1000x1000 matmul on the device matches the CPU",
+    "mlp": "Linear-ReLU-Linear forward matches the CPU",
+    "memory": "5 allocations then empty_cache return to the baseline",
+    "batchnorm": "BatchNorm2d fwd+bwd on GPU matches CPU",
+    "training": "3 training steps of Conv-BatchNorm-SiLU match the CPU",
+}

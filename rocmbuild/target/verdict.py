@@ -1,0 +1,62 @@
+"""The verdict of a verification: named checks, each with what was expected and what was found.
+
+:meth:`Verdict.relaxed` turns named failed checks into warnings (an earlier state put back may
+fail a check it failed before rocmbuild changed anything); the checks themselves are kept.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from rocmbuild.target.probe import ProbeReport
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    expected: str
+    found: str
+    message: str = ""
+    skipped: bool = False  # a check asked for but not possible here (smoke test without a GPU)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    def render(self) -> str:
+        mark = "skip" if self.skipped else ("ok" if self.ok else "FAIL")
+        line = f"[{mark:>4}] {self.name}: expected {self.expected}; found {self.found}"
+        return line + (f"\n       {self.message}" if self.message else "")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    ok: bool
+    checks: tuple[Check, ...]
+    report: ProbeReport
+    warnings: tuple[Check, ...] = ()  # failed checks that do not count (see relaxed)
+    relaxed_for: tuple[str, ...] | None = field(default=None, repr=False)  # the names relaxed() was given
+
+    def failures(self) -> tuple[Check, ...]:
+        return tuple(c for c in self.checks if not c.ok and c not in self.warnings)
+
+    def relaxed(self, warn_only: tuple[str, ...]) -> Verdict:
+        """This verdict with the failed checks named in ``warn_only`` as warnings, not failures."""
+        names = tuple(dict.fromkeys((*(self.relaxed_for or ()), *warn_only)))
+        warnings = tuple(c for c in self.checks if not c.ok and c.name in names)
+        ok = all(c.ok for c in self.checks if c.name not in names)
+        return Verdict(ok, self.checks, self.report, warnings, names)
+
+    def to_json(self) -> dict:
+        out = {
+            "ok": self.ok,
+            "checks": [c.to_json() for c in self.checks],
+            "failures": [c.name for c in self.failures()],
+            "report": self.report.summary(),
+        }
+        if self.relaxed_for is not None:
+            out["warnings"] = [c.to_json() for c in self.warnings]
+        return out
+
+    def render(self) -> str:
+        return "\n".join(c.render() for c in self.checks)
