@@ -316,12 +316,21 @@ def _install(i: Mapping[str, Any], path: Path) -> Install:
         if not _relative_inside(d):
             raise _fail(path, "install.data", f"data path '{d}' must be relative to the install prefix",
                         "e.g. share/miopen/db")
+    for lib in install.libraries:  # a stem ("libMIOpen") or a file-name glob for a set ("libcudnn*")
+        if not lib or "/" in lib or lib in (".", "..") or not _library_stem(lib):
+            raise _fail(path, "install.libraries", f"library '{lib}' must be a file-name stem or glob",
+                        'e.g. "libMIOpen", or "libcudnn*" for a set swapped as one')
     return install
+
+
+def _library_stem(lib: str) -> str:
+    """The stem a library entry names: a glob's literal start (``libcudnn*`` -> ``libcudnn``)."""
+    return re.split(r"[*?\[]", lib, maxsplit=1)[0].rstrip("._-")
 
 
 def _verify(v: Mapping[str, Any], install: Install, source: Source, path: Path) -> Verify:
     verify = Verify(
-        library=v.get("library", install.libraries[0] if install.libraries else "libMIOpen"),
+        library=v.get("library", _library_stem(install.libraries[0]) if install.libraries else "libMIOpen"),
         version=v.get("version"),
         encoding=v.get("encoding", "miopen"),
         smoke=v.get("smoke"),
