@@ -28,7 +28,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -49,15 +48,16 @@ def apply(recipe: Path, prefix: Path, env: dict[str, str], log: Path) -> tuple[f
     return run_counted(["apply", str(recipe), "--env", str(prefix)], env, log)
 
 
-def hashed_by_a_repeat(recipe: Path, prefix: Path, env: dict[str, str], out: Path) -> dict:
-    """One more repeated apply under benchmarks/_hashcount.py: the files it hashed."""
-    done = subprocess.run([sys.executable, str(Path(__file__).with_name("_hashcount.py")), "apply", str(recipe),
-                           "--env", str(prefix), "--json"], env=dict(env, ROCMBUILD_BENCH_HASHES=str(out),
-                                                                    PYTHONPATH=str(Path(__file__).resolve().parents[1])),
-                          capture_output=True, text=True)
-    if done.returncode != 0:
-        sys.exit(f"rocmbuild apply failed ({done.returncode}):\n{done.stderr}")
-    return json.loads(out.read_text())
+def hashed_by_a_repeat(recipe: Path, prefix: Path, env: dict[str, str], out: Path, log: Path) -> dict:
+    """One more repeated apply with benchmarks/hashcount/ on PYTHONPATH: the files its processes
+    hashed (summed over every rocmbuild process it ran)."""
+    root = Path(__file__).resolve().parents[1]
+    path = os.pathsep.join([str(root / "benchmarks" / "hashcount"), str(root)])
+    run_counted(["apply", str(recipe), "--env", str(prefix)],
+                dict(env, ROCMBUILD_BENCH_HASHES=str(out), PYTHONPATH=path), log)
+    seen = [json.loads(line) for line in out.read_text().splitlines()]
+    return {"files": sum(s["files"] for s in seen), "bytes": sum(s["bytes"] for s in seen),
+            "paths": [p for s in seen for p in s["paths"]], "processes": len(seen)}
 
 
 def main() -> int:
@@ -89,7 +89,7 @@ def main() -> int:
         for _ in range(args.repeat):
             t, res, counts = apply(recipe, target.prefix, env, log)
             times.append(t)
-        hashed = hashed_by_a_repeat(recipe, target.prefix, env, tmp / "hashes.json")
+        hashed = hashed_by_a_repeat(recipe, target.prefix, env, tmp / "hashes.jsonl", log)
         after = listing(target.prefix, identity)
         changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
         repeat = statistics.median(times)
