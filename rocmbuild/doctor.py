@@ -36,6 +36,7 @@ from rocmbuild.build.requirements import (FAIL, OK, WARN, DoctorCheck, check_pro
 from rocmbuild.disk import nearest_existing
 from rocmbuild.errors import RocmbuildError
 from rocmbuild.home import cache_home
+from rocmbuild.swap.mapping import layout_of
 from rocmbuild.target import gpu, target, verify
 
 CMAKE_MIN = "3.16"
@@ -185,7 +186,8 @@ def check_torch(t: target.Target) -> DoctorCheck:
     compiled = ".".join(map(str, r.compile_version)) if r.compile_version else "unknown"
     runtime = ".".join(map(str, r.runtime_version)) if r.runtime_version else "unknown"
     loaded = r.loaded("miopen" if lib == "MIOpen" else "cudnn")
-    where = ", ".join(f"{x.path} ({t.layout_of(x)})" for x in loaded) or "none loaded"
+    where = ", ".join(f"{x.path} ({layout_of(x.path, (t.prefix, os.path.realpath(t.prefix)))})"
+                      for x in loaded) or "none loaded"
     detail = f"torch {r.torch_version} ({kind}), compiled against {lib} {compiled}, loads {lib} {runtime}: {where}"
     status, fix = OK, ""
     dups = verify.duplicates(loaded) if lib == "cuDNN" else ({"libMIOpen": loaded} if len(loaded) > 1 else {})

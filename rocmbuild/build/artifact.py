@@ -19,6 +19,7 @@ cache lookup; :meth:`Artifact.bytes_problems` re-hashes everything (``rocmbuild 
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import posixpath
 import re
@@ -63,6 +64,7 @@ class LibraryEntry:
     chain: tuple[str, ...]  # basenames, dev link first: ("libMIOpen.so", "libMIOpen.so.1", "libMIOpen.so.1.0")
     sha256: str = ""
     size: int = 0
+    other_links: tuple[str, ...] = ()  # links elsewhere in the tree that resolve to it (never mapped)
 
 
 @dataclass(frozen=True)
@@ -97,7 +99,8 @@ class Manifest:
             )
         d["files"] = tuple(FileEntry(**f) for f in d["files"])
         d["libraries"] = tuple(
-            LibraryEntry(**{**lib, "links": tuple(lib["links"]), "chain": tuple(lib["chain"])})
+            LibraryEntry(**{**lib, "links": tuple(lib["links"]), "chain": tuple(lib["chain"]),
+                            "other_links": tuple(lib.get("other_links", ()))})
             for lib in d["libraries"]
         )
         d["data"] = tuple(d.get("data", ()))
@@ -117,7 +120,7 @@ class Manifest:
             raise bad("key", str(self.key))
         rels = [f.path for f in self.files] + list(self.data)
         for lib in self.libraries:
-            rels += [lib.file, *lib.links]
+            rels += [lib.file, *lib.links, *lib.other_links]
         for rel in rels:
             if not _inside(rel):
                 raise bad("path", rel)
@@ -325,54 +328,62 @@ def scan_tree(tree: Path) -> tuple[FileEntry, ...]:
     return tuple(sorted(entries, key=lambda e: e.path))
 
 
-def expand_stems(files: Iterable[FileEntry], stems: Iterable[str]) -> list[str]:
-    """Each stem as written, a glob (``libcudnn*``) replaced by every stem of a real ``.so`` file
-    it matches (the name before ``.so``), sorted; a glob matching nothing stays as written (and is
-    then reported as not found)."""
-    import fnmatch
+def is_glob(pattern: str) -> bool:
+    """``[install] libraries`` names a set by a glob (``libcudnn*``) or one library by its stem."""
+    return any(c in pattern for c in "*?[")
 
-    names = {Path(f.path).name.split(".so")[0] for f in files if f.type == "file" and ".so" in Path(f.path).name}
-    out: list[str] = []
-    for stem in stems:
-        found = sorted(n for n in names if fnmatch.fnmatchcase(n, stem)) if any(c in stem for c in "*?[") else []
-        out += [s for s in (found or [stem]) if s not in out]
-    return out
+
+def _matches(name: str, pattern: str) -> bool:
+    if is_glob(pattern):
+        return fnmatch.fnmatchcase(name, pattern) and (name.endswith(".so") or ".so." in name)
+    return name == pattern + ".so" or name.startswith(pattern + ".so.")
+
+
+def _is_elf(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == b"\x7fELF"
+    except OSError:
+        return False
+
+
+def _reals(tree: Path, files: list[FileEntry], pattern: str) -> list[FileEntry]:
+    reals = [f for f in files if f.type == "file" and _matches(Path(f.path).name, pattern)]
+    if is_glob(pattern):
+        reals = [f for f in reals if _is_elf(tree / f.path)]  # a set: shared objects only
+    if not reals:
+        raise InputError(
+            f"library '{pattern}' was not found in the staged install tree",
+            f"check [install] libraries; the tree has: {', '.join(f.path for f in files[:20])}",
+        )
+    if not is_glob(pattern) and len(reals) > 1:
+        raise InputError(
+            f"library '{pattern}' matches several real files: {', '.join(f.path for f in reals)}",
+            "name the library more precisely in [install] libraries",
+        )
+    return reals
 
 
 def find_libraries(tree: Path, files: Iterable[FileEntry], stems: Iterable[str]) -> tuple[LibraryEntry, ...]:
-    """For each stem, the real ELF file and the chain of links that resolve to it."""
+    """For each stem (or glob: every shared object it matches, one entry each), the real ELF file
+    and the links that resolve to it. ``links`` are the names in the file's own directory (its
+    chain); a link elsewhere in the tree (MIOpen's ``miopen/lib/libMIOpen.so``) is recorded in
+    ``other_links`` and never mapped onto a target."""
     files = list(files)
-    by_path = {f.path: f for f in files}
-    out = []
-    for stem in expand_stems(files, stems):
-        candidates = [f for f in files if Path(f.path).name.startswith(stem + ".so")]
-        reals = [f for f in candidates if f.type == "file"]
-        if not reals:
-            raise InputError(
-                f"library '{stem}' was not found in the staged install tree",
-                f"check [install] libraries; the tree has: {', '.join(f.path for f in files[:20])}",
+    out: dict[str, LibraryEntry] = {}
+    for pattern in stems:
+        for real in _reals(tree, files, pattern):
+            if real.path in out:
+                continue
+            name = Path(real.path).name
+            real_abs = (tree / real.path).resolve()
+            links = [f.path for f in files if f.type == "link" and (tree / f.path).resolve() == real_abs]
+            here = posixpath.dirname(real.path)
+            own = sorted((x for x in links if posixpath.dirname(x) == here), key=lambda x: (len(x), x))
+            stem = pattern if not is_glob(pattern) else name.split(".so", 1)[0]
+            out[real.path] = LibraryEntry(
+                name=stem, file=real.path, soname=read_soname(tree / real.path), links=tuple(own),
+                chain=tuple(Path(x).name for x in own) + (name,), sha256=real.sha256 or "",
+                size=real.size, other_links=tuple(sorted(set(links) - set(own))),
             )
-        if len(reals) > 1:
-            raise InputError(
-                f"library '{stem}' matches several real files: {', '.join(f.path for f in reals)}",
-                "name the library more precisely in [install] libraries",
-            )
-        real = reals[0]
-        real_abs = (tree / real.path).resolve()
-        links = sorted(
-            f.path for f in candidates if f.type == "link" and (tree / f.path).resolve() == real_abs
-        )
-        # chain: dev link first (shortest name), the real file last
-        chain = tuple(sorted((Path(p).name for p in links), key=len)) + (Path(real.path).name,)
-        out.append(
-            LibraryEntry(
-                name=stem,
-                file=real.path,
-                soname=read_soname(tree / real.path),
-                links=tuple(links),
-                chain=chain,
-                sha256=by_path[real.path].sha256 or "",
-                size=real.size,
-            )
-        )
-    return tuple(out)
+    return tuple(out.values())

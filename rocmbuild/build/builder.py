@@ -30,7 +30,7 @@ from rocmbuild.errors import BuildError, RequirementError
 from rocmbuild.home import artifacts_dir, build_dir as build_root
 from rocmbuild.locks import LockWait
 from rocmbuild.recipe.model import Recipe
-from rocmbuild.recipe.parsing import prefix_problem
+from rocmbuild.recipe.paths import prefix_problem
 
 if TYPE_CHECKING:
     from rocmbuild.build.source import Checkout

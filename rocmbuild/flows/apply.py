@@ -147,6 +147,9 @@ def _plan_on(art: Artifact, t: Target, options: ApplyOptions,
         ui.warn("the artifact records no version: compatibility is only checked after the swap")
     rt = t.report.runtime(m.encoding)
     facts = _plan.facts_from(t, [lib.name for lib in m.libraries], str(rt) if rt is not None else None)
+    sdir = _plan.state_dir_of(facts, [lib.name for lib in m.libraries])
+    if sdir is not None and sdir.is_dir():  # what rocmbuild placed: recognised without hashing
+        facts = replace(facts, placed=_txn.placed(sdir))
     return facts, _replan(art, facts, options, observer)
 
 

@@ -15,6 +15,7 @@ Decisions:
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -34,6 +35,7 @@ from rocmbuild.results import (
     VerifyResult,
 )
 from rocmbuild.swap import state
+from rocmbuild.swap.mapping import layout_of
 from rocmbuild.swap.paths import origin
 from rocmbuild import swap as _txn
 from rocmbuild.target import target, versions
@@ -142,7 +144,7 @@ def _library_status(t, lib) -> LibraryStatus:
     if lib.kind in ("miopen", "cudnn") and r.backend in (None, lib.kind):
         n = r.effective_version_int(lib.kind)
         version = str(versions.decode_version(n, lib.kind)) if n is not None else None
-    return LibraryStatus(lib, t.inside_prefix(lib.path), t.layout_of(lib), version,
+    return LibraryStatus(lib, t.inside_prefix(lib.path), layout_of(lib.path, (t.prefix, os.path.realpath(t.prefix))), version,
                          tuple(str(x) for x in t.links_to(Path(lib.path))))
 
 

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-import os
 import re
 import tomllib
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from rocmbuild.errors import RecipeError
+from rocmbuild.recipe.paths import prefix_problem, relative_inside
 from rocmbuild.recipe.model import (
     DEFINE_RE, ENCODINGS, GENERATORS, LAUNCHERS, NAME_RE, SMOKES, SYSTEMS, Build, DefineValue, Install, Recipe,
     Requires, Source, Verify, VersionSpec,
@@ -161,10 +161,6 @@ def _validate(data: Mapping[str, Any], schema: Mapping[str, Any], path: Path, pr
                         "fix the value's type; see docs/recipes.md")
 
 
-def _relative_inside(value: str) -> bool:
-    return not (os.path.isabs(value) or ".." in Path(value).parts)
-
-
 # --------------------------------------------------------------------------------------------
 # one parser per table
 
@@ -178,7 +174,7 @@ def _source(data: Mapping[str, Any], path: Path) -> Source:
     if "version" in src and isinstance(src["version"].get("file"), str):
         inside.append(("version.file", src["version"]["file"]))
     for k, v in inside:
-        if v is not None and not _relative_inside(v):
+        if v is not None and not relative_inside(v):
             raise _fail(path, f"source.{k}", f"'{v}' must be a relative path inside the source", "e.g. projects/miopen")
     return Source(
         git=src.get("git"),
@@ -281,25 +277,6 @@ def _build(b: Mapping[str, Any], path: Path) -> Build:
     return build
 
 
-def prefix_problem(prefix: str) -> str | None:
-    """Why ``prefix`` is not a clean absolute install prefix, or None. The prefix becomes a path
-    under the build's DESTDIR, so its text must already be its normal form: absolute, no ``..``,
-    ``.``, empty component or trailing ``/``, no control character, and not ``/`` itself (that
-    would make DESTDIR itself the artifact, with nothing "outside the prefix" left to tell)."""
-    if not prefix.startswith("/"):
-        return "must be absolute"
-    if prefix == "/":
-        return "may not be / itself"
-    if any(ord(c) < 32 or c == "\x7f" for c in prefix):
-        return "contains a control character"
-    parts = prefix[1:].split("/")
-    if ".." in parts:
-        return "may not contain '..'"
-    if "." in parts or "" in parts:
-        return "is not in normal form (a '.' component, '//' or a trailing '/')"
-    return None
-
-
 def _defines(table: Mapping[str, Any], path: Path) -> tuple[tuple[str, DefineValue], ...]:
     defines = []
     for name, value in table.items():
@@ -348,15 +325,24 @@ def _requires(r: Mapping[str, Any], path: Path) -> Requires:
 def _install(i: Mapping[str, Any], path: Path) -> Install:
     install = Install(tuple(i.get("libraries", ())), tuple(i.get("data", ())))
     for d in install.data:
-        if not _relative_inside(d):
+        if not relative_inside(d):
             raise _fail(path, "install.data", f"data path '{d}' must be relative to the install prefix",
                         "e.g. share/miopen/db")
+    for lib in install.libraries:  # a stem ("libMIOpen") or a file-name glob for a set ("libcudnn*")
+        if not lib or "/" in lib or lib in (".", "..") or not _library_stem(lib):
+            raise _fail(path, "install.libraries", f"library '{lib}' must be a file-name stem or glob",
+                        'e.g. "libMIOpen", or "libcudnn*" for a set swapped as one')
     return install
+
+
+def _library_stem(lib: str) -> str:
+    """The stem a library entry names: a glob's literal start (``libcudnn*`` -> ``libcudnn``)."""
+    return re.split(r"[*?\[]", lib, maxsplit=1)[0].rstrip("._-")
 
 
 def _verify(v: Mapping[str, Any], install: Install, source: Source, path: Path) -> Verify:
     verify = Verify(
-        library=v.get("library", install.libraries[0] if install.libraries else "libMIOpen"),
+        library=v.get("library", _library_stem(install.libraries[0]) if install.libraries else "libMIOpen"),
         version=v.get("version"),
         encoding=v.get("encoding", "miopen"),
         smoke=v.get("smoke"),
@@ -379,7 +365,7 @@ def _name(data: Mapping[str, Any], path: Path) -> str:
 
 
 def _find_patch(name: str, recipe_name: str, path: Path) -> Path:
-    if not _relative_inside(name):
+    if not relative_inside(name):
         raise _fail(path, "source.patches", f"patch '{name}' must be a plain file name", "put it in patches/<recipe>/")
     candidates = [
         path.parent / "patches" / recipe_name / name,

@@ -2,12 +2,12 @@
 backups and history.
 
 The names below are the package's face to the flows (``from rocmbuild import swap``); the
-modules, in import order: observe, records, plan, actions, journal, backups, history, protocol
+modules, in import order: observe, records, mapping, plan, undo, actions, journal, backups, history, protocol
 (and state: the lock, the state dirs, the history file).
 """
 
 from rocmbuild.swap.backups import backup_bytes, find_backup, protected_backups, prune
-from rocmbuild.swap.history import drift, resolve_txn, rollback_plan
+from rocmbuild.swap.history import drift, placed, resolve_txn, rollback_plan
 from rocmbuild.swap.journal import (FAILPOINTS, FINISHED, Journal, active, foreign, journals, new_id, pending,
                                     unreadable)
 from rocmbuild.swap.plan import Plan, TargetFacts, facts_from, make
@@ -20,6 +20,6 @@ __all__ = [
     "FAILPOINTS", "FINISHED", "Drift", "Expectation", "Journal", "Outcome", "Plan", "Pruned", "Recovered",
     "Restored", "TargetFacts", "Unreadable", "Verify", "active", "backup_bytes", "drift", "execute", "expectation_after",
     "expectation_before", "facts_from", "failures_json", "find_backup", "journals", "make",
-    "needs_recovery", "new_id", "pending", "unreadable", "foreign", "protected_backups", "prune", "recover", "resolve_txn",
+    "needs_recovery", "new_id", "pending", "placed", "unreadable", "foreign", "protected_backups", "prune", "recover", "resolve_txn",
     "rollback_plan", "verdict_json",
 ]

@@ -21,7 +21,8 @@ from rocmbuild.swap.backups import dir_unique_bytes, find_backup
 from rocmbuild.swap.journal import FINISHED, Journal, active, backup_dir, journals
 from rocmbuild.swap.paths import prefix_identity, relative_to
 from rocmbuild.swap.observe import FsObserver, PathState, found, observe, unchanged
-from rocmbuild.swap.plan import Plan, Undo, make_rollback
+from rocmbuild.swap.plan import Plan
+from rocmbuild.swap.undo import Undo, make_rollback
 from rocmbuild.swap.records import Drift
 
 
@@ -45,6 +46,23 @@ def _latest_source(act: list[Journal]) -> dict[str, tuple[str | None, str | None
             a = j.plan.actions[step["index"]]
             out[a.path] = (a.source, a.sha256)
     return out
+
+
+def placed(state_dir: Path) -> tuple[tuple[str, PathState, str], ...]:
+    """The files the active transactions placed and that are theirs still by record: (path, the
+    identity journaled after the swap, the sha256 of the bytes placed). The planner takes a file
+    of exactly that identity as "already applied" without hashing it."""
+    try:
+        act = active(state_dir)
+    except (OSError, ValueError):
+        return ()
+    sources = _latest_source(act)
+    out = []
+    for path, (_j, after) in sorted(_latest_after(act).items()):
+        digest = sources.get(path, (None, None))[1]
+        if after.kind == "file" and digest:
+            out.append((path, after, digest))
+    return tuple(out)
 
 
 def drift(state_dir: Path) -> list[Drift]:

@@ -1,28 +1,31 @@
 """The plan: which path becomes what. Artifact + target facts -> :class:`Plan`; changes nothing.
 
 Decisions (the mapping rules in full: docs/transactions.md, "Planning"):
-* the target's layout wins, never the artifact's: conda-style the artifact's real file and its
-  SONAME links go into the lib dir the target loads from (a real file of another name is left in
-  place, noted); wheel-style the one loaded file receives the new bytes under its own name;
+* the target's names win, never the artifact's: the new bytes go to the file the target's chain
+  resolves to, under its name; links are kept (:mod:`rocmbuild.swap.mapping`); a library set is
+  one plan, members torch has not mapped yet found beside the mapped ones;
 * ``[install] data`` dirs land at ``<libdir>/../<data path>``; missing parents are recorded so a
   revert removes them again; a library loaded from outside the prefix is refused unless asked;
 * every destination is checked by :class:`~rocmbuild.swap.paths.Places` (only the lib dir and its
   ``../share``, never the state dir, never through a symlink out of the prefix) before any action;
-* "already there" is decided by identity, hashing only a same-size regular file;
+* "already there" is decided by identity (the cache's inode, or the identity the active
+  transaction recorded after its swap), hashing only a same-size regular file otherwise;
 * everything is observed through an :class:`~rocmbuild.swap.observe.Observer`: pure, testable.
 """
 
 from __future__ import annotations
 
+import os
+import posixpath
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
 from rocmbuild.errors import InputError, TargetError
 from rocmbuild.home import target_state_dir
-from rocmbuild.swap.observe import FsObserver, Observer, PathState, found, unchanged
+from rocmbuild.swap.mapping import After, NameMap, check_chains, find_beside, layout_of, lib_dir_names
+from rocmbuild.swap.observe import FsObserver, Observer, PathState, resolve
 from rocmbuild.swap.paths import Places, clean_relative, missing_dirs, plain_name
-from rocmbuild.swap.records import Drift
 
 if TYPE_CHECKING:
     from rocmbuild.build.artifact import Artifact, LibraryEntry, Manifest
@@ -73,7 +76,7 @@ class Plan:
     prefix: str
     python: str
     libdir: str
-    layout: str  # conda | wheel
+    layout: str  # conda | wheel | therock | system (swap.mapping.LAYOUTS)
     outside: bool
     state_dir: str
     actions: tuple[Action, ...]
@@ -90,6 +93,7 @@ class Plan:
     notes: tuple[str, ...] = ()
     undoes: tuple[str, ...] = ()  # rollback: the transactions this plan undoes
     remove_dirs: tuple[str, ...] = ()  # rollback: dirs created by undone transactions (removed if empty)
+    names: tuple[NameMap, ...] = ()  # apply: which artifact name maps onto which target name, and why
 
     @property
     def pending(self) -> tuple[Action, ...]:
@@ -102,7 +106,7 @@ class Plan:
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["actions"] = [a.to_json() for a in self.actions]
-        for k in ("notes", "undoes", "remove_dirs"):
+        for k in ("notes", "undoes", "remove_dirs", "names"):
             d[k] = list(d[k])
         return d
 
@@ -110,6 +114,7 @@ class Plan:
     def from_json(cls, d: dict[str, Any]) -> "Plan":
         d = dict(d)
         d["actions"] = tuple(Action.from_json(a) for a in d["actions"])
+        d["names"] = tuple(NameMap(**n) for n in d.get("names", ()))
         for k in ("notes", "undoes", "remove_dirs"):
             d[k] = tuple(d.get(k, ()))
         return cls(**d)
@@ -117,6 +122,7 @@ class Plan:
     def render(self) -> str:
         lines = [f"{self.verb} on {self.prefix} ({self.layout} layout, lib dir {self.libdir})"]
         lines += [f"  {a.describe()}" for a in self.actions]
+        lines += [f"  name: {n.describe()}" for n in self.names]
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
 
@@ -126,7 +132,7 @@ class LoadedFact:
     """One library the target loads: its real path, the layout around it, inside the prefix?"""
 
     path: str
-    layout: str  # conda | wheel | outside | none (Target.layout)
+    layout: str  # swap.mapping.layout_of (informational: the plan names the layout itself)
     inside: bool
 
 
@@ -139,30 +145,51 @@ class TargetFacts:
     loaded: tuple[tuple[str, tuple[LoadedFact, ...]], ...]  # stem -> every loaded copy
     version: str | None  # the decoded runtime version the target reports now
     state_dir: str = ""
+    # files the active transactions placed: (path, identity after the swap, sha256); such a file
+    # still of that identity is "already applied" without being hashed
+    placed: tuple[tuple[str, PathState, str], ...] = ()
 
     def copies(self, stem: str) -> tuple[LoadedFact, ...]:
         return dict(self.loaded).get(stem, ())
 
 
-def facts_from(target: "Target", stems: Iterable[str], version: str | None = None) -> TargetFacts:
+def facts_from(target: "Target", stems: Iterable[str], version: str | None = None,
+               placed: tuple[tuple[str, PathState, str], ...] = ()) -> TargetFacts:
     """Target facts from a discovered :class:`rocmbuild.target.target.Target`."""
     loaded = []
+    prefixes = (str(target.prefix), os.path.realpath(target.prefix))
     for stem in stems:
         copies = []
         for lib in target.report.libraries:
-            if Path(lib.path).name.startswith(stem + ".so") and not lib.deleted:
-                try:
-                    layout = target.layout(lib.kind)
-                except Exception:  # noqa: BLE001 - a layout we cannot name: treat as a chain
-                    layout = "conda"
-                copies.append(LoadedFact(str(lib.path), layout, bool(target.inside_prefix(Path(lib.path)))))
+            name = Path(lib.path).name
+            if (name == stem + ".so" or name.startswith(stem + ".so.")) and not lib.deleted:
+                copies.append(LoadedFact(str(lib.path), layout_of(lib.path, prefixes),
+                                         bool(target.inside_prefix(Path(lib.path)))))
         loaded.append((stem, tuple(copies)))
     return TargetFacts(str(target.prefix), str(target.python), tuple(loaded), version,
-                       str(target.state_dir or ""))
+                       str(target.state_dir or ""), placed)
+
+
+def state_dir_of(facts: TargetFacts, stems: Iterable[str]) -> Path | None:
+    """The state dir a plan for these libraries would use (None: no member is loaded)."""
+    mapped = [c for s in stems for c in facts.copies(s)]
+    if not mapped:
+        return None
+    outside = any(not c.inside for c in mapped)
+    return target_state_dir(Path(facts.prefix), Path(mapped[0].path).parent, outside=outside)
+
+
+def _placed_unchanged(before: PathState, rec: tuple[PathState, str] | None, sha: str | None) -> bool:
+    """``before`` is the file the active transaction placed, untouched since (its identity after
+    the swap, ctime included): known to hold ``sha`` without reading a byte."""
+    if rec is None or not sha or rec[1] != sha or not rec[0].ctime_ns or before.kind != "file":
+        return False
+    keys = ("dev", "inode", "size", "mtime_ns", "ctime_ns")
+    return all(getattr(before, k) == getattr(rec[0], k) for k in keys)
 
 
 def _file_action(dest: Path, src: Path, entry_size: int, entry_sha: str | None, role: str,
-                 obs: Observer) -> Action:
+                 obs: Observer, placed: dict[str, tuple[PathState, str]] | None = None) -> Action:
     before = obs.state(dest)
     if before.kind == "other":
         raise TargetError(f"{dest} is a directory (or special file); rocmbuild would replace it with a file",
@@ -178,6 +205,8 @@ def _file_action(dest: Path, src: Path, entry_size: int, entry_sha: str | None, 
     done = False
     if before.kind == "file":
         if (before.dev, before.inode) == (src_state.dev, src_state.inode):
+            done = True
+        elif _placed_unchanged(before, (placed or {}).get(str(dest)), entry_sha):
             done = True
         elif before.size == entry_size and entry_sha and obs.sha256(dest) == entry_sha:
             done = True
@@ -200,15 +229,12 @@ def _link_action(dest: Path, text: str, role: str, obs: Observer) -> Action:
     )
 
 
-def _loaded_copy(name: str, facts: TargetFacts, allow_outside_prefix: bool) -> LoadedFact:
-    """The one copy of library ``name`` the target loads; refuses none, several, or one outside
-    the prefix (unless allowed)."""
+def _loaded_copy(name: str, facts: TargetFacts, allow_outside_prefix: bool) -> LoadedFact | None:
+    """The one copy of library ``name`` the target loads (None: not loaded); refuses several, or
+    one outside the prefix (unless allowed)."""
     copies = facts.copies(name)
     if not copies:
-        raise TargetError(
-            f"the target's torch does not load {name} (python: {facts.python})",
-            "check that this environment's torch is a ROCm build: `rocmbuild status` shows what it loads",
-        )
+        return None
     if len(copies) > 1:
         raise TargetError(
             f"the target loads {len(copies)} copies of {name}: " + ", ".join(c.path for c in copies),
@@ -226,34 +252,75 @@ def _loaded_copy(name: str, facts: TargetFacts, allow_outside_prefix: bool) -> L
     return loaded
 
 
-def _library_actions(m: "Manifest", lib: "LibraryEntry", loaded: LoadedFact, tree: Path,
-                     places: Places) -> tuple[list[Action], list[str], Path, str]:
-    """The actions placing one library (wheel: its bytes under the loaded name; conda: the real
-    file under the artifact's name plus its SONAME links), notes, the destination, the layout."""
-    obs = places.obs
-    lpath = Path(loaded.path)
-    ldir = lpath.parent
+def _not_loaded(name: str, facts: TargetFacts) -> TargetError:
+    return TargetError(
+        f"the target's torch does not load {name} (python: {facts.python})",
+        "check that this environment's torch is a ROCm build: `rocmbuild status` shows what it loads",
+    )
+
+
+@dataclass
+class _Member:
+    """One library of the set while it is planned: where its bytes go, and what it maps."""
+
+    lib: "LibraryEntry"
+    dest: Path
+    why: str
+    new: bool = False  # the target has it under no name: placed under the artifact's names
+
+
+def _locate(lib: "LibraryEntry", loaded: LoadedFact | None, dirs: list[Path], libdir: Path,
+            obs: Observer) -> _Member:
+    """Where a member's bytes go: the file its loaded copy resolves to; else the file one of its
+    names (SONAME first) resolves to beside a mapped member; else (new) the artifact's own name."""
+    names, _other = lib_dir_names(lib.file, (*lib.links, *lib.other_links))
+    if loaded is not None:
+        return _Member(lib, Path(resolve(loaded.path, obs)),
+                       "the file the target loads (its own chain resolves to it): new bytes, same name")
+    lookup = tuple(dict.fromkeys([n for n in (lib.soname, *reversed(names)) if n]))
+    found_at = find_beside(lookup, dirs, obs)
+    if found_at is not None:
+        return _Member(lib, found_at, "not mapped by torch yet; found beside the mapped members by its "
+                       "file name or SONAME: new bytes, same name")
+    return _Member(lib, libdir / names[-1], "new to the target: added under the artifact's names", new=True)
+
+
+def _member_actions(m: "Manifest", mem: _Member, tree: Path, places: Places,
+                    placed: dict[str, tuple[PathState, str]]) -> tuple[list[Action], list[NameMap], tuple[str, ...]]:
+    """The actions placing one member, its name map, and the names of its chain (to check)."""
+    obs, lib = places.obs, mem.lib
+    ldir = mem.dest.parent
     entry = m.file(lib.file)
     size = entry.size if entry else lib.size
     sha = (entry.sha256 if entry else None) or lib.sha256 or None
     src = places.source(tree, lib.file, "library file")
-    if loaded.layout == "wheel":
-        return [_file_action(lpath, src, size, sha, "library", obs)], [], lpath, "wheel"
-    dest = places.dest(ldir / plain_name(Path(lib.file).name, "library name"), (ldir,), "library")
-    actions = [_file_action(dest, src, size, sha, "library", obs)]
-    for link_rel in lib.links:
-        le = m.file(link_rel)
-        text = le.target if le and le.target else Path(lib.file).name
-        link = places.dest(ldir / plain_name(Path(link_rel).name, "library link"), (ldir,), "library link")
-        actions.append(_link_action(link, places.link_text(link, text, (ldir,), "library link"), "link", obs))
-    notes = []
-    if lpath.name != dest.name and lpath.name not in {Path(p).name for p in lib.links}:
-        notes.append(f"{lpath} (the file loaded until now) is kept as it is; the links now point "
-                     f"to {dest.name}, and rollback restores them")
-    return actions, notes, dest, "conda"
+    dest = places.dest(ldir / plain_name(mem.dest.name, "library name"), (ldir,), "library")
+    actions = [_file_action(dest, src, size, sha, "library", obs, placed)]
+    names, other = lib_dir_names(lib.file, (*lib.links, *lib.other_links))
+    nmap = [NameMap(lib.file, str(dest), mem.why)]
+    for name in names[:-1]:
+        rel = posixpath.join(posixpath.dirname(lib.file), name)
+        link = places.dest(ldir / plain_name(name, "library link"), (ldir,), "library link")
+        now = obs.state(link)
+        if mem.new:
+            le = m.file(rel)
+            text = places.link_text(link, le.target if le and le.target else names[-1], (ldir,), "library link")
+            actions.append(_link_action(link, text, "link", obs))
+            nmap.append(NameMap(rel, str(link), f"a link of the new member (-> {text})"))
+        elif link == dest:
+            nmap.append(NameMap(rel, str(link), "the target's file has this name itself"))
+        elif now.kind == "link":
+            actions.append(_link_action(link, now.target or "", "link", obs))  # kept: nothing to do
+            nmap.append(NameMap(rel, str(link), f"a link of the target's chain (-> {now.target}): kept as it is"))
+        else:
+            nmap.append(NameMap(rel, None, "the target has no such name: not added (the target's names stay)"))
+    nmap += [NameMap(o, None, "not a lib-dir name (a link elsewhere in the install tree): never mapped")
+             for o in other]
+    return actions, nmap, tuple(n for n in (*names, lib.soname) if n)
 
 
-def _data_actions(m: "Manifest", libdir: Path, tree: Path, seen: set[str], places: Places) -> list[Action]:
+def _data_actions(m: "Manifest", libdir: Path, tree: Path, seen: set[str], places: Places,
+                  placed: dict[str, tuple[PathState, str]]) -> list[Action]:
     """The actions placing the ``[install] data`` dirs' files and links under ``<libdir>/..``
     (only in the lib dir or ``share``: :class:`~rocmbuild.swap.paths.Places`)."""
     actions = []
@@ -272,114 +339,61 @@ def _data_actions(m: "Manifest", libdir: Path, tree: Path, seen: set[str], place
                 actions.append(_link_action(dest, text, "data", places.obs))
             else:
                 src = places.source(tree, f.path, "data file")
-                actions.append(_file_action(dest, src, f.size, f.sha256, "data", places.obs))
+                actions.append(_file_action(dest, src, f.size, f.sha256, "data", places.obs, placed))
     return actions
 
 
 def make(artifact: "Artifact", facts: TargetFacts, *, allow_outside_prefix: bool = False,
          expect: str | None = None, observer: Observer | None = None, state_dir: str | None = None) -> Plan:
-    """The plan to place ``artifact`` into the target described by ``facts``."""
+    """The plan to place ``artifact`` (a library set: every member in one plan) into the target
+    described by ``facts``."""
     obs = observer or FsObserver()
     m = artifact.manifest
     tree = Path(artifact.tree)
     if not m.libraries:
         raise InputError(f"artifact {m.key[:16]} declares no library to install",
                          "add [install] libraries to the recipe and rebuild")
-    actions: list[Action] = []
-    notes: list[str] = []
-    loaded_all = [_loaded_copy(lib.name, facts, allow_outside_prefix) for lib in m.libraries]
-    outside = any(not c.inside for c in loaded_all)
-    libdir = Path(loaded_all[0].path).parent
+    loaded = [_loaded_copy(lib.name, facts, allow_outside_prefix) for lib in m.libraries]
+    mapped = [c for c in loaded if c is not None]
+    if not mapped:
+        raise _not_loaded(m.libraries[0].name, facts)
+    outside = any(not c.inside for c in mapped)
+    libdir = Path(mapped[0].path).parent
+    dirs = list(dict.fromkeys(Path(c.path).parent for c in mapped))
     if state_dir is None:
         state_dir = str(target_state_dir(Path(facts.prefix), libdir, outside=outside))
     places = Places(facts.prefix, state_dir, allow_outside_prefix, obs)
-    primary: tuple[Path, Path, str] | None = None  # (destination, loaded until now, layout)
-    for lib, loaded in zip(m.libraries, loaded_all):
-        acts, more, dest, lay = _library_actions(m, lib, loaded, tree, places)
+    placed = {p: (st, sha) for p, st, sha in facts.placed}
+    actions: list[Action] = []
+    names: list[NameMap] = []
+    chains = []
+    members = [_locate(lib, c, dirs, libdir, obs) for lib, c in zip(m.libraries, loaded)]
+    for mem in members:
+        acts, nmap, chain = _member_actions(m, mem, tree, places, placed)
         actions += acts
-        notes += more
-        primary = primary or (dest, Path(loaded.path), lay)
-    assert primary is not None
-    dest, before, layout = primary
-    actions += _data_actions(m, libdir, tree, {a.path for a in actions}, places)
+        names += nmap
+        chains.append((Path(acts[0].path), chain))
+    links = {a.path: a.link or "" for a in actions if a.kind == "replace_link"}
+    check_chains(chains, After(obs, [a.path for a in actions if a.role == "library"], links))
+    dest = Path(actions[0].path)
+    layout = layout_of(dest, (facts.prefix, resolve(facts.prefix, obs)))
+    notes = _soname_notes(members, After(obs, [str(c[0]) for c in chains], links))
+    actions += _data_actions(m, libdir, tree, {a.path for a in actions}, places, placed)
+    first = mapped[0] if loaded[0] is None else loaded[0]
     return Plan(
         verb="apply", prefix=facts.prefix, python=facts.python, libdir=str(libdir), layout=layout,
         outside=outside, state_dir=state_dir, actions=tuple(actions), library=str(dest),
-        library_before=str(before), version_before=facts.version,
+        library_before=str(first.path), version_before=facts.version,
         version_after=expect if expect is not None else m.expect_version, encoding=m.encoding,
         library_name=m.libraries[0].name, recipe=m.recipe, commit=m.commit, artifact=m.key,
-        artifact_path=str(artifact.path), notes=tuple(notes),
+        artifact_path=str(artifact.path), notes=tuple(notes), names=tuple(names),
     )
 
 
-@dataclass(frozen=True)
-class Undo:
-    """One path of a rollback: what it should be now, and what it must become."""
-
-    path: str
-    expected: PathState  # what the latest transaction left there
-    desired: PathState  # what it was before the earliest undone transaction
-    backup: str | None  # the file holding ``desired`` content (a hardlink in backups/<txn>/)
-    txn: str  # the transaction whose "before" is restored
-    copied: bool = False  # the backup is a copy (another filesystem): a restore makes a new inode
-    expected_source: str | None = None  # the file whose bytes ``expected`` holds (artifact or backup)
-    expected_digest: str | None = None  # their sha256 as journaled (the manifest's; None: never hashed)
-
-
-def _restore_action(u: Undo, now: PathState, obs: Observer) -> Action:
-    """The action that brings ``u.desired`` back at ``u.path`` (which is ``now``)."""
-    create = missing_dirs(Path(u.path), obs) if now.kind == "absent" else ()
-    if u.desired.kind == "file":
-        if not u.backup or obs.state(Path(u.backup)).kind != "file":
-            raise TargetError(
-                f"cannot restore {u.path}: the backup of transaction {u.txn} is gone ({u.backup})",
-                "its backups were pruned (--keep); pick a later transaction with --to",
-            )
-        done = now.kind == "file" and (now.dev, now.inode) == (u.desired.dev, u.desired.inode)
-        if not done and u.copied and now.kind == "file" and (now.size, now.mode) == (
-                u.desired.size, u.desired.mode):
-            # restored from a copied backup: a new inode; the same bytes as the backup (hashed
-            # only here: a copied path whose size and mode already match)
-            done = obs.sha256(Path(u.path)) == obs.sha256(Path(u.backup))
-        return Action("replace_file" if now.kind != "absent" else "add_file", u.path, "restore", now,
-                      source=u.backup, size=u.desired.size, done=done, create_dirs=create)
-    if u.desired.kind == "link":
-        return Action("replace_link", u.path, "restore", now, link=u.desired.target,
-                      done=now.kind == "link" and now.target == u.desired.target, create_dirs=create)
-    return Action("remove", u.path, "restore", now, done=now.kind == "absent")
-
-
-def make_rollback(undos: Iterable[Undo], *, prefix: str, python: str, libdir: str, layout: str,
-                  outside: bool, state_dir: str, library: str, library_before: str,
-                  version_before: str | None, version_after: str | None, encoding: str,
-                  library_name: str, recipe: str | None, commit: str | None, undoes: tuple[str, ...],
-                  remove_dirs: tuple[str, ...] = (), force: bool = False,
-                  observer: Observer | None = None) -> tuple[Plan, list[Drift]]:
-    """The plan that restores every ``Undo.desired`` state, and the drift found on the way
-    (paths whose current state is not what rocmbuild left there). Drift refuses (TargetError)
-    unless ``force``; with force the drifted file is backed up by the rollback like any other."""
-    obs = observer or FsObserver()
-    actions = []
-    drift = []
-    for u in undos:
-        now = obs.state(Path(u.path))
-        if not unchanged(now, u.expected, u.path, digest=u.expected_digest, source=u.expected_source, obs=obs):
-            drift.append(Drift(u.path, u.txn, u.expected.describe(), found(now, u.expected)))
-        actions.append(_restore_action(u, now, obs))
-    if drift and not force:
-        lines = "\n".join(f"  {d.path}: rocmbuild left {d.expected}, found {d.found}" for d in drift)
-        raise TargetError(
-            f"files rocmbuild installed were changed since (drift):\n{lines}",
-            "something else (e.g. a conda or pip update) replaced them; rolling back would overwrite "
-            "that change. Pass --force to roll back anyway (the current files are backed up first)",
-            details={"drift": [d.to_json() for d in drift]},
-        )
-    plan = Plan(
-        verb="rollback", prefix=prefix, python=python, libdir=libdir, layout=layout, outside=outside,
-        state_dir=state_dir, actions=tuple(actions), library=library, library_before=library_before,
-        version_before=version_before, version_after=version_after, encoding=encoding,
-        library_name=library_name, recipe=recipe,
-        commit=commit, undoes=undoes, remove_dirs=remove_dirs,
-        notes=tuple(f"drift at {d.path} (forced)" for d in drift),
-    )
-    return plan, drift
+def _soname_notes(members: list[_Member], after: After) -> list[str]:
+    """A member whose SONAME has no name resolving to its file: ``ldconfig`` would add that link
+    (said, not refused: the file the target had is named so too, as a rule)."""
+    return [f"{mem.dest.parent / mem.lib.soname} does not exist: the placed file's SONAME is "
+            f"{mem.lib.soname}, so `ldconfig` would add a link {mem.lib.soname} -> {mem.dest.name}"
+            for mem in members if mem.lib.soname and mem.lib.soname != mem.dest.name
+            and after.state(mem.dest.parent / mem.lib.soname).kind == "absent"]

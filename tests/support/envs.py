@@ -19,6 +19,9 @@ from pathlib import Path
 from tests.support.fake_torch import DEFAULT_KNOBS, write_knobs, write_torch
 
 LIB_REAL = "libMIOpen.so.1.0"
+SYSTEM_REAL = "libMIOpen.so.1.0.70002"
+THEROCK_LIB = "_rocm_sdk_libraries_gfx1151/lib"
+LAYOUTS = ("conda", "wheel", "system", "therock")
 
 
 @dataclass
@@ -100,8 +103,16 @@ def make_env(
         name = "libcudnn.so.9" if backend == "cudnn" else "libMIOpen.so"
         libfile = stage_library(lib_dir, torch_dir / "lib", real=name, links=())
         load = libfile
+    elif layout == "system":  # ROCm's own packages: /opt/rocm/lib, the full version as file name
+        libfile = stage_library(lib_dir, root / "opt/rocm/lib", real=SYSTEM_REAL,
+                                links=(("libMIOpen.so.1", SYSTEM_REAL), ("libMIOpen.so", "libMIOpen.so.1")))
+        load = root / "opt/rocm/lib/libMIOpen.so.1"
+    elif layout == "therock":  # TheRock's wheels: the SONAME is a plain file, plus a dev link
+        libfile = stage_library(lib_dir, site / THEROCK_LIB, real="libMIOpen.so.1",
+                                links=(("libMIOpen.so", "libMIOpen.so.1"),))
+        load = libfile
     else:
-        raise ValueError(f"unknown layout {layout!r} (conda or wheel)")
+        raise ValueError(f"unknown layout {layout!r} (conda, wheel, system or therock)")
     env = Env(prefix=root, python=root / "bin" / "python", site_packages=site, torch_dir=torch_dir, libfile=libfile)
     if not torch:
         shutil.rmtree(torch_dir, ignore_errors=True)  # no half package (a bare dir imports as a namespace)

@@ -9,7 +9,7 @@ import pytest
 
 from rocmbuild.build.artifact import FileEntry, LibraryEntry, Manifest
 from rocmbuild.errors import InputError, TargetError
-from rocmbuild.swap import plan
+from rocmbuild.swap import plan, undo
 from rocmbuild.swap.observe import PathState
 from rocmbuild.swap.plan import LoadedFact, TargetFacts
 
@@ -105,17 +105,25 @@ def test_conda_layout_maps_real_file_links_and_data():
     assert plan.Plan.from_json(p.to_json()) == p
 
 
-def test_conda_target_with_another_real_name_keeps_it_and_relinks():
-    fs = base_fs({"/env/lib/libMIOpen.so.1.0.60300": F(11, 800)})
+def test_a_system_style_real_name_receives_the_bytes_and_no_link_moves():
+    """``libMIOpen.so.1 -> libMIOpen.so.1.0.70002``: the new bytes go to ``.1.0.70002`` (the name
+    the target's chain resolves to); no ``libMIOpen.so.1.0`` is added, no link is re-pointed (the
+    old rule added one and ``ldconfig`` pointed the SONAME link back at the old file)."""
+    fs = base_fs({"/env/lib/libMIOpen.so.1.0.70002": F(11, 800)})
     del fs["/env/lib/libMIOpen.so.1.0"]
-    fs["/env/lib/libMIOpen.so.1"] = L("libMIOpen.so.1.0.60300")
-    p = plan.make(artifact(), facts("/env/lib/libMIOpen.so.1.0.60300"), observer=Obs(fs), state_dir="/s")
+    fs["/env/lib/libMIOpen.so.1"] = L("libMIOpen.so.1.0.70002")
+    p = plan.make(artifact(), facts("/env/lib/libMIOpen.so.1.0.70002"), observer=Obs(fs), state_dir="/s")
     kinds = {a.path: (a.kind, a.done, a.link) for a in p.actions}
-    assert kinds["/env/lib/libMIOpen.so.1.0"] == ("add_file", False, None)
-    assert kinds["/env/lib/libMIOpen.so.1"] == ("replace_link", False, "libMIOpen.so.1.0")
-    assert "/env/lib/libMIOpen.so.1.0.60300" not in kinds
-    assert any("libMIOpen.so.1.0.60300" in n and "kept" in n for n in p.notes)
-    assert p.library == "/env/lib/libMIOpen.so.1.0" and p.library_before == "/env/lib/libMIOpen.so.1.0.60300"
+    assert kinds["/env/lib/libMIOpen.so.1.0.70002"] == ("replace_file", False, None)
+    assert "/env/lib/libMIOpen.so.1.0" not in kinds
+    assert kinds["/env/lib/libMIOpen.so.1"] == ("replace_link", True, "libMIOpen.so.1.0.70002")
+    assert [a.path for a in p.pending] == ["/env/lib/libMIOpen.so.1.0.70002",
+                                           "/env/share/miopen/db/gfx1151.db.txt"]
+    assert p.library == p.library_before == "/env/lib/libMIOpen.so.1.0.70002"
+    why = {n.artifact: (n.target, n.why) for n in p.names}
+    assert why["lib/libMIOpen.so.1.0"][0] == "/env/lib/libMIOpen.so.1.0.70002"
+    assert "kept" in why["lib/libMIOpen.so.1"][1]
+    assert "libMIOpen.so.1.0.70002" in p.render() and "kept as it is" in p.render()
 
 
 def test_wheel_layout_replaces_the_single_plain_file():
@@ -188,10 +196,10 @@ def test_expect_overrides_the_manifest():
 
 def _rollback(states, force=False, desired=F(10), backup="/s/backups/t1/000-libMIOpen.so.1.0", expected=F(99),
               copied=False, hashes=None):
-    u = plan.Undo("/env/lib/libMIOpen.so.1.0", expected=expected, desired=desired, backup=backup, txn="t1",
+    u = undo.Undo("/env/lib/libMIOpen.so.1.0", expected=expected, desired=desired, backup=backup, txn="t1",
                   copied=copied)
     obs = Obs(states, hashes)
-    p = plan.make_rollback(
+    p = undo.make_rollback(
         [u], prefix="/env", python="py", libdir="/env/lib", layout="conda", outside=False, state_dir="/s",
         library="/env/lib/libMIOpen.so.1.0", library_before="/env/lib/libMIOpen.so.1.0", version_before="3.5.1",
         version_after="3.5.0", encoding="miopen", library_name="libMIOpen", recipe="r", commit=None,
@@ -242,3 +250,51 @@ def test_rollback_done_check_for_a_copied_backup_compares_content_not_inode():
     states[lib] = F(57, size=10)
     p, _ = _rollback(states, expected=F(57, size=10), copied=True, hashes={})
     assert p.actions[0].done is False and _rollback.hashed == []
+
+
+def test_a_file_rocmbuild_placed_and_nobody_changed_is_not_hashed():
+    """The active transaction's journal recorded the placed file's identity after the swap (ctime
+    included) and its sha256: a re-apply recognises it without reading a byte; any other identity
+    (here a moved ctime: a chmod, or an in-place write with its mtime put back) is hashed."""
+    placed_state = PathState("file", 1, 50, 1000, 5, 0o755, ctime_ns=77)
+    fs = base_fs({"/env/lib/libMIOpen.so.1.0": placed_state})
+    f = TargetFacts("/env", "py", (("libMIOpen", (LoadedFact("/env/lib/libMIOpen.so.1.0", "conda", True),)),),
+                    "3.5.1", placed=(("/env/lib/libMIOpen.so.1.0", placed_state, SHA),))
+    obs = Obs(fs)
+    assert plan.make(artifact(), f, observer=obs, state_dir="/s").actions[0].done and obs.hashed == []
+    fs["/env/lib/libMIOpen.so.1.0"] = PathState("file", 1, 50, 1000, 5, 0o755, ctime_ns=78)
+    obs = Obs(fs, {"/env/lib/libMIOpen.so.1.0": "b" * 64})
+    assert not plan.make(artifact(), f, observer=obs, state_dir="/s").actions[0].done
+    assert obs.hashed == ["/env/lib/libMIOpen.so.1.0"]
+
+
+def test_the_compatibility_link_is_never_mapped_and_a_dangling_chain_is_refused():
+    files = manifest().files + (FileEntry("miopen/lib/libMIOpen.so", "link", target="../../lib/libMIOpen.so"),)
+    lib = manifest().libraries[0]
+    m = manifest(files=files, libraries=(LibraryEntry(lib.name, lib.file, lib.soname, lib.links, lib.chain,
+                                                      SHA, 1000, ("miopen/lib/libMIOpen.so",)),))
+    p = plan.make(artifact(m), facts(), observer=Obs(base_fs()), state_dir="/s")
+    assert not any("miopen/lib" in a.path or a.link == "../../lib/libMIOpen.so" for a in p.actions)
+    assert [n.target for n in p.names if n.artifact == "miopen/lib/libMIOpen.so"] == [None]
+    fs = base_fs({"/env/lib/libMIOpen.so": L("libMIOpen.so.0.9")})  # a stale dev link: dangling
+    with pytest.raises(TargetError, match="dangling") as ei:
+        plan.make(artifact(m), facts(), observer=Obs(fs), state_dir="/s")
+    assert ei.value.exit_code == 2
+    fs = base_fs({"/env/lib/libMIOpen.so": L("libMIOpen.so.1.0.old"), "/env/lib/libMIOpen.so.1.0.old": F(3)})
+    with pytest.raises(TargetError, match="another file"):
+        plan.make(artifact(m), facts(), observer=Obs(fs), state_dir="/s")
+
+
+def test_a_set_member_torch_has_not_mapped_is_found_beside_by_its_soname():
+    ops = LibraryEntry("libMIOpen_ops", "lib/libMIOpen_ops.so.1.0", "libMIOpen_ops.so.1", (), (), "o" * 64, 10)
+    files = manifest().files + (FileEntry("lib/libMIOpen_ops.so.1.0", "file", 10, "o" * 64, 0o755, 1),)
+    m = manifest(files=files, libraries=(manifest().libraries[0], ops))
+    fs = base_fs({"/env/lib/libMIOpen_ops.so.1": L("libMIOpen_ops.so.1.0.70002"),
+                  "/env/lib/libMIOpen_ops.so.1.0.70002": F(20, 10), str(TREE / "lib/libMIOpen_ops.so.1.0"): F(97, 10)})
+    p = plan.make(artifact(m), facts(), observer=Obs(fs, {"/env/lib/libMIOpen_ops.so.1.0.70002": "x" * 64}),
+                  state_dir="/s")
+    lib_paths = [a.path for a in p.actions if a.role == "library"]
+    assert lib_paths == ["/env/lib/libMIOpen.so.1.0", "/env/lib/libMIOpen_ops.so.1.0.70002"]
+    del fs["/env/lib/libMIOpen_ops.so.1"], fs["/env/lib/libMIOpen_ops.so.1.0.70002"]  # new to the target
+    p = plan.make(artifact(m), facts(), observer=Obs(fs), state_dir="/s")
+    assert ("add_file", "/env/lib/libMIOpen_ops.so.1.0") in [(a.kind, a.path) for a in p.actions]
