@@ -58,6 +58,8 @@ def test_two_machines_build_export_then_apply_without_compilers(txn_world, targe
     assert exp.returncode == 0, exp.stderr
     info = out(exp)
     assert Path(info["file"]).is_file() and Path(info["sha256_file"]).is_file()
+    # readable by whoever serves or copies it (a web server, ansible's copy), not mkstemp's 0600
+    assert [Path(info[k]).stat().st_mode & 0o777 for k in ("file", "sha256_file")] == [0o644, 0o644]
 
     # machine B: a fresh home, no cmake / compilers / git on PATH, a target with the stock 3.5.0
     env_b = target_env("3.5.0", layout="conda", compile_version="3.5.0")
