@@ -246,7 +246,11 @@ def test_rollback_playbook_twice(fleet, bundle, tmp_path):
     for h in hosts:  # applied by hand, as a first rollout would have
         r = rb("apply", "--artifact", bundle, "--env", h.env.prefix, "--json", env={"ROCMBUILD_HOME": str(h.home)})
         assert r.returncode == 0, r.stderr
-    assert states(hosts) != before
+    applied = states(hosts)
+    assert applied != before
+    check = playbook("rollback.yml", inventory, tmp_path, "--check", extra={"rocmbuild_serial": 2})
+    assert check.proc.returncode == 0 and all(r["changed"] == 0 for r in check.recap.values()), check.text
+    assert states(hosts) == applied  # check mode runs nothing
     first = playbook("rollback.yml", inventory, tmp_path, extra={"rocmbuild_serial": 2})
     assert first.proc.returncode == 0, first.text
     assert all(first.recap[h.name]["changed"] == 1 for h in hosts), first.text
