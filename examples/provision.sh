@@ -17,8 +17,12 @@
 #   PYTHON              optional  the python3 used to read rocmbuild's JSON (default: python3)
 #
 # Output: progress and rocmbuild's human text on stderr (and in ROCMBUILD_LOG); exactly one
-# summary line on stdout:
-#   rocmbuild: ok apply env=/opt/conda/envs/yolo source=artifact:/srv/miopen.tar.gz exit=0
+# summary line on stdout, read from rocmbuild's JSON: "changed" (a transaction swapped the library:
+# its id and the versions before -> after) or "unchanged" (already applied: no transaction, the
+# version in effect):
+#   rocmbuild: ok apply changed env=/opt/conda/envs/yolo source=artifact:/srv/miopen.tar.gz txn=0001-20261129T235716Z version=3.5.0->3.5.1 exit=0
+#   rocmbuild: ok apply unchanged env=/opt/conda/envs/yolo source=artifact:/srv/miopen.tar.gz txn=none version=3.5.1 exit=0
+#   rocmbuild: failed apply env=/opt/conda/envs/yolo source=artifact:/srv/miopen.tar.gz exit=4 error=...
 # Exit status: rocmbuild's own exit code -- 0 ok (also "already applied"), 1 internal error,
 # 2 bad input (nothing changed), 3 fetch/build failed (target untouched), 4 verification failed
 # (rolled back), 5 target locked by another run. A missing setting is exit 2.
@@ -82,7 +86,8 @@ else
     "${cmd[@]}" >"$out" || rc=$?
 fi
 
-# Read the one JSON object: ok, verb, exit_code and, on failure, error.message / error.hint.
+# Read the one JSON object: ok, verb, exit_code, on failure error.message / error.hint, and on
+# success already_applied, txn and plan.version_before / plan.version_after.
 # Prints the fields separated by ASCII unit separators (0x1f: not whitespace, so empty fields
 # survive `read`); output that is not one JSON object yields "parse-error".
 US=$'\x1f'
@@ -96,21 +101,26 @@ try:
     if not isinstance(data, dict):
         raise ValueError("not a JSON object")
 except (OSError, ValueError) as exc:
-    print("\x1f".join(["parse-error", "", "", clean(exc), ""]))
+    print("\x1f".join(["parse-error", "", "", clean(exc), "", "", "", "", ""]))
     sys.exit(0)
 err = data.get("error") or {}
 if not isinstance(err, dict):
     err = {"message": err}
+plan = data.get("plan") if isinstance(data.get("plan"), dict) else {}
 print("\x1f".join([
     "true" if data.get("ok") is True else "false",
     clean(data.get("verb", "")),
     clean(data.get("exit_code", "")),
     clean(err.get("message", "")),
     clean(err.get("hint", "")),
+    "unchanged" if data.get("already_applied") is True else "changed",
+    clean(data.get("txn") or "none"),
+    clean(plan.get("version_before") or "?"),
+    clean(plan.get("version_after") or "?"),
 ]))
 ' "$out")" || summary="parse-error${US}${US}${US}python3 failed${US}"
 
-IFS="$US" read -r ok verb json_code message hint <<<"$summary" || true
+IFS="$US" read -r ok verb json_code message hint change txn v_before v_after <<<"$summary" || true
 
 if [ "$ok" = "parse-error" ]; then
     log "could not read rocmbuild's JSON output: ${message}"
@@ -130,8 +140,14 @@ if [ "$rc" -eq 0 ]; then
     if [ "$ok" != "true" ]; then
         log "warning: exit status 0 but \"ok\" is not true in the JSON"
     fi
-    log "done: ${verb:-apply} succeeded"
-    printf 'rocmbuild: ok %s env=%s source=%s exit=0\n' "${verb:-apply}" "$ROCMBUILD_ENV" "$source_desc"
+    if [ "$change" = "unchanged" ]; then
+        version="$v_after"
+    else
+        version="${v_before}->${v_after}"
+    fi
+    log "done: ${verb:-apply} succeeded ($change, txn $txn, version $version)"
+    printf 'rocmbuild: ok %s %s env=%s source=%s txn=%s version=%s exit=0\n' \
+        "${verb:-apply}" "$change" "$ROCMBUILD_ENV" "$source_desc" "$txn" "$version"
     exit 0
 fi
 

@@ -355,22 +355,24 @@ class DryRunResult(VerbResult):
 
 @dataclass(frozen=True)
 class RollbackResult(VerbResult):
-    plan: "Plan"
-    txn: str
+    plan: "Plan | None"  # None: ``--if-applied`` found nothing to undo (``nothing_to_roll_back``)
+    txn: str | None
     undoes: tuple[str, ...]
     verdict: "Verdict | None"
     pruned: tuple["Pruned", ...]
     recovered: tuple["Recovered", ...]
     forced_drift: tuple[str, ...]
+    target: Json | None = None  # without a plan: {prefix, python, layout, libdir, state_dir}, the unknown ones null
 
     @property
     def warnings(self) -> tuple[Json, ...]:
         return tuple(c.to_json() for c in self.verdict.warnings) if self.verdict else ()
 
     def to_json(self) -> dict[str, Any]:
-        return {"target": _plan_target(self.plan), "plan": self.plan.to_json(), "txn": self.txn,
-                "undoes": list(self.undoes), "verdict": _verdict(self.verdict), "pruned": _records(self.pruned),
-                "recovered": _records(self.recovered), "forced_drift": list(self.forced_drift)}
+        p = self.plan
+        return {"target": _plan_target(p) if p else dict(self.target or {}), "plan": p.to_json() if p else None,
+                "txn": self.txn, "undoes": list(self.undoes), "verdict": _verdict(self.verdict), "pruned": _records(self.pruned),
+                "recovered": _records(self.recovered), "forced_drift": list(self.forced_drift), "nothing_to_roll_back": p is None}
 
 
 @dataclass(frozen=True)

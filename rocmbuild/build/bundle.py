@@ -85,6 +85,7 @@ def export(art: Artifact, out: Path) -> Export:
             tf.add(art.tree, arcname=f"{TOP}/{TREE}")
         digest = sha256_file(Path(tmp))
         with open(tmp, "rb+") as f:
+            os.fchmod(f.fileno(), 0o644)  # mkstemp's 0600 would keep the bundle from whoever serves or copies it
             os.fsync(f.fileno())
         os.replace(tmp, out)
     except BaseException:

@@ -206,6 +206,8 @@ def _dry_run(d: DryRunResult) -> str:
 @text.register
 def _rollback(r: RollbackResult) -> str:
     p = r.plan
+    if p is None:
+        return f"nothing to roll back in {(r.target or {}).get('prefix')}: no apply by rocmbuild is in effect"
     out = [f"rolled back {', '.join(r.undoes)} as {r.txn}: {p.version_before or '?'} -> "
            f"{p.version_after or '?'} in {p.prefix}"]
     out += [f"  {a.path}" for a in p.pending]

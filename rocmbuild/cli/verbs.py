@@ -228,6 +228,8 @@ def _add_rollback(sub) -> None:
     a.txn_opts(p)
     p.add_argument("--to", metavar="TXN", help="restore the state before this transaction (undoing later ones too)")
     p.add_argument("--force", action="store_true", help="roll back even over files changed since (drift)")
+    p.add_argument("--if-applied", action="store_true",
+                   help="when nothing is in effect to undo, succeed (exit 0, nothing_to_roll_back) instead of exit 2")
     p.add_argument("--keep", type=a.at_least_one, default=5, metavar="N", help="keep the backups of the newest N transactions")
 
 
@@ -235,7 +237,7 @@ def _cmd_rollback(args) -> VerbResult:
     from rocmbuild.flows import manage
 
     return manage.rollback(env=args.env, python=args.python, to=args.to, force=args.force, wait=a.lock_wait(args),
-                           keep=args.keep, probe_timeout=args.probe_timeout)
+                           keep=args.keep, probe_timeout=args.probe_timeout, if_applied=args.if_applied)
 
 
 def _add_history(sub) -> None:

@@ -11,6 +11,10 @@ Decisions:
 * ``rollback`` undoes the latest apply in effect (or everything from ``--to`` on) as its own
   journaled, verified transaction; the old state is checked like a restored one (identity and
   version; an incompatibility it always had is a warning). Drift refuses (exit 2) unless ``force``.
+* ``rollback --if-applied`` (re-runnable fleet rollbacks): after recovery, no apply in effect (with
+  ``--to``: that transaction no longer in effect and no later apply in effect) is a success with
+  ``nothing_to_roll_back``; an unknown ``--to`` id is still exit 2. The check runs outside the
+  target lock (no state dir may exist to lock): an apply racing it is simply not undone.
 """
 
 from __future__ import annotations
@@ -62,11 +66,23 @@ def _state_dir_of(prefix: Path, to: str) -> tuple[Path, str]:
     return where[full], full
 
 
+def _nothing_to_undo(prefix: Path, to: str | None) -> bool:
+    if to is None:
+        return not any(j.verb == "apply" for d in state.state_dirs_for(prefix) for j in _txn.active(d))
+    sdir, full = _state_dir_of(prefix, to)
+    act = _txn.active(sdir)
+    return full not in {j.id for j in act} and not any(j.verb == "apply" and j.id > full for j in act)
+
+
 def rollback(*, env: str | None = None, python: str | None = None, to: str | None = None, force: bool = False,
-             wait: bool | LockWait = False, keep: int = 5, probe_timeout: float = 300.0) -> RollbackResult:
+             wait: bool | LockWait = False, keep: int = 5, probe_timeout: float = 300.0,
+             if_applied: bool = False) -> RollbackResult:
     """``rocmbuild rollback``."""
     prefix, py = target.resolve(env, python)
     recovered = guards.recover_prefix(prefix, wait=wait)
+    if if_applied and _nothing_to_undo(prefix, to):
+        where = {"prefix": str(prefix), "python": str(py), "layout": None, "libdir": None, "state_dir": None}
+        return RollbackResult(None, None, (), None, (), tuple(recovered), (), target=where)
     if to is not None:
         sdir, to = _state_dir_of(prefix, to)
     else:

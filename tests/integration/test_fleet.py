@@ -58,6 +58,8 @@ def test_two_machines_build_export_then_apply_without_compilers(txn_world, targe
     assert exp.returncode == 0, exp.stderr
     info = out(exp)
     assert Path(info["file"]).is_file() and Path(info["sha256_file"]).is_file()
+    # readable by whoever serves or copies it (a web server, ansible's copy), not mkstemp's 0600
+    assert [Path(info[k]).stat().st_mode & 0o777 for k in ("file", "sha256_file")] == [0o644, 0o644]
 
     # machine B: a fresh home, no cmake / compilers / git on PATH, a target with the stock 3.5.0
     env_b = target_env("3.5.0", layout="conda", compile_version="3.5.0")
@@ -174,8 +176,13 @@ def test_provision_script_applies_once_and_is_idempotent(txn_world, target_env, 
     first = _provision(e)
     assert first.returncode == 0, first.stderr
     assert first.stdout.startswith("rocmbuild: ok apply") and lib_version(target) == "3.5.1"
+    txn = json.loads(rocmbuild("history", "--env", str(target.prefix), "--json").stdout)["transactions"][-1]["id"]
+    assert first.stdout.splitlines() == [f"rocmbuild: ok apply changed env={target.prefix} source=artifact:{bundle} "
+                                         f"txn={txn} version=3.5.0->3.5.1 exit=0"]
     second = _provision(e)  # every boot
     assert second.returncode == 0 and second.stdout.startswith("rocmbuild: ok")
+    assert second.stdout.splitlines() == [f"rocmbuild: ok apply unchanged env={target.prefix} source=artifact:{bundle} "
+                                          "txn=none version=3.5.1 exit=0"]
     bad = _provision(dict(e, ROCMBUILD_ENV=str(tmp_path / "no-such-env")))
     assert bad.returncode == 2 and "exit=2" in bad.stdout
     unset = _provision({k: v for k, v in e.items() if k != "ROCMBUILD_ENV"})

@@ -375,3 +375,26 @@ def test_cache_verify_all_good_and_quarantined(txn_world, tmp_path, monkeypatch)
     assert set(d) - COMMON - {"error"} == set(TABLES["cache"]) and d["error"]["type"] == "FetchError"
     (bad,) = [e for e in d["artifacts"] if e["status"] == "quarantined"]
     assert bad["key"] == txn_world.artifacts["mini"].key and d["quarantined"] == [bad["quarantined_to"]]
+
+
+def test_rollback_if_applied_succeeds_with_nothing_to_undo(txn_home, env350):
+    from tests.support.snapshots import snapshot
+
+    p = env350.prefix
+    before = snapshot(p)
+    d = ok(rb("rollback", "--env", p, "--if-applied", "--json"), "rollback")
+    assert d["nothing_to_roll_back"] is True and d["txn"] is None and d["plan"] is None and d["undoes"] == []
+    assert d["target"]["prefix"] == str(p) and snapshot(p) == before
+    first = ok(rb("apply", txn_home.recipe("mini"), "--env", p, "--json"), "apply")["txn"]
+    d = ok(rb("rollback", "--env", p, "--if-applied", "--json"), "rollback")
+    assert d["nothing_to_roll_back"] is False and d["undoes"] == [first] and d["verdict"]["ok"] is True
+    assert snapshot(p) == before
+    d = ok(rb("rollback", "--env", p, "--if-applied", "--json"), "rollback")  # twice: still fine
+    assert d["nothing_to_roll_back"] is True
+    d = ok(rb("rollback", "--env", p, "--to", first, "--if-applied", "--json"), "rollback")  # undone already
+    assert d["nothing_to_roll_back"] is True and snapshot(p) == before
+    # without the flag the refusal stays; an unknown --to id is an error either way
+    fail(rb("rollback", "--env", p, "--json"), "rollback", 2, "TargetError")
+    fail(rb("rollback", "--env", p, "--to", "no-such-txn", "--if-applied", "--json"), "rollback", 2, "TargetError")
+    text = rb("rollback", "--env", p, "--if-applied")
+    assert text.returncode == 0 and "nothing to roll back" in text.stdout

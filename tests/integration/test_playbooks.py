@@ -1,0 +1,262 @@
+"""The Ansible playbooks of examples/ansible, run for real by ``ansible-playbook`` against several
+local hosts (``ansible_connection: local``), each with its own target env, ``ROCMBUILD_HOME`` and
+bundle directory, applying one bundle exported once for the module.
+
+What a fleet operator relies on: ``--check`` changes nothing and says what would change; a real
+run reports ``changed`` and a re-run does not; a failed host rolls back its whole batch and stops
+the rollout; a locked target is retried; ``rollback.yml`` can run twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.support.cli import REPO, rb
+from tests.support.snapshots import listing, snapshot
+
+pytestmark = pytest.mark.skipif(shutil.which("ansible-playbook") is None, reason="ansible-core is not installed")
+
+PLAYBOOKS = REPO / "examples" / "ansible"
+RECAP = re.compile(r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)\s+skipped=(\d+)"
+                   r"\s+rescued=(\d+)", re.M)
+
+
+@dataclass
+class Host:
+    name: str
+    env: object  # tests.support.envs.Env
+    home: Path
+    bundle_dir: Path
+
+
+@dataclass
+class Run:
+    proc: subprocess.CompletedProcess
+    recap: dict[str, dict[str, int]]
+
+    @property
+    def text(self) -> str:
+        return self.proc.stdout + self.proc.stderr
+
+
+@pytest.fixture(scope="module")
+def bundle(txn_world, tmp_path_factory) -> Path:
+    """The ``mini`` artifact (3.5.1) exported once, with its .sha256 beside it."""
+    out = tmp_path_factory.mktemp("fleet-bundle") / "mini-3.5.1.tar.gz"
+    r = rb("export", txn_world.recipe("mini"), "-o", out, env={"ROCMBUILD_HOME": str(txn_world.home)})
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+@pytest.fixture
+def fleet(target_env, tmp_path):
+    """``fleet(n, bad=())``: n local hosts (h1..hn) in an inventory; each host's torch is compiled
+    against MIOpen 3.5.x and loads the stock 3.5.0, except the ``bad`` ones, whose torch (3.4)
+    cannot load the bundle's 3.5.1. Returns (inventory path, hosts)."""
+
+    def make(n: int, bad: tuple[str, ...] = ()) -> tuple[Path, list[Host]]:
+        hosts, inv = [], {}
+        for i in range(1, n + 1):
+            name = f"h{i}"
+            env = target_env("3.5.0", name=f"env-{name}", compile_version="3.4.0" if name in bad else "3.5.0")
+            home = tmp_path / f"home-{name}"
+            shim = tmp_path / f"rocmbuild-{name}"
+            shim.write_text(f"#!/bin/sh\nROCMBUILD_HOME='{home}' PYTHONPATH='{REPO}' exec '{sys.executable}' "
+                            '-m rocmbuild "$@"\n')
+            shim.chmod(0o755)
+            hosts.append(Host(name, env, home, tmp_path / f"bundles-{name}"))
+            inv[name] = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+                         "rocmbuild_env": str(env.prefix), "rocmbuild_bin": str(shim),
+                         "rocmbuild_remote_dir": str(tmp_path / f"bundles-{name}")}
+        path = tmp_path / "inventory.yml"
+        path.write_text(json.dumps({"rocm_gpu": {"hosts": inv}}))  # JSON is YAML
+        return path, hosts
+
+    return make
+
+
+def playbook(name: str, inventory: Path, tmp_path: Path, *args: str, extra: dict | None = None,
+             timeout: float = 300) -> Run:
+    """``ansible-playbook -i INVENTORY examples/ansible/NAME ARGS`` in its own process group."""
+    home = tmp_path / "ansible-home"
+    scratch = tmp_path / "host-tmp"
+    scratch.mkdir(exist_ok=True)
+    cfg = tmp_path / "ansible.cfg"  # this one only: no ansible.cfg of the machine or the user is read
+    cfg.write_text("[defaults]\n")
+    env = dict(os.environ, LC_ALL="C.UTF-8", LANG="C.UTF-8", ANSIBLE_HOME=str(home),
+               ANSIBLE_LOCAL_TEMP=str(home / "tmp"), ANSIBLE_REMOTE_TEMP=str(home / "remote-tmp"),
+               ANSIBLE_NOCOLOR="1", ANSIBLE_RETRY_FILES_ENABLED="0", ANSIBLE_CONFIG=str(cfg), TMPDIR=str(scratch))
+    argv = ["ansible-playbook", "-i", str(inventory), str(PLAYBOOKS / name), *args]
+    if extra:
+        argv += ["-e", json.dumps(extra)]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            cwd=str(tmp_path), start_new_session=True, stdin=subprocess.DEVNULL)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever ansible left in its group
+        except ProcessLookupError:
+            pass
+    recap = {m[0]: dict(zip(("ok", "changed", "unreachable", "failed", "skipped", "rescued"), map(int, m[1:])))
+             for m in RECAP.findall(out)}
+    return Run(subprocess.CompletedProcess(argv, proc.returncode, out, err), recap)
+
+
+def states(hosts: list[Host]) -> dict[str, dict]:
+    return {h.name: snapshot(h.env.prefix) for h in hosts}
+
+
+def history(h: Host) -> list[dict]:
+    r = rb("history", "--env", h.env.prefix, "--json", env={"ROCMBUILD_HOME": str(h.home)})
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)["transactions"]
+
+
+def loaded_version(h: Host) -> str:
+    code = ("import ctypes,sys; l=ctypes.CDLL(sys.argv[1]); a=[ctypes.c_size_t() for _ in range(3)]; "
+            "l.miopenGetVersion(*[ctypes.byref(x) for x in a]); print('.'.join(str(x.value) for x in a))")
+    return subprocess.run([sys.executable, "-c", code, str(h.env.prefix / "lib" / "libMIOpen.so.1")],
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_check_mode_then_rollout_then_rerun(fleet, bundle, tmp_path):
+    inventory, hosts = fleet(3)
+    before = states(hosts)
+    listings = {h.name: listing(h.env.prefix) for h in hosts}
+    extra = {"rocmbuild_bundle": str(bundle), "rocmbuild_serial": [1, 2]}
+
+    # --check: the dry run on a scratch copy; reports what would change, changes nothing at all
+    check = playbook("rollout.yml", inventory, tmp_path, "--check", extra=extra)
+    assert check.proc.returncode == 0, check.text
+    assert set(check.recap) == {"h1", "h2", "h3"} and all(r["changed"] >= 1 and r["failed"] == 0
+                                                         for r in check.recap.values()), check.text
+    assert check.proc.stdout.count("would change txn=none version=3.5.0->3.5.1") == 3, check.text
+    assert {h.name: listing(h.env.prefix) for h in hosts} == listings  # not even .rocmbuild/
+    assert not any(h.bundle_dir.exists() for h in hosts) and not any(h.home.exists() for h in hosts)
+    assert list((tmp_path / "host-tmp").iterdir()) == []  # the scratch copies are gone
+
+    # the real rollout: bundle and .sha256 copied, applied, reported changed with txn and versions
+    first = playbook("rollout.yml", inventory, tmp_path, extra=extra)
+    assert first.proc.returncode == 0, first.text
+    for h in hosts:
+        assert first.recap[h.name]["changed"] >= 1 and first.recap[h.name]["failed"] == 0, first.text
+        assert loaded_version(h) == "3.5.1"
+        assert sorted(p.name for p in h.bundle_dir.iterdir()) == [bundle.name, bundle.name + ".sha256"]
+        assert (h.bundle_dir / (bundle.name + ".sha256")).read_bytes() == Path(f"{bundle}.sha256").read_bytes()
+        txn = history(h)[-1]["id"]
+        assert f"{h.name}: changed txn={txn} version=3.5.0->3.5.1" in first.proc.stdout, first.text
+
+    # a re-run and a re-run in check mode: nothing to do, nothing reported as changed
+    for args in ((), ("--check",)):
+        again = playbook("rollout.yml", inventory, tmp_path, *args, extra=extra)
+        assert again.proc.returncode == 0, again.text
+        assert {n: r["changed"] for n, r in again.recap.items()} == {"h1": 0, "h2": 0, "h3": 0}, again.text
+        assert again.proc.stdout.count(": unchanged txn=none version=3.5.1\"") == 3, again.text
+    assert all(len(history(h)) == 1 for h in hosts)
+    assert states(hosts) != before
+
+
+def test_a_failed_host_rolls_back_its_batch_and_stops_the_rollout(fleet, bundle, tmp_path):
+    inventory, hosts = fleet(4, bad=("h2",))
+    before = states(hosts)
+    h4_listing = listing(hosts[3].env.prefix)
+    run = playbook("rollout.yml", inventory, tmp_path, extra={"rocmbuild_bundle": str(bundle), "rocmbuild_serial": 3})
+    assert run.proc.returncode != 0, run.text
+    # h2 refused the bundle (its torch cannot load 3.5.1); h1 and h3 had applied it: rolled back
+    assert "the rollout stopped here: rocmbuild apply failed on h2 (exit 2)" in run.proc.stdout, run.text
+    assert states(hosts) == before  # every env of the batch byte for byte as it was
+    assert history(hosts[1]) == []
+    for h in (hosts[0], hosts[2]):
+        verbs = [t["verb"] for t in history(h)]
+        assert verbs == ["apply", "rollback"] and loaded_version(h) == "3.5.0"
+        assert f"{h.name}: its batch failed on h2; its change was rolled back" in run.proc.stdout, run.text
+    assert all(run.recap[n]["failed"] == 1 for n in ("h1", "h2", "h3")), run.text
+    # the next batch (h4) was never touched
+    assert "h4" not in run.recap or run.recap["h4"]["ok"] == 0
+    assert listing(hosts[3].env.prefix) == h4_listing and not hosts[3].bundle_dir.exists()
+
+
+def test_a_bundle_that_fails_its_check_changes_no_host(fleet, bundle, tmp_path):
+    inventory, hosts = fleet(2)
+    before = states(hosts)
+    bad = tmp_path / "tampered" / bundle.name
+    bad.parent.mkdir()
+    shutil.copy(bundle, bad)
+    Path(f"{bad}.sha256").write_text(f"{'0' * 64}  {bad.name}\n")  # the published sum does not match
+    run = playbook("rollout.yml", inventory, tmp_path, extra={"rocmbuild_bundle": str(bad), "rocmbuild_serial": 2})
+    assert run.proc.returncode != 0, run.text
+    assert "sha256 mismatch" in run.proc.stdout and "exit 3" in run.proc.stdout, run.text
+    assert states(hosts) == before and all(history(h) == [] for h in hosts)
+    # without its .sha256 on the controller the playbook refuses before touching a host
+    Path(f"{bad}.sha256").unlink()
+    run = playbook("rollout.yml", inventory, tmp_path, extra={"rocmbuild_bundle": str(bad), "rocmbuild_serial": 2})
+    assert run.proc.returncode != 0 and ".sha256" in run.proc.stdout, run.text
+    assert not any(h.bundle_dir.exists() for h in hosts) or all(
+        sorted(p.name for p in h.bundle_dir.iterdir()) == [bundle.name, bundle.name + ".sha256"] for h in hosts)
+
+
+HOLDER = textwrap.dedent("""
+    # hold the target's lock until the playbook has copied the bundle (the apply comes next), then
+    # a few seconds more: the first attempts meet the lock (exit 5), a later one gets through
+    import os, sys, time
+    from rocmbuild.swap import state
+    lock = state.TargetLock(sys.argv[1]).acquire()
+    print("locked", flush=True)
+    while not os.path.exists(sys.argv[2]):
+        time.sleep(0.05)
+    time.sleep(float(sys.argv[3]))
+    lock.release()
+""")
+
+
+def test_a_locked_target_is_retried(fleet, bundle, tmp_path):
+    inventory, hosts = fleet(1)
+    copied = hosts[0].bundle_dir / f"{bundle.name}.sha256"
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(hosts[0].env.prefix / ".rocmbuild"), str(copied), "4"],
+                              stdout=subprocess.PIPE, text=True, cwd=str(REPO), start_new_session=True,
+                              env=dict(os.environ, PYTHONPATH=str(REPO)))
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        run = playbook("rollout.yml", inventory, tmp_path, extra={"rocmbuild_bundle": str(bundle),
+                                                                  "rocmbuild_lock_delay": 1, "rocmbuild_lock_retries": 10})
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)
+        holder.wait()
+    assert run.proc.returncode == 0, run.text
+    assert "FAILED - RETRYING: [h1]: Apply the bundle with rocmbuild" in run.proc.stdout, run.text
+    assert run.recap["h1"]["changed"] >= 1 and loaded_version(hosts[0]) == "3.5.1"
+    assert [t["verb"] for t in history(hosts[0])] == ["apply"]
+
+
+def test_rollback_playbook_twice(fleet, bundle, tmp_path):
+    inventory, hosts = fleet(2)
+    before = states(hosts)
+    for h in hosts:  # applied by hand, as a first rollout would have
+        r = rb("apply", "--artifact", bundle, "--env", h.env.prefix, "--json", env={"ROCMBUILD_HOME": str(h.home)})
+        assert r.returncode == 0, r.stderr
+    applied = states(hosts)
+    assert applied != before
+    check = playbook("rollback.yml", inventory, tmp_path, "--check", extra={"rocmbuild_serial": 2})
+    assert check.proc.returncode == 0 and all(r["changed"] == 0 for r in check.recap.values()), check.text
+    assert states(hosts) == applied  # check mode runs nothing
+    first = playbook("rollback.yml", inventory, tmp_path, extra={"rocmbuild_serial": 2})
+    assert first.proc.returncode == 0, first.text
+    assert all(first.recap[h.name]["changed"] == 1 for h in hosts), first.text
+    assert states(hosts) == before
+    second = playbook("rollback.yml", inventory, tmp_path, extra={"rocmbuild_serial": 2})
+    assert second.proc.returncode == 0, second.text
+    assert all(second.recap[h.name]["changed"] == 0 for h in hosts), second.text
+    assert second.proc.stdout.count("nothing to roll back") == 2, second.text
+    assert states(hosts) == before and all([t["verb"] for t in history(h)] == ["apply", "rollback"] for h in hosts)
