@@ -139,8 +139,9 @@ def _plan_on(art: Artifact, t: Target, options: ApplyOptions,
     m = art.manifest
     if m.encoding and m.libraries:
         verify_mod.choose(t.report, m.libraries[0].name, m.encoding)  # a MIOpen for a CUDA torch: refused
-    if m.version and m.encoding:
-        check = verify_mod.compatible(m.version, t.report, m.encoding)
+    version = m.version or m.expect_version  # a prebuilt set reads no version file: its recipe names it
+    if version and m.encoding:
+        check = verify_mod.compatible(version, t.report, m.encoding)
         if not check.ok:
             raise guards.compat_refusal(check, t.report, m.encoding)
     else:
@@ -206,7 +207,7 @@ def _already(art: Artifact, t: Target, the_plan: _plan.Plan, verify, recovered: 
         verdict = verify(exp)
     else:
         verdict = verify_mod.judge(t.report, library=exp.library_name, encoding=exp.encoding, expect=exp.version,
-                              expected_file=Path(exp.library))
+                              expected_file=exp.expected_files())
     if not verdict.ok:
         fails = [{"name": c.name, "expected": c.expected, "found": c.found, "message": c.message}
                  for c in verdict.failures()]

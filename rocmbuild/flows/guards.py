@@ -90,7 +90,7 @@ def verifier(python: Path, *, timeout: float, smoke: bool) -> Callable[["_txn.Ex
         want_smoke = smoke and not exp.restored
         report = probe.run_probe(python, timeout=timeout, smoke=want_smoke)
         verdict = verify_mod.judge(report, library=exp.library_name, encoding=exp.encoding, expect=exp.version,
-                              expected_file=Path(exp.library), smoke=want_smoke)
+                              expected_file=exp.expected_files(), smoke=want_smoke)
         if not exp.restored:
             return verdict
         relaxed = verdict.relaxed(RESTORED_WARN_ONLY)
@@ -103,17 +103,22 @@ def verifier(python: Path, *, timeout: float, smoke: bool) -> Callable[["_txn.Ex
 
 
 def compat_refusal(check: Check, report, encoding: str) -> InputError:
-    """The error for an artifact that cannot load under this torch, naming the recipe to use."""
-    hint = "build a MIOpen whose major.minor matches the torch's compile-time version"
+    """The error for an artifact that cannot load under this torch, naming a bundled recipe that
+    fits when there is one (never one that does not exist)."""
     cv = report.compile_version
+    lib = "cuDNN" if encoding == "cudnn" else "MIOpen"
+    rule = ("the same major and a minor at least the compile-time one" if encoding == "cudnn"
+            else "the same major.minor")
+    hint = f"use a {lib} with {rule} as the torch's compile-time version, or a torch built against the artifact's"
     if cv:
+        stem = f"cudnn-{cv[0]}." if encoding == "cudnn" else f"miopen-{cv[0]}.{cv[1]}"
         try:
-            names = [n for n, _ in _recipe.available(()) if n.startswith(f"miopen-{cv[0]}.{cv[1]}")]
+            names = [n for n, _ in _recipe.available(()) if n.startswith(stem)]
         except Exception:  # noqa: BLE001 - a broken recipe dir must not hide the refusal
             names = []
-        want = names[0] if names else f"miopen-{cv[0]}.{cv[1]}.{cv[2]}"
-        hint = (f"this torch was compiled against MIOpen {cv[0]}.{cv[1]}: use the recipe {want} "
-                f"(`rocmbuild apply {want}`), or install a torch built against the artifact's major.minor")
+        hint = (f"this torch was compiled against {lib} {'.'.join(map(str, cv))}: use a {lib} with {rule}"
+                + (f", e.g. the recipe {names[-1]} (`rocmbuild apply {names[-1]}`)" if names else "")
+                + ", or install a torch built against the artifact's version")
     return InputError(
         f"refusing to apply: the artifact cannot load under this torch ({check.found}); nothing was changed\n"
         f"{check.message}",

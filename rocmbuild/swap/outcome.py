@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from rocmbuild.swap.plan import Plan
@@ -21,6 +22,10 @@ class Expectation:
     encoding: str
     restored: bool = False  # True: checking that an old state is back
     library_name: str = "libMIOpen"  # the stem to look for in the target process
+    libraries: tuple[str, ...] = ()  # every library file of the set the plan places (identity for each)
+
+    def expected_files(self) -> tuple[Path, ...]:
+        return tuple(Path(p) for p in (self.libraries or (self.library,)))
 
 
 class Verify(Protocol):
@@ -63,13 +68,22 @@ def failures_json(verdict: Verdict | None) -> list[dict[str, Any]]:
     return [] if verdict is None else [_failure_json(c) for c in verdict.failures()]
 
 
+def _library_files(plan: Plan) -> tuple[str, ...]:
+    """The files of the library set the plan writes (apply: placed; rollback: restored), by name."""
+    files = [a.path for a in plan.actions if a.kind in ("replace_file", "add_file")
+             and a.role in ("library", "restore") and Path(a.path).name.startswith(plan.library_name)]
+    return tuple(dict.fromkeys([plan.library, *files]))
+
+
 def expectation_after(plan: Plan) -> Expectation:
     # a rollback's "after" is an earlier state: checked like a restored one (identity and version;
     # an incompatibility it always had is a warning, not a reason to undo the rollback)
     return Expectation(plan.library, plan.version_after, plan.encoding, restored=plan.verb == "rollback",
-                       library_name=plan.library_name)
+                       library_name=plan.library_name, libraries=_library_files(plan))
 
 
 def expectation_before(plan: Plan) -> Expectation:
+    files = _library_files(plan)
     return Expectation(plan.library_before, plan.version_before, plan.encoding, restored=True,
-                       library_name=plan.library_name)
+                       library_name=plan.library_name,
+                       libraries=tuple(dict.fromkeys([plan.library_before, *files[1:]])) if files else ())
