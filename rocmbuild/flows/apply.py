@@ -207,7 +207,8 @@ def _already(art: Artifact, t: Target, the_plan: _plan.Plan, verify, recovered: 
         verdict = verify(exp)
     else:
         verdict = verify_mod.judge(t.report, library=exp.library_name, encoding=exp.encoding, expect=exp.version,
-                              expected_file=exp.expected_files())
+                              expected_file=exp.expected_files(),
+                              links=() if exp.restored else tuple(Path(x) for x in exp.links))
     if not verdict.ok:
         fails = [{"name": c.name, "expected": c.expected, "found": c.found, "message": c.message}
                  for c in verdict.failures()]

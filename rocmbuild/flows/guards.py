@@ -90,7 +90,8 @@ def verifier(python: Path, *, timeout: float, smoke: bool) -> Callable[["_txn.Ex
         want_smoke = smoke and not exp.restored
         report = probe.run_probe(python, timeout=timeout, smoke=want_smoke)
         verdict = verify_mod.judge(report, library=exp.library_name, encoding=exp.encoding, expect=exp.version,
-                              expected_file=exp.expected_files(), smoke=want_smoke)
+                              expected_file=exp.expected_files(),
+                              links=() if exp.restored else tuple(Path(x) for x in exp.links), smoke=want_smoke)
         if not exp.restored:
             return verdict
         relaxed = verdict.relaxed(RESTORED_WARN_ONLY)

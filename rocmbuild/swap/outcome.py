@@ -23,6 +23,7 @@ class Expectation:
     restored: bool = False  # True: checking that an old state is back
     library_name: str = "libMIOpen"  # the stem to look for in the target process
     libraries: tuple[str, ...] = ()  # every library file of the set the plan places (identity for each)
+    links: tuple[str, ...] = ()  # the names of the target's chains, each must resolve to one of them
 
     def expected_files(self) -> tuple[Path, ...]:
         return tuple(Path(p) for p in (self.libraries or (self.library,)))
@@ -79,7 +80,8 @@ def expectation_after(plan: Plan) -> Expectation:
     # a rollback's "after" is an earlier state: checked like a restored one (identity and version;
     # an incompatibility it always had is a warning, not a reason to undo the rollback)
     return Expectation(plan.library, plan.version_after, plan.encoding, restored=plan.verb == "rollback",
-                       library_name=plan.library_name, libraries=_library_files(plan))
+                       library_name=plan.library_name, libraries=_library_files(plan),
+                       links=tuple(a.path for a in plan.actions if a.kind == "replace_link" and a.role == "link"))
 
 
 def expectation_before(plan: Plan) -> Expectation:

@@ -135,11 +135,13 @@ def judge(
     expect: str | None = None,
     expected_file: Path | Iterable[Path] | None = None,
     smoke: bool = False,
+    links: Iterable[Path] = (),
 ) -> Verdict:
     """Judge a probe report. Every condition is a :class:`Check`; the verdict is ok when all are.
 
     ``library``/``encoding`` default to the backend's (:func:`choose`); ``expected_file`` is the
-    file placed, or every file of a library set placed."""
+    file placed, or every file of a library set placed; ``links`` the names of the target's chain
+    that must resolve to one of them."""
     if library is None or encoding is None:
         library, encoding = choose(report, library, encoding)
     if encoding not in ENCODINGS:
@@ -153,12 +155,28 @@ def judge(
     if expected_file is not None:
         files = (expected_file,) if isinstance(expected_file, (str, os.PathLike)) else tuple(expected_file)
         checks.append(check_identity(tuple(Path(f) for f in files), libs, library))
+        links = tuple(links)
+        if links:
+            checks.append(check_links(links, files))
     if expect is not None:
         checks.append(check_version(report, library, encoding, expect))
     checks += check_compatibility(report, encoding)
     if smoke:
         checks += check_smoke(report)
     return Verdict(all(c.ok for c in checks), tuple(checks), report)
+
+
+def check_links(links: tuple[Path, ...], files: Iterable[Path]) -> Check:
+    """4b. every name of the target's chain resolves to a placed file (none dangling, none to another file)."""
+    placed = {os.path.realpath(f) for f in files}
+    bad = [f"{ln} -> {os.path.realpath(ln) if os.path.exists(ln) else 'nothing (dangling)'}"
+           for ln in links if not os.path.exists(ln) or os.path.realpath(ln) not in placed]
+    expected = f"{len(links)} name(s) of the chain resolving to the placed file(s)"
+    if not bad:
+        return Check("links", True, expected, "every name resolves to a placed file")
+    return Check("links", False, expected, "; ".join(bad),
+                 "a name of the library's chain no longer leads to the file placed: a program loading it by that "
+                 "name gets another library (or none); `rocmbuild status` shows the links")
 
 
 def check_torch(report: ProbeReport) -> Check:
