@@ -7,6 +7,7 @@ the artifact cache) are made once per session and copied or pointed at per test.
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import uuid
@@ -40,6 +41,7 @@ def _no_process_survives_the_session():
             os.environ.pop(leaks.MARKER, None)
         else:
             os.environ[leaks.MARKER] = old
+    gc.collect()  # objects that own a helper process (GitPython's `git cat-file`) end it when collected
     left = leaks.survivors(os.getpid(), marker, before)
     if left:
         listing = leaks.describe(left)

@@ -8,6 +8,8 @@ goes into a JSON document (``json`` does not serialise a mapping that is not a d
 
 from __future__ import annotations
 
+import abc
+
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -16,10 +18,11 @@ from rocmbuild.target.verify import Verdict
 
 
 class Record(Mapping):
-    """A frozen value that reads like its JSON object."""
+    """A frozen value that reads like its JSON object (each record defines ``to_json``)."""
 
+    @abc.abstractmethod
     def to_json(self) -> dict[str, Any]:
-        raise NotImplementedError
+        """The record's JSON object (the keys docs/json.md names)."""
 
     def __getitem__(self, key: str) -> Any:
         return self.to_json()[key]

@@ -71,6 +71,7 @@ def make_monorepo(root: Path, big_mb: int = 2) -> Monorepo:
     repo.git.checkout("-q", "develop")
     set_version(root / "projects" / "miopen", "3.6.0")
     c_develop = _commit(repo, "miopen 3.6.0")
+    repo.close()  # GitPython keeps a `git cat-file` process per Repo until it is closed
     return Monorepo(root, root.as_uri(), c1, c_release, c_develop, c_fix)
 
 
