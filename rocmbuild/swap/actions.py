@@ -26,7 +26,7 @@ from rocmbuild.build import cache
 from rocmbuild.build.artifact import MANIFEST, Artifact, Manifest, artifact_root, trust_check
 from rocmbuild.disk import ContentMismatch, fsync_dir, link_or_copy, makedirs_durable, own_copy, read_json, sha256_file
 from rocmbuild.errors import FetchError, InputError
-from rocmbuild.swap.observe import PathState, observe
+from rocmbuild.swap.observe import PathState, observe, same_kind
 from rocmbuild.swap.plan import Action
 
 
@@ -108,12 +108,9 @@ class FileAction(abc.ABC):
         then, lazily -- the same sha256 as the backup. (Size + mtime_ns + mode alone cannot tell
         two builds apart: reproducible builds share an mtime, and same-size versions exist.)"""
         b = self.before
-        if now.kind != b.kind:
-            return False
-        if b.kind == "link":
-            return now.target == b.target
-        if b.kind != "file":
-            return True
+        kind = same_kind(now, b)
+        if kind is not None:
+            return kind
         if (now.dev, now.inode) == (b.dev, b.inode):
             return True
         if not self.backup_copied or (now.size, now.mode) != (b.size, b.mode):

@@ -105,17 +105,27 @@ class FsObserver:
         return sha256_file(path)
 
 
-def unchanged(now: PathState, expected: PathState, path: str | Path, *, digest: str | None,
-              source: str | None, obs: Observer) -> bool:
-    """``now`` is still what rocmbuild left at ``path`` (``expected``, recorded when it was placed):
-    the rules are in the module notes. ``digest``: the sha256 of the bytes placed (None: unknown);
-    ``source``: a file holding those bytes, compared only when it is another inode than ``now``."""
+def same_kind(now: PathState, expected: PathState) -> bool | None:
+    """The rules every comparison of a path's state starts with: another kind is never the same, a
+    link is the same when its text is, a directory or special file is the same by kind; ``None``
+    when both are files (their identity and bytes decide, by the caller's rules)."""
     if now.kind != expected.kind:
         return False
     if now.kind == "link":
         return now.target == expected.target
     if now.kind != "file":
         return True
+    return None
+
+
+def unchanged(now: PathState, expected: PathState, path: str | Path, *, digest: str | None,
+              source: str | None, obs: Observer) -> bool:
+    """``now`` is still what rocmbuild left at ``path`` (``expected``, recorded when it was placed):
+    the rules are in the module notes. ``digest``: the sha256 of the bytes placed (None: unknown);
+    ``source``: a file holding those bytes, compared only when it is another inode than ``now``."""
+    kind = same_kind(now, expected)
+    if kind is not None:
+        return kind
     if (now.dev, now.inode) == (expected.dev, expected.inode):
         if (now.size, now.mtime_ns) != (expected.size, expected.mtime_ns):
             return False  # written in place
