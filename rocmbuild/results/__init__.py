@@ -1,0 +1,45 @@
+"""What each verb returns: one frozen result type per verb.
+
+Decisions:
+* A flow returns one of these; ``to_json()`` gives the verb's keys exactly as docs/json.md lists
+  them (the CLI adds ``ok``/``verb``/``exit_code``), and :mod:`rocmbuild.cli.render` turns the
+  same value into human text. Nothing here prints.
+* Values made below (a swap ``Plan`` and its records, a ``Target``, an ``Artifact``, a ``Verdict``)
+  are held as they are and serialized here with their own ``to_json()``; only history lines (the
+  open-ended ``history.jsonl`` records) are carried as read-only mappings.
+* ``error`` is ``None`` except for the verbs whose failure keeps their data beside the error
+  (``doctor``, a dry run's refusal, ``cache verify``); the CLI exits with that error's code.
+* One module per group of verbs (build, state, txn) beside what they share (base); every name is
+  re-exported here, so callers import ``rocmbuild.results``.
+"""
+
+from rocmbuild.build.cache import CacheReport as CacheVerifyResult  # made in build/, held as it is
+from rocmbuild.results.base import BACKUP_BYTES_NOTE, Json, Record, VerbResult
+from rocmbuild.results.build import BuildPlan, BuildResult, RecipeEntry, RecipesResult, ShowResult, SourcePlan
+from rocmbuild.results.state import (
+    DoctorResult,
+    HistoryResult,
+    InEffect,
+    LibraryStatus,
+    StatusChanges,
+    StatusResult,
+    Unfinished,
+    VerifyResult,
+)
+from rocmbuild.results.txn import (
+    ApplyResult,
+    BundleSummary,
+    DryRunResult,
+    ExportResult,
+    LockResult,
+    RecoverResult,
+    RollbackResult,
+    TargetPlan,
+)
+
+__all__ = [
+    "BACKUP_BYTES_NOTE", "ApplyResult", "BuildPlan", "BuildResult", "BundleSummary", "CacheVerifyResult",
+    "DoctorResult", "DryRunResult", "ExportResult", "HistoryResult", "InEffect", "Json", "LibraryStatus",
+    "LockResult", "RecipeEntry", "RecipesResult", "Record", "RecoverResult", "RollbackResult", "ShowResult",
+    "SourcePlan", "StatusChanges", "StatusResult", "TargetPlan", "Unfinished", "VerbResult", "VerifyResult",
+]

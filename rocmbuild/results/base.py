@@ -1,0 +1,45 @@
+"""What every result shares: the error slot, records serialized as their fields, JSON helpers."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any, Mapping
+
+from rocmbuild.errors import RocmbuildError
+
+if TYPE_CHECKING:
+    from rocmbuild.swap.plan import Plan
+    from rocmbuild.target.verify import Verdict
+
+Json = Mapping[str, Any]  # a JSON object made by a lower layer, carried through as it is
+BACKUP_BYTES_NOTE = "bytes only the backups keep alive (backup files with no other link)"
+
+
+def records_json(items) -> list[dict[str, Any]]:
+    return [x.to_json() for x in items]
+
+
+def verdict_json(v: "Verdict | None") -> dict[str, Any] | None:
+    return v.to_json() if v is not None else None
+
+
+class VerbResult:
+    """The part every result shares: an error that still carries the data (usually none)."""
+
+    @property
+    def error(self) -> RocmbuildError | None:
+        return None
+
+
+class Record:
+    """A result whose JSON object is its fields, as they are."""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)  # type: ignore[call-overload]
+
+
+def plan_target(plan: "Plan") -> dict[str, Any]:
+    return {"prefix": plan.prefix, "python": plan.python, "layout": plan.layout, "libdir": plan.libdir,
+            "state_dir": plan.state_dir}
+
+

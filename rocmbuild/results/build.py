@@ -1,0 +1,114 @@
+"""Results of the verbs that read recipes and build: recipes, show, plan, build."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from rocmbuild.results.base import Json, Record, VerbResult
+
+if TYPE_CHECKING:
+    from rocmbuild.build.artifact import Artifact
+    from rocmbuild.build.requirements import DoctorCheck
+
+# recipes, show
+
+
+@dataclass(frozen=True)
+class RecipeEntry(Record):
+    name: str
+    path: str
+    description: str
+    error: str | None
+
+
+@dataclass(frozen=True)
+class RecipesResult(VerbResult):
+    recipes: tuple[RecipeEntry, ...]
+    search_path: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"recipes": [r.to_json() for r in self.recipes], "search_path": list(self.search_path)}
+
+
+@dataclass(frozen=True)
+class ShowResult(VerbResult):
+    name: str
+    path: str
+    description: str
+    recipe: Json  # the recipe's canonical form
+    patch_files: tuple[str, ...]
+    toml: str  # the recipe file as written (text output only)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "path": self.path, "description": self.description, "recipe": self.recipe,
+                "patch_files": list(self.patch_files)}
+
+
+# plan, build
+
+
+@dataclass(frozen=True)
+class SourcePlan:
+    url: str
+    ref: str | None
+    commit: str | None
+    resolved: bool
+    subdir: str | None
+    sparse: tuple[str, ...]
+    cherry_pick: tuple[str, ...]
+    patches: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"url": self.url, "ref": self.ref, "commit": self.commit, "resolved": self.resolved,
+                "subdir": self.subdir, "sparse": list(self.sparse), "cherry_pick": list(self.cherry_pick),
+                "patches": list(self.patches)}
+
+
+@dataclass(frozen=True)
+class BuildPlan(VerbResult):
+    recipe: str
+    path: str
+    source: SourcePlan
+    gpu_targets: str | None
+    commands: Mapping[str, Sequence[str]]  # configure/build/install -> argv
+    env: Mapping[str, str]
+    destdir: str
+    cache_key: str | None
+    cached: bool
+    inputs: Json  # the cache key's inputs, as build/ computes them
+    requirements: tuple["DoctorCheck", ...]  # the [requires] and the launcher
+    notes: tuple[str, ...]
+
+    @property
+    def missing(self) -> tuple["DoctorCheck", ...]:
+        return tuple(c for c in self.requirements if c.status == "fail")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "recipe": self.recipe, "path": self.path, "source": self.source.to_json(),
+            "gpu_targets": self.gpu_targets, "commands": {k: list(v) for k, v in self.commands.items()},
+            "env": dict(self.env), "install_env": {"DESTDIR": self.destdir},
+            "cache": {"key": self.cache_key, "cached": self.cached, "inputs": self.inputs},
+            "requirements": [c.to_json() for c in self.requirements],
+            "missing": [c.to_json() for c in self.missing], "notes": list(self.notes),
+        }
+
+
+@dataclass(frozen=True)
+class BuildResult(VerbResult):
+    artifact: "Artifact"
+
+    def to_json(self) -> dict[str, Any]:
+        art, m = self.artifact, self.artifact.manifest
+        return {
+            "cached": art.cached, "artifact": str(art.path), "key": m.key, "recipe": m.recipe,
+            "commit": m.commit, "version": m.version,
+            "libraries": [{"name": lib.name, "file": lib.file, "soname": lib.soname, "chain": list(lib.chain)}
+                          for lib in m.libraries],
+        }
+
+
+# status, verify, doctor
+
+

@@ -1,0 +1,134 @@
+"""Results of the verbs that write: export, lock, apply (and its dry run), rollback, recover."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from rocmbuild.errors import RocmbuildError
+from rocmbuild.results.base import Json, Record, VerbResult, plan_target, records_json, verdict_json
+from rocmbuild.results.build import BuildPlan
+
+if TYPE_CHECKING:
+    from rocmbuild.build.bundle import Export
+    from rocmbuild.swap.plan import Plan
+    from rocmbuild.swap.records import Pruned, Recovered
+    from rocmbuild.target.verify import Verdict
+
+@dataclass(frozen=True)
+class ExportResult(VerbResult):
+    bundle: "Export"  # what build/bundle.py wrote
+
+    def to_json(self) -> dict[str, Any]:
+        return self.bundle.to_json()
+
+
+@dataclass(frozen=True)
+class LockResult(VerbResult):
+    lock_file: str
+    lock: Json  # the lock file's content, as recipe/lockfile.py writes it
+
+    def to_json(self) -> dict[str, Any]:
+        return {"lock_file": self.lock_file, "lock": dict(self.lock)}
+
+
+# apply (and its dry run), rollback, history, recover
+
+
+@dataclass(frozen=True)
+class ApplyResult(VerbResult):
+    plan: "Plan"
+    already_applied: bool
+    txn: str | None
+    verdict: "Verdict | None"
+    artifact: str
+    recovered: tuple["Recovered", ...] = ()
+    pruned: tuple["Pruned", ...] = ()
+    copy_bytes: int | None = None  # None (absent in the JSON) when already applied
+
+    def to_json(self) -> dict[str, Any]:
+        out = {"target": plan_target(self.plan), "plan": self.plan.to_json(), "already_applied": self.already_applied,
+               "txn": self.txn, "verdict": verdict_json(self.verdict), "recovered": records_json(self.recovered),
+               "artifact": self.artifact, "pruned": records_json(self.pruned)}
+        if self.copy_bytes is not None:
+            out["copy_bytes"] = self.copy_bytes
+        return out
+
+
+@dataclass(frozen=True)
+class TargetPlan:
+    plan: "Plan"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"plan": self.plan.to_json(), "text": self.plan.render(), "already_applied": self.plan.already_applied}
+
+
+@dataclass(frozen=True)
+class BundleSummary(Record):
+    key: str
+    recipe: str
+    version: str | None
+
+
+@dataclass(frozen=True)
+class DryRunResult(VerbResult):
+    """``apply --dry-run``: the plan, and what the real apply would refuse (``target_error``)."""
+
+    build: BuildPlan | None = None
+    artifact: BundleSummary | None = None
+    target_plan: TargetPlan | None = None
+    target_error: RocmbuildError | None = None
+    target_note: str | None = None
+
+    @property
+    def already_applied(self) -> bool:
+        return bool(self.target_plan and self.target_plan.plan.already_applied)
+
+    @property
+    def error(self) -> RocmbuildError | None:
+        return self.target_error  # the real apply fails with it: the dry run exits with its code
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"dry_run": True}
+        if self.build is not None:
+            out["build"] = self.build.to_json()
+        if self.artifact is not None:
+            out["artifact"] = self.artifact.to_json()
+        out["target_plan"] = self.target_plan.to_json() if self.target_plan else None
+        if self.target_error is not None:
+            out["target_error"] = self.target_error.to_json()
+        if self.target_note is not None:
+            out["target_note"] = self.target_note
+        out["already_applied"] = self.already_applied
+        return out
+
+
+@dataclass(frozen=True)
+class RollbackResult(VerbResult):
+    plan: "Plan | None"  # None: ``--if-applied`` found nothing to undo (``nothing_to_roll_back``)
+    txn: str | None
+    undoes: tuple[str, ...]
+    verdict: "Verdict | None"
+    pruned: tuple["Pruned", ...]
+    recovered: tuple["Recovered", ...]
+    forced_drift: tuple[str, ...]
+    target: Json | None = None  # without a plan: {prefix, python, layout, libdir, state_dir}, the unknown ones null
+
+    @property
+    def warnings(self) -> tuple[Json, ...]:
+        return tuple(c.to_json() for c in self.verdict.warnings) if self.verdict else ()
+
+    def to_json(self) -> dict[str, Any]:
+        p = self.plan
+        return {"target": plan_target(p) if p else dict(self.target or {}), "plan": p.to_json() if p else None,
+                "txn": self.txn, "undoes": list(self.undoes), "verdict": verdict_json(self.verdict), "pruned": records_json(self.pruned),
+                "recovered": records_json(self.recovered), "forced_drift": list(self.forced_drift), "nothing_to_roll_back": p is None}
+
+
+@dataclass(frozen=True)
+class RecoverResult(VerbResult):
+    prefix: str
+    recovered: tuple["Recovered", ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"prefix": self.prefix, "recovered": records_json(self.recovered)}
