@@ -2,9 +2,9 @@
 codes and what was checked after each.
 
 Decision: a failed check keeps the steps run so far beside the error (like ``doctor``), so
-``--json`` still lists them; the error's exit code is the failed step's own when it is one of
-rocmbuild's codes 2..5 (the machine lacks something, the step says what), else 1 (rocmbuild did
-not do what it promises: a bug).
+``--json`` still lists them; the error's exit code is the failed step's own when it exited
+otherwise than expected with one of rocmbuild's codes 2..5 (the machine lacks something, the
+step says what), else 1 (rocmbuild did not do what it promises: a bug).
 """
 
 from __future__ import annotations
@@ -57,7 +57,8 @@ class DemoFailed(RocmbuildError):
                          "output is above. If rocmbuild itself misbehaved, report it with that output",
                          details={"step": step.name, "exit_code": step.exit_code,
                                   "expected_exit_code": step.expected_exit_code, "scratch": scratch})
-        self.exit_code = step.exit_code if 2 <= step.exit_code <= 5 else EXIT_INTERNAL
+        unexpected = step.exit_code != step.expected_exit_code
+        self.exit_code = step.exit_code if unexpected and 2 <= step.exit_code <= 5 else EXIT_INTERNAL
 
 
 @dataclass(frozen=True)
