@@ -107,6 +107,14 @@ def test_demo_keep_refuses_a_directory_that_is_not_new_or_empty(tmp_path, how):
     assert sorted(p.name for p in target.iterdir()) == ["canary.txt"] and canary.read_text() == "the user's file"
 
 
+def test_demo_keep_with_a_name_too_long_is_a_clear_error(tmp_path):
+    r = rb("demo", "--keep", tmp_path / ("d" * 300), "--json")
+    assert r.returncode == 2, r.stderr
+    err = json.loads(r.stdout)["error"]
+    assert err["type"] == "SystemLimitError" and "too long" in err["message"]
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_demo_without_cmake_fails_clearly_before_making_anything(tmpdir_env, tmp_path):
     tmp, env = tmpdir_env
     bindir = tmp_path / "bin"  # a PATH with everything the demo needs but cmake
