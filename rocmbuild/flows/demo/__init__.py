@@ -24,9 +24,9 @@ import shutil
 import time
 
 from rocmbuild import doctor, recipe, stop, ui
+from rocmbuild.errors import EXIT_INPUT, EXIT_OK
 from rocmbuild.flows.demo import scratch
 from rocmbuild.flows.demo.steps import differs, run_step, same_as, snapshot, version_check
-from rocmbuild.errors import EXIT_INPUT, EXIT_OK
 from rocmbuild.results import DemoCheck, DemoResult, DemoStep
 
 RECIPE = scratch.RECIPE
@@ -50,8 +50,7 @@ def demo(keep: str | None = None) -> DemoResult:
     finally:
         if not s.kept and not failed:
             shutil.rmtree(s.root, ignore_errors=True)
-    result = DemoResult(tuple(steps), str(s.root), s.kept or failed, time.monotonic() - start)
-    return result
+    return DemoResult(tuple(steps), str(s.root), s.kept or failed, time.monotonic() - start)
 
 
 def _workflow(s: scratch.Scratch, steps: list[DemoStep]) -> None:

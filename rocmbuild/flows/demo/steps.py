@@ -56,7 +56,7 @@ def run_step(name: str, args: list[str], root: Path, *, expect: int = 0, extra: 
     env = {**child_env(root / "home"), **(extra or {})}
     start = time.monotonic()
     try:
-        runner.run([sys.executable, "-m", "rocmbuild", *args], cwd=root, env=env, on_line=_show,
+        runner.run([sys.executable, "-m", "rocmbuild", *args], cwd=root, env=env, on_line=ui.info,
                    log=root / "demo.log")
         code = 0
     except RocmbuildError as exc:
@@ -70,10 +70,6 @@ def run_step(name: str, args: list[str], root: Path, *, expect: int = 0, extra: 
     if code != expect:
         ui.info(f"  check FAILED: exit code {code}, expected {expect}")
     return DemoStep(name, shown, code, expect, seconds, found, tuple((extra or {}).items()))
-
-
-def _show(line: str) -> None:
-    ui.info(line)
 
 
 def loaded_version(python: Path) -> int | None:

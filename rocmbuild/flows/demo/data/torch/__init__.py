@@ -63,5 +63,5 @@ def _cudnn_version():
     return _cached[0]
 
 
-cudnn = _module("torch.backends.cudnn", version=_cudnn_version, is_available=lambda: True, enabled=True)
-backends = _module("torch.backends", cudnn=cudnn)
+backends = _module("torch.backends", cudnn=_module("torch.backends.cudnn", version=_cudnn_version,
+                                                  is_available=lambda: True, enabled=True))
