@@ -16,6 +16,7 @@ from rocmbuild.results import (
     BuildPlan,
     BuildResult,
     CacheVerifyResult,
+    DemoResult,
     DoctorResult,
     DryRunResult,
     ExportResult,
@@ -246,3 +247,13 @@ def _recover(r: RecoverResult) -> str:
     return "\n".join(f"recovered {e['verb']} {e['id']} (stopped at '{e['interrupted_at']}'): rolled back"
                      + ("" if e["restored"].get("ok") else " -- WARNING: the old state did not verify")
                      for e in r.recovered)
+
+
+@text.register
+def _demo(r: DemoResult) -> str:
+    lines = [f"  {'ok  ' if s.ok else 'FAIL'} {s.name:20} exit {s.exit_code:<3} {s.seconds:5.1f} s  """
+             f"{''.join(f'{k}={v} ' for k, v in s.env)}{' '.join(s.command)}"
+             for s in r.steps]
+    where = f"kept in {r.scratch}" if r.kept else f"{r.scratch} removed"
+    verdict = "demo passed" if r.error is None else f"demo FAILED at {r.failed.name if r.failed else '?'}"
+    return "\n".join(["demo steps:", *lines, f"{verdict} in {r.seconds:.1f} s; {where}"])

@@ -265,6 +265,24 @@ def _cmd_recover(args) -> VerbResult:
     return manage.recover(env=args.env, python=args.python, wait=a.lock_wait(args), probe_timeout=args.probe_timeout)
 
 
+# --------------------------------------------------------------------------------------------
+# demo (the whole workflow on a bundled miniature MIOpen, in a scratch dir)
+
+
+def _add_demo(sub) -> None:
+    p = sub.add_parser("demo", help="build, apply, crash and recover, roll back: the whole job on a bundled tiny "
+                                    "library in a scratch env (no ROCm, no GPU)")
+    a.common(p)
+    p.add_argument("--keep", metavar="DIR", default=None,
+                   help="make everything in DIR (new or empty) and keep it, instead of a temp dir removed at the end")
+
+
+def _cmd_demo(args) -> VerbResult:
+    from rocmbuild.flows import demo
+
+    return demo.demo(keep=args.keep)
+
+
 VERBS: list[tuple[Callable[[Any], None], Callable[[argparse.Namespace], VerbResult]]] = [
     (_add_recipes, _cmd_recipes),
     (_add_show, _cmd_show),
@@ -280,4 +298,5 @@ VERBS: list[tuple[Callable[[Any], None], Callable[[argparse.Namespace], VerbResu
     (_add_rollback, _cmd_rollback),
     (_add_history, _cmd_history),
     (_add_recover, _cmd_recover),
+    (_add_demo, _cmd_demo),
 ]

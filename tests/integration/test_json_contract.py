@@ -58,7 +58,7 @@ def _doc_tables() -> dict[str, dict[str, bool]]:
 TABLES = _doc_tables()
 COMMON = set(TABLES["common"])
 VERBS = ["recipes", "show", "plan", "build", "status", "verify", "doctor", "cache", "export", "lock", "apply",
-         "rollback", "history", "recover"]
+         "rollback", "history", "recover", "demo"]
 
 
 def test_the_doc_documents_every_verb_and_the_error_object():
@@ -398,3 +398,10 @@ def test_rollback_if_applied_succeeds_with_nothing_to_undo(txn_home, env350):
     fail(rb("rollback", "--env", p, "--to", "no-such-txn", "--if-applied", "--json"), "rollback", 2, "TargetError")
     text = rb("rollback", "--env", p, "--if-applied")
     assert text.returncode == 0 and "nothing to roll back" in text.stdout
+
+
+def test_demo(tmp_path):
+    d = ok(rb("demo", "--json", env={"TMPDIR": str(tmp_path)}, timeout=300), "demo")
+    assert d["failed_step"] is None and d["kept"] is False and not Path(d["scratch"]).exists()
+    assert all(set(s) == {"name", "command", "env", "exit_code", "expected_exit_code", "ok", "seconds", "checks"}
+               for s in d["steps"])

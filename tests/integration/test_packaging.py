@@ -1,4 +1,5 @@
-"""A non-editable install (a real wheel, installed into a real venv) finds the bundled recipes."""
+"""A non-editable install (a real wheel, installed into a real venv) finds the bundled recipes
+and runs the demo from the files it ships."""
 
 from __future__ import annotations
 
@@ -30,6 +31,47 @@ def test_wheel_ships_recipes_beside_patches(wheel):
     assert "rocmbuild/recipes/miopen-develop.toml" in names
     assert "rocmbuild/recipes/miopen-3.5.1.toml" in names
     assert any(n.startswith("rocmbuild/patches/") for n in names)  # patches/<recipe>/ sit beside recipes/
+
+
+DEMO_FILES = ["rocmbuild/flows/demo/__init__.py", "rocmbuild/flows/demo/scratch.py", "rocmbuild/flows/demo/steps.py",
+              "rocmbuild/flows/demo/data/miopen-demo.toml", "rocmbuild/flows/demo/data/torch/__init__.py",
+              "rocmbuild/flows/demo/data/miopen/CMakeLists.txt", "rocmbuild/flows/demo/data/miopen/src/miopen.c",
+              "rocmbuild/flows/demo/data/miopen/include/miopen/miopen.h",
+              "rocmbuild/flows/demo/data/miopen/db/gfx1151.db.txt", "rocmbuild/results/demo.py"]
+
+
+def test_wheel_ships_the_demo_and_every_package(wheel):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert set(DEMO_FILES) <= names, sorted(set(DEMO_FILES) - names)
+    # every package of the checkout is in the wheel (a package missing from pyproject's list is not)
+    pkg = REPO / "rocmbuild"
+    for init in pkg.rglob("__init__.py"):
+        rel = init.relative_to(REPO).as_posix()
+        assert rel in names, f"{rel} is not in the wheel: add its package to pyproject.toml"
+
+
+def _install(wheel, venv: Path) -> Path:
+    # the venv sees this interpreter's packages (the runtime deps); rocmbuild itself comes from the wheel
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall",
+                    str(wheel)], check=True, capture_output=True)
+    return venv / "bin" / "rocmbuild"
+
+
+def test_installed_wheel_runs_the_demo(wheel, tmp_path):
+    exe = _install(wheel, tmp_path / "venv")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the wheel's code, not this checkout's
+    env["TMPDIR"] = str(tmp_path)
+    r = subprocess.run([str(exe), "demo", "--keep", str(tmp_path / "demo"), "--json"], capture_output=True, text=True,
+                       cwd=tmp_path, env=env, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    d = json.loads(r.stdout)
+    assert d["failed_step"] is None and [s["name"] for s in d["steps"]][-1] == "rollback"
+    # every step ran the installed rocmbuild (the venv's Python, no PYTHONPATH pointing elsewhere)
+    logs = (tmp_path / "demo" / "demo.log").read_text()
+    assert logs.count(f"$ {tmp_path / 'venv' / 'bin' / 'python'} -m rocmbuild ") == len(d["steps"])
+    assert (tmp_path / "demo" / "miopen" / "CMakeLists.txt").read_text() == \
+        (REPO / "rocmbuild/flows/demo/data/miopen/CMakeLists.txt").read_text()
 
 
 def test_installed_wheel_finds_its_recipes(wheel, tmp_path):
