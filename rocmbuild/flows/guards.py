@@ -213,7 +213,7 @@ def gpu_arch(targets: tuple[str, ...] | None, encoding: str | None, *, allow_oth
         ui.warn(f"{m.detail}: applying anyway (--allow-other-arch); its GPU kernels will not load on this GPU")
         return replace(m, allowed=True)
     if m.status == arch.NO_GPU:
-        ui.info(m.detail)
+        ui.warn(m.detail)  # said even with --json: the check the user may count on did not run
     return m
 
 
