@@ -113,10 +113,9 @@ def apply(source: Source, where: TargetSpec, options: ApplyOptions = ApplyOption
         recipe = build.load_recipe(source.name, source.recipes_dirs, source.overrides)
     else:
         art = bundle.import_bundle(source.location, home=cache_home(), sha256=source.sha256)
-    gpu_arch = (guards.refuse_other_arch(arch.build_targets(recipe.build.defines), recipe.verify.encoding,
-                                         allow_other_arch=options.allow_other_arch) if recipe is not None else
-                guards.refuse_other_arch(art.manifest.gpu_targets, art.manifest.encoding,
-                                         allow_other_arch=options.allow_other_arch))
+    targets, encoding = ((arch.build_targets(recipe.build.defines), recipe.verify.encoding) if recipe is not None
+                         else (art.manifest.gpu_targets, art.manifest.encoding))  # a recipe: before it is built
+    gpu_arch = guards.refuse_other_arch(targets, encoding, allow_other_arch=options.allow_other_arch)
     prefix, python = target.resolve(where.env, where.python)
     recovered = tuple(guards.recover_prefix(prefix, wait=options.wait))  # never probe a half-swapped target
     t = target.discover_at(prefix, python, timeout=options.probe_timeout)
