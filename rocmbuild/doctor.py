@@ -12,6 +12,9 @@ Decisions:
   its CUDA facts (cuDNN versions, the cuDNN set loaded, one file per SONAME) instead, and no AMD GPU check.
 * No GPU found: **warn** (building works with ``--gpu-targets``; only ``GPU_TARGETS = "auto"``
   and the smoke test need one).
+* GPU targets: a recipe's ``GPU_TARGETS`` (``"auto"``: this machine's GPUs) against the GPUs found:
+  a mismatch **warns** (``apply`` refuses it here, but a build host may build for a fleet's other
+  GPUs); without a recipe, the line says what ``"auto"`` builds for.
 * cmake below 3.16 (the fixture/MIOpen minimum rocmbuild was tested with): fail; a recipe may set
   its own floor in ``[requires]``.
 * Disk: the build cache (``rocmbuild.home.cache_home()``) fails under 5 GiB free and warns under
@@ -36,6 +39,7 @@ from rocmbuild.build.requirements import (FAIL, OK, WARN, DoctorCheck, check_pro
 from rocmbuild.disk import nearest_existing
 from rocmbuild.errors import RocmbuildError
 from rocmbuild.home import cache_home
+from rocmbuild.recipe import arch
 from rocmbuild.swap.mapping import layout_of
 from rocmbuild.target import gpu, target, verify
 
@@ -129,13 +133,28 @@ def check_rocm() -> list[DoctorCheck]:
     return out
 
 
-def check_gpu() -> DoctorCheck:
-    archs = gpu.detect()
+def check_gpu(archs: list[str] | None = None) -> DoctorCheck:
+    archs = gpu.detect() if archs is None else archs
     if archs:
         return DoctorCheck("GPU architecture", OK, ", ".join(archs) + f" (from {gpu.source_description()})")
     return DoctorCheck("GPU architecture", WARN, f"no AMD GPU found ({gpu.source_description()})",
                        "building still works: pass --gpu-targets gfx1151 (your architecture); the smoke test "
                        "and GPU_TARGETS=\"auto\" need a GPU with the amdgpu driver loaded")
+
+
+def check_gpu_targets(recipe, archs: list[str]) -> list[DoctorCheck]:
+    """Whether the recipe's GPU targets cover this machine's GPUs (what ``apply`` refuses); without
+    a recipe, what ``GPU_TARGETS = "auto"`` (the bundled recipes' setting) builds for here."""
+    if recipe is None:
+        return [DoctorCheck("GPU targets", OK, f"match: GPU_TARGETS = \"auto\" (the bundled recipes) builds for "
+                                               f"{', '.join(archs)}, this machine's GPU")] if archs else []
+    m = arch.match(arch.build_targets(recipe.build.defines, auto=archs), archs,
+                   amd=recipe.verify.encoding != "cudnn", what=f"recipe '{recipe.name}'")
+    if m.status == arch.MISMATCH:
+        return [DoctorCheck("GPU targets", WARN, f"{m.status}: {m.detail}",
+                            f"`rocmbuild apply` refuses it on this machine (unless --allow-other-arch); build it "
+                            f"with --gpu-targets {archs[0]} (or GPU_TARGETS = \"auto\") to use it here")]
+    return [DoctorCheck("GPU targets", OK, f"{m.status}: {m.detail}")]
 
 
 def check_disk(name: str, path: Path, fail_below: int, warn_below: int, what: str) -> DoctorCheck:
@@ -220,7 +239,8 @@ def run(recipe=None, env: str | None = None, python: str | None = None, *, timeo
     tchecks, t = _discover(env, python, timeout)
     cuda = t is not None and t.report.backend == "cudnn"
     checks = [check_git(), check_cmake(), check_build_tool(), *check_compilers()]
-    checks += check_cuda(t) if cuda else [*check_rocm(), check_gpu()]
+    archs = [] if cuda else gpu.detect()
+    checks += check_cuda(t) if cuda else [*check_rocm(), check_gpu(archs), *check_gpu_targets(recipe, archs)]
     checks += [check_disk("cache disk", cache_home(), CACHE_FAIL, CACHE_WARN, "source clones and build trees")]
     checks += tchecks
     if recipe is not None:

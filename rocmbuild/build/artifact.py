@@ -85,6 +85,7 @@ class Manifest:
     inputs: dict[str, Any] = field(default_factory=dict)
     created: str = ""
     schema: int = SCHEMA
+    gpu_targets: tuple[str, ...] | None = None  # GPU_TARGETS built for; None: none named (see recipe.arch)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -104,6 +105,11 @@ class Manifest:
             for lib in d["libraries"]
         )
         d["data"] = tuple(d.get("data", ()))
+        if d.get("gpu_targets") is not None:
+            t = d["gpu_targets"]
+            if not isinstance(t, list) or not all(isinstance(x, str) for x in t):
+                raise TypeError(f"gpu_targets must be a list of strings, not {t!r:.80}")
+            d["gpu_targets"] = tuple(t)
         m = cls(**d)
         m.check_paths()
         return m

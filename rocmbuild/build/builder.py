@@ -29,6 +29,7 @@ from rocmbuild.disk import atomic_write_json, fsync_dir
 from rocmbuild.errors import BuildError, RequirementError
 from rocmbuild.home import artifacts_dir, build_dir as build_root
 from rocmbuild.locks import LockWait
+from rocmbuild.recipe import arch
 from rocmbuild.recipe.model import Recipe
 from rocmbuild.recipe.paths import prefix_problem
 
@@ -214,6 +215,7 @@ def _manifest(recipe: Recipe, checkout: Checkout, key: str, inp: Inputs, tree: P
         data=recipe.install.data,
         inputs=inp.to_json(),
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        gpu_targets=arch.build_targets(recipe.build.defines),
     )
 
 

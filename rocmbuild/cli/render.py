@@ -167,11 +167,20 @@ def _lock(r: LockResult) -> str:
             f"rebuild exactly this with: rocmbuild apply --from-lock {r.lock_file}")
 
 
+def gpu_arch_line(m) -> str:
+    """One line for an ``ArchMatch`` (``gpu_arch``): the verdict and why."""
+    word = {"match": "matches", "mismatch": "MISMATCH", "no_gpu": "no AMD GPU", "unchecked": "not checked"}
+    return (f"GPU arch: {word.get(m.status, m.status)}: {m.detail}"
+            + (" (applied anyway: --allow-other-arch)" if m.allowed else ""))
+
+
 @text.register
 def _apply(r: ApplyResult) -> str:
     p = r.plan
+    arch_line = [gpu_arch_line(r.gpu_arch)] if r.gpu_arch is not None else []
     if r.already_applied:
-        return f"already applied: {p.recipe} ({p.version_after or '?'}) is in place in {p.prefix}; nothing changed"
+        return "\n".join([f"already applied: {p.recipe} ({p.version_after or '?'}) is in place in {p.prefix}; "
+                          "nothing changed", *arch_line])
     lines = [f"applied {r.txn}: {p.recipe} {p.version_before or '?'} -> {p.version_after or '?'} "
              f"in {p.prefix} ({p.layout} layout)"]
     lines += [f"  {a.path}" for a in p.pending]
@@ -181,6 +190,7 @@ def _apply(r: ApplyResult) -> str:
     passed = [c.name for c in checks if c.ok and not c.skipped]
     if passed:
         lines.append(f"verified: {', '.join(passed)}")
+    lines += arch_line
     lines.append("undo with: rocmbuild rollback" + (f" --env {p.prefix}" if p.prefix else ""))
     return "\n".join(lines)
 
@@ -192,7 +202,10 @@ def _dry_run(d: DryRunResult) -> str:
         lines.append(build_plan(d.build))
     if d.artifact is not None:
         a = d.artifact
-        lines.append(f"artifact {a.recipe} {a.version or ''} ({a.key[:16]}), bundle checked")
+        built_for = ", ".join(a.gpu_targets) if a.gpu_targets else "no GPU targets recorded"
+        lines.append(f"artifact {a.recipe} {a.version or ''} ({a.key[:16]}), built for {built_for}, bundle checked")
+    if d.gpu_arch is not None:
+        lines.append(gpu_arch_line(d.gpu_arch))
     if d.target_plan is not None:
         lines.append(d.target_plan.plan.render())
     elif d.target_error is not None:

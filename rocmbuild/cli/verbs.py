@@ -198,6 +198,8 @@ def _add_apply(sub) -> None:
     a.txn_opts(p)
     p.add_argument("--expect", type=a.version, metavar="VERSION", help="the version verification must find (default: the recipe's)")
     p.add_argument("--smoke", action="store_true", help="also run the BatchNorm smoke test on the GPU")
+    p.add_argument("--allow-other-arch", action="store_true",
+                   help="apply an artifact whose GPU targets do not include this machine's GPU (warns)")
     p.add_argument("--keep", type=a.at_least_one, default=5, metavar="N",
                    help="keep the backups of the newest N transactions (default 5); older ones are pruned")
     p.add_argument("--allow-outside-prefix", action="store_true",
@@ -217,7 +219,7 @@ def _cmd_apply(args) -> VerbResult:
         source = apply.RecipeSource(args.recipe, dirs, a.overrides_from(args))
     options = apply.ApplyOptions(expect=args.expect, smoke=args.smoke, wait=a.lock_wait(args), keep=args.keep,
                                  allow_outside_prefix=args.allow_outside_prefix, probe_timeout=args.probe_timeout,
-                                 dry_run=args.dry_run)
+                                 dry_run=args.dry_run, allow_other_arch=args.allow_other_arch)
     return apply.apply(source, apply.TargetSpec(args.env, args.python), options)
 
 

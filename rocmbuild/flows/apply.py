@@ -18,6 +18,9 @@ Decisions (docs/json.md fixes what the result holds):
   are then the manifest's), a recipe is only planned (its artifact is used when cached). It
   does not recover, lock or preflight (each of those writes). What the real apply would refuse is
   reported as ``target_error`` and exits with the same code.
+* The GPU architecture is checked first (``guards.gpu_arch``): a recipe's targets before it is
+  built, a bundle's recorded ones after its import, both before the target is recovered or
+  probed; the result carries the verdict (``gpu_arch``), the dry run too.
 * ``--allow-outside-prefix``: the state lives in $ROCMBUILD_HOME/targets/<hash>/ with a target.json
   naming the prefix, so history/recover/rollback given only --env find it again.
 """
@@ -38,7 +41,7 @@ from rocmbuild.errors import RocmbuildError, VerifyError
 from rocmbuild.flows import build, export, guards
 from rocmbuild.home import cache_home
 from rocmbuild.locks import LockWait
-from rocmbuild.recipe import Overrides, Recipe
+from rocmbuild.recipe import Overrides, Recipe, arch
 from rocmbuild.results import ApplyResult, BuildPlan, BundleSummary, DryRunResult, TargetPlan
 from rocmbuild.swap import plan as _plan
 from rocmbuild.swap import state
@@ -96,6 +99,7 @@ class ApplyOptions:
     allow_outside_prefix: bool = False
     probe_timeout: float = 300.0
     dry_run: bool = False
+    allow_other_arch: bool = False  # apply an artifact built for other GPUs than this machine's (warned)
 
 
 def apply(source: Source, where: TargetSpec, options: ApplyOptions = ApplyOptions()) -> ApplyResult | DryRunResult:
@@ -109,6 +113,9 @@ def apply(source: Source, where: TargetSpec, options: ApplyOptions = ApplyOption
         recipe = build.load_recipe(source.name, source.recipes_dirs, source.overrides)
     else:
         art = bundle.import_bundle(source.location, home=cache_home(), sha256=source.sha256)
+    targets, encoding = ((arch.build_targets(recipe.build.defines), recipe.verify.encoding) if recipe is not None
+                         else (art.manifest.gpu_targets, art.manifest.encoding))  # a recipe: before it is built
+    gpu_arch = guards.refuse_other_arch(targets, encoding, allow_other_arch=options.allow_other_arch)
     prefix, python = target.resolve(where.env, where.python)
     recovered = tuple(guards.recover_prefix(prefix, wait=options.wait))  # never probe a half-swapped target
     t = target.discover_at(prefix, python, timeout=options.probe_timeout)
@@ -117,7 +124,7 @@ def apply(source: Source, where: TargetSpec, options: ApplyOptions = ApplyOption
         if not art.cached:
             t = target.discover_at(prefix, python, timeout=options.probe_timeout)
     assert art is not None
-    return _swap(art, t, recovered, options)
+    return replace(_swap(art, t, recovered, options), gpu_arch=gpu_arch)
 
 
 def _source_check(r: Recipe, t: Target):
@@ -237,12 +244,12 @@ def _dry_artifact(source: RecipeSource | BundleSource) -> Iterator[tuple[Artifac
         return
     if not bundle.is_url(source.location):  # read in place: nothing extracted, no temp dir
         art = bundle.inspect(source.location, home=cache_home(), sha256=source.sha256)
-        yield art, None, BundleSummary(art.key, art.manifest.recipe, art.manifest.version)
+        yield art, None, BundleSummary(art.key, art.manifest.recipe, art.manifest.version, art.manifest.gpu_targets)
         return
     tmp = Path(tempfile.mkdtemp(prefix="rocmbuild-dry-run-"))  # only the download lands here
     try:
         art = bundle.inspect(source.location, home=tmp, sha256=source.sha256)
-        yield art, None, BundleSummary(art.key, art.manifest.recipe, art.manifest.version)
+        yield art, None, BundleSummary(art.key, art.manifest.recipe, art.manifest.version, art.manifest.gpu_targets)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -272,10 +279,29 @@ class _BundleObserver(FsObserver):
         return f.sha256 or ""
 
 
+def _dry_arch(source: RecipeSource | BundleSource, art: Artifact | None, options: ApplyOptions):
+    """The GPU verdict of the real apply: the artifact's targets, or (not built yet) the recipe's,
+    its ``GPU_TARGETS = "auto"`` standing for this machine's GPUs."""
+    from rocmbuild.target import gpu
+
+    host = tuple(gpu.detect())
+    if art is not None:
+        targets, encoding = art.manifest.gpu_targets, art.manifest.encoding
+    else:
+        assert isinstance(source, RecipeSource)
+        r = build.load_recipe(source.name, source.recipes_dirs, source.overrides, resolve_auto=False)
+        targets, encoding = arch.build_targets(r.build.defines, auto=host), r.verify.encoding
+    return guards.gpu_arch(targets, encoding, allow_other_arch=options.allow_other_arch, host=host)
+
+
 def _dry_run(source: RecipeSource | BundleSource, where: TargetSpec, options: ApplyOptions) -> DryRunResult:
     with _dry_artifact(source) as (art, bp, summary):
+        gpu_arch = _dry_arch(source, art, options)
+        refusal = guards.arch_refusal(gpu_arch) if gpu_arch.refused else None
         if art is None:
-            return DryRunResult(build=bp, target_note=NOT_BUILT_NOTE)
+            return DryRunResult(build=bp, target_note=NOT_BUILT_NOTE, target_error=refusal, gpu_arch=gpu_arch)
+        if refusal is not None:
+            return DryRunResult(build=bp, artifact=summary, target_error=refusal, gpu_arch=gpu_arch)
         try:
             prefix, python = target.resolve(where.env, where.python)
             guards.refuse_unreadable(prefix)  # what the real apply would refuse first
@@ -283,5 +309,5 @@ def _dry_run(source: RecipeSource | BundleSource, where: TargetSpec, options: Ap
             obs = _BundleObserver(art) if isinstance(source, BundleSource) else None  # read in place
             _facts, the_plan = _plan_on(art, t, replace(options, expect=None), obs)  # planned without --expect
         except RocmbuildError as exc:
-            return DryRunResult(build=bp, artifact=summary, target_error=exc)
-        return DryRunResult(build=bp, artifact=summary, target_plan=TargetPlan(the_plan))
+            return DryRunResult(build=bp, artifact=summary, target_error=exc, gpu_arch=gpu_arch)
+        return DryRunResult(build=bp, artifact=summary, target_plan=TargetPlan(the_plan), gpu_arch=gpu_arch)

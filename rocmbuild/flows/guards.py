@@ -13,6 +13,10 @@ Decisions:
   published and whose bytes no longer match: quarantined, exit 3), a lib dir that is not writable, too little free
   space for the bytes that must be copied (every artifact file: the target gets its own copy;
   backups are hardlinks and cost nothing) (:func:`preflight`).
+* The GPU architecture (:func:`gpu_arch`): an artifact whose recorded targets do not cover every
+  AMD GPU of this machine is refused (exit 2) before anything is recovered, locked or changed,
+  unless ``--allow-other-arch`` (a warning; the result records it). A generic target covers its
+  family. No AMD GPU found, no targets recorded, or a cuDNN artifact: said, never refused.
 * The verifier runs the probe in the target's Python (a fresh process) and judges it against the
   expectation. The smoke test runs only for the new state; an old state put back (a rollback, the
   restore after a failed apply) must prove identity and version only: a failed compatibility check
@@ -25,6 +29,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -35,6 +40,7 @@ from rocmbuild.disk import nearest_existing
 from rocmbuild.errors import InputError, StateError, TargetError
 from rocmbuild.locks import LockWait
 from rocmbuild import recipe as _recipe
+from rocmbuild.recipe import arch
 from rocmbuild.swap import plan as _plan
 from rocmbuild.swap import state
 from rocmbuild import swap as _txn
@@ -193,3 +199,37 @@ def preflight(the_plan: "_plan.Plan", artifact: Artifact) -> int:
                 details={"needed": n, "free": free, "dir": str(where[dev])},
             )
     return sum(need.values())
+
+
+def gpu_arch(targets: tuple[str, ...] | None, encoding: str | None, *, allow_other_arch: bool = False,
+             host: tuple[str, ...] | None = None) -> arch.ArchMatch:
+    """The artifact's targets against this machine's GPUs (detected unless ``host`` is given);
+    a mismatch allowed by ``--allow-other-arch`` is warned about and marked ``allowed``."""
+    from rocmbuild.target import gpu
+
+    found = tuple(gpu.detect()) if host is None else host
+    m = arch.match(targets, found, amd=encoding != "cudnn")
+    if m.status == arch.MISMATCH and allow_other_arch:
+        ui.warn(f"{m.detail}: applying anyway (--allow-other-arch); its GPU kernels will not load on this GPU")
+        return replace(m, allowed=True)
+    if m.status == arch.NO_GPU:
+        ui.warn(m.detail)  # said even with --json: the check the user may count on did not run
+    return m
+
+
+def arch_refusal(m: arch.ArchMatch) -> InputError:
+    """The error for an artifact built for other GPUs than this machine's."""
+    return InputError(
+        f"refusing to apply: {m.detail}; nothing was changed",
+        f"build it for this GPU (--gpu-targets {m.host[0] if m.host else 'gfxNNNN'}, or GPU_TARGETS = \"auto\" on "
+        "this machine), or pass --allow-other-arch to apply it anyway",
+        details={"gpu_arch": m.to_json()})
+
+
+def refuse_other_arch(targets: tuple[str, ...] | None, encoding: str | None, *,
+                      allow_other_arch: bool = False) -> arch.ArchMatch:
+    """:func:`gpu_arch`, raising :func:`arch_refusal` (exit 2) for a mismatch not allowed."""
+    m = gpu_arch(targets, encoding, allow_other_arch=allow_other_arch)
+    if m.refused:
+        raise arch_refusal(m)
+    return m

@@ -8,11 +8,11 @@ everything else a string), so ``-D X=ON`` and ``X = true`` in the recipe build t
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from rocmbuild.errors import InputError
+from rocmbuild.recipe import arch
 from rocmbuild.recipe.model import DEFINE_RE, LAUNCHERS, DefineValue, Recipe
 
 
@@ -58,13 +58,10 @@ def apply_overrides(recipe: Recipe, ov: Overrides) -> Recipe:
     defines = dict(recipe.build.defines)
     for d in ov.defines:
         k, v = _parse_cli_define(d)
+        arch.check_defines([(k, v)], "-D")  # a -D GPU_TARGETS=... is checked like --gpu-targets
         defines[k] = v
     if ov.gpu_targets is not None:
-        targets = [t.strip() for t in ov.gpu_targets.split(",") if t.strip()]
-        if not targets or not all(re.fullmatch(r"gfx[0-9a-f]+", t) for t in targets):
-            raise InputError(f"--gpu-targets {ov.gpu_targets}: expected e.g. gfx1151 or gfx1151,gfx1100",
-                             "see `rocmbuild doctor` for this machine's architecture")
-        defines["GPU_TARGETS"] = ";".join(targets)
+        defines["GPU_TARGETS"] = ";".join(arch.check_targets(ov.gpu_targets, f"--gpu-targets {ov.gpu_targets}"))
     build = recipe.build
     if ov.jobs is not None:
         if ov.jobs < 0:

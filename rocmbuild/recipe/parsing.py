@@ -21,7 +21,8 @@ import tomllib
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from rocmbuild.errors import RecipeError
+from rocmbuild.errors import InputError, RecipeError
+from rocmbuild.recipe import arch
 from rocmbuild.recipe.paths import prefix_problem, relative_inside
 from rocmbuild.recipe.model import (
     DEFINE_RE, ENCODINGS, GENERATORS, LAUNCHERS, NAME_RE, SMOKES, SYSTEMS, Build, DefineValue, Install, Recipe,
@@ -284,6 +285,10 @@ def _defines(table: Mapping[str, Any], path: Path) -> tuple[tuple[str, DefineVal
             raise _fail(path, f"build.defines.{name}", f"invalid CMake variable name '{name}'",
                         "use letters, digits and underscores")
         defines.append((name, _define_value(name, value, path)))
+        try:
+            arch.check_defines(defines[-1:], "build.defines")
+        except InputError as exc:  # an unknown GPU architecture, named with its file and key
+            raise _fail(path, f"build.defines.{name}", exc.message, exc.hint) from None
     return tuple(sorted(defines))
 
 

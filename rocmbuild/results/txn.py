@@ -11,6 +11,7 @@ from rocmbuild.results.build import BuildPlan
 
 if TYPE_CHECKING:
     from rocmbuild.build.bundle import Export
+    from rocmbuild.recipe.arch import ArchMatch
     from rocmbuild.swap.plan import Plan
     from rocmbuild.swap.records import Pruned, Recovered
     from rocmbuild.target.verify import Verdict
@@ -45,6 +46,7 @@ class ApplyResult(VerbResult):
     recovered: tuple["Recovered", ...] = ()
     pruned: tuple["Pruned", ...] = ()
     copy_bytes: int | None = None  # None (absent in the JSON) when already applied
+    gpu_arch: "ArchMatch | None" = None  # the artifact's GPU targets against this machine's
 
     def to_json(self) -> dict[str, Any]:
         out = {"target": plan_target(self.plan), "plan": self.plan.to_json(), "already_applied": self.already_applied,
@@ -52,6 +54,7 @@ class ApplyResult(VerbResult):
                "artifact": self.artifact, "pruned": records_json(self.pruned)}
         if self.copy_bytes is not None:
             out["copy_bytes"] = self.copy_bytes
+        out["gpu_arch"] = self.gpu_arch.to_json() if self.gpu_arch is not None else None
         return out
 
 
@@ -68,6 +71,7 @@ class BundleSummary(Record):
     key: str
     recipe: str
     version: str | None
+    gpu_targets: tuple[str, ...] | None = None  # what the manifest records (None: none named)
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,7 @@ class DryRunResult(VerbResult):
     target_plan: TargetPlan | None = None
     target_error: RocmbuildError | None = None
     target_note: str | None = None
+    gpu_arch: "ArchMatch | None" = None
 
     @property
     def already_applied(self) -> bool:
@@ -100,6 +105,7 @@ class DryRunResult(VerbResult):
         if self.target_note is not None:
             out["target_note"] = self.target_note
         out["already_applied"] = self.already_applied
+        out["gpu_arch"] = self.gpu_arch.to_json() if self.gpu_arch is not None else None
         return out
 
 
