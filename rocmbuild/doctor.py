@@ -34,6 +34,7 @@ import shutil
 from pathlib import Path
 
 from rocmbuild import runner
+from rocmbuild.build import builder
 from rocmbuild.build.requirements import (FAIL, OK, WARN, DoctorCheck, check_program, check_requirements, find_rocm,
                                           host_root)
 from rocmbuild.disk import nearest_existing
@@ -234,6 +235,25 @@ def check_cuda(t: target.Target) -> list[DoctorCheck]:
     return out
 
 
+LONG_BUILDS = ("miopen",)  # recipes whose build takes an hour: a retry without a compiler cache hurts
+
+
+def check_launcher_for(recipe) -> DoctorCheck | None:
+    """A recipe that leaves the launcher to rocmbuild (``auto``): ccache found is ok; missing, a
+    long recipe (MIOpen: its library or its name) gets a warning; else nothing to say."""
+    if not builder.auto_launcher(recipe):
+        return None
+    path = runner.which(builder.AUTO_LAUNCHER)
+    if path:
+        return DoctorCheck("compiler cache", OK, f"ccache ({path}); its cache: $ROCMBUILD_HOME/ccache")
+    names = [recipe.name, *recipe.install.libraries]
+    if not any(long in n.lower() for n in names for long in LONG_BUILDS):
+        return None
+    return DoctorCheck("compiler cache", WARN, f"ccache is not installed: a rebuild of {recipe.name} with any "
+                       "changed input recompiles every file (an hour for MIOpen)",
+                       "install ccache (apt install ccache); rocmbuild uses it by itself ([build] launcher = \"auto\")")
+
+
 def run(recipe=None, env: str | None = None, python: str | None = None, *, timeout: float = 300) -> list[DoctorCheck]:
     """Every check, in a stable order; ROCm and the AMD GPU only for a ROCm target (or none)."""
     tchecks, t = _discover(env, python, timeout)
@@ -245,6 +265,7 @@ def run(recipe=None, env: str | None = None, python: str | None = None, *, timeo
     checks += tchecks
     if recipe is not None:
         checks += check_requirements(recipe)
+        checks += [c for c in (check_launcher_for(recipe),) if c is not None]
     return checks
 
 

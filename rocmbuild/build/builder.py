@@ -16,12 +16,12 @@ import datetime as _dt
 import os
 import re
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rocmbuild import runner, stop, ui
-from rocmbuild.build import buildtree, cmake
+from rocmbuild.build import buildtree, cmake, retry
 from rocmbuild.build.artifact import MANIFEST, TREE, Artifact, Manifest, find_libraries, scan_tree, seal
 from rocmbuild.build.cache import Inputs, key_lock, log_path, lookup
 from rocmbuild.build.extract import safe_extract
@@ -67,21 +67,55 @@ class LauncherCheck:
         )
 
 
+AUTO_LAUNCHER = "ccache"
+
+
+@dataclass(frozen=True)
+class Launcher:
+    """The compiler launcher a build uses: its path (None: none) and what it adds to the build's
+    environment (``auto``'s ccache keeps its own cache under $ROCMBUILD_HOME)."""
+
+    path: str | None = None
+    env: tuple[tuple[str, str], ...] = ()
+
+
+def auto_launcher(recipe: Recipe) -> bool:
+    """Whether the recipe leaves the launcher to rocmbuild (``[build] launcher`` unset or ``auto``)."""
+    return not recipe.build.prebuilt and recipe.build.launcher in (None, "auto")
+
+
 def launcher_check(recipe: Recipe) -> LauncherCheck | None:
-    """The launcher's check (None: the recipe uses no launcher)."""
-    if recipe.build.launcher is None:
+    """The check of a launcher the recipe names (None: auto, none, or a prebuilt recipe: nothing
+    is required)."""
+    name = recipe.build.launcher
+    if recipe.build.prebuilt or name in (None, "auto", "none"):
         return None
-    return LauncherCheck(recipe.build.launcher, runner.which(recipe.build.launcher))
+    return LauncherCheck(name, runner.which(name))
 
 
 def check_launcher(recipe: Recipe) -> str | None:
-    """The launcher's path (None: no launcher); a missing launcher is a RequirementError (exit 2)."""
+    """The launcher's path (None: no launcher); a missing named launcher is a RequirementError
+    (exit 2); ``auto`` uses ccache when it is on PATH and nothing otherwise."""
+    if auto_launcher(recipe):
+        return runner.which(AUTO_LAUNCHER)
     check = launcher_check(recipe)
     if check is None:
         return None
     if check.path is None:
         raise check.error()
     return check.path
+
+
+def launcher(recipe: Recipe, home: Path) -> Launcher:
+    """The launcher of this build. ``auto``'s ccache gets ``CCACHE_DIR=<home>/ccache`` (unless
+    ``[build.env]`` sets it) and ``CCACHE_BASEDIR=<home>``, so the compiles of two build dirs of
+    one source (two keys) hash alike; a named launcher keeps the user's own configuration."""
+    path = check_launcher(recipe)
+    if path is None or not auto_launcher(recipe):
+        return Launcher(path)
+    own = dict(recipe.build.env)
+    env = {"CCACHE_DIR": str(home / "ccache"), "CCACHE_BASEDIR": str(home)}
+    return Launcher(path, tuple((k, v) for k, v in env.items() if k not in own))
 
 
 # --------------------------------------------------------------------------------------------
@@ -130,9 +164,9 @@ def build(recipe: Recipe, checkout: Checkout, *, home: Path, key: str, inp: Inpu
         log = log_path(home, key)
         log.parent.mkdir(parents=True, exist_ok=True)
         log.write_text(f"# rocmbuild build of {recipe.name} at {checkout.commit or checkout.url}\n")
-        launcher = check_launcher(recipe)
+        use = launcher(recipe, home)
         _check_expected_version(recipe, checkout)
-        owner = None if recipe.build.prebuilt else buildtree.claim(tree_dir, wait=LockWait.of(wait).wait)
+        owner, attempt = _claim_tree(recipe, checkout, tree_dir, key, inp, wait)
         tmp = adir / f".tmp-{key}-{os.getpid()}"
         try:
             tmp.mkdir(parents=True)
@@ -140,7 +174,7 @@ def build(recipe: Recipe, checkout: Checkout, *, home: Path, key: str, inp: Inpu
             if owner is None:
                 _extract_prebuilt(recipe, checkout, tree)
             else:
-                _compile(recipe, checkout, tree_dir, tmp / "destdir", log, launcher, owner.started)
+                _compile(recipe, checkout, tree_dir, tmp / "destdir", log, use, owner.started)
                 _collect(tmp / "destdir", recipe.build.install_prefix, tree)
             manifest = _manifest(recipe, checkout, key, inp, tree)
             seal(tmp, manifest.files)  # read-only, fsynced, identities recorded
@@ -149,24 +183,41 @@ def build(recipe: Recipe, checkout: Checkout, *, home: Path, key: str, inp: Inpu
             fsync_dir(adir)
         except BaseException as exc:
             shutil.rmtree(tmp, ignore_errors=True)
+            if attempt is not None:
+                attempt.end(ok=False)
             if isinstance(exc, KeyboardInterrupt):
                 stop.note(exc, f"the build of {recipe.name} was ended and its temp artifact removed "
                           f"(the build tree {tree_dir} is kept: the next build continues it)",
                           build_dir=str(tree_dir), removed=str(tmp))
             raise
+        if attempt is not None:
+            attempt.end(ok=True)
         shutil.rmtree(tree_dir, ignore_errors=True)
         ui.info(f"artifact {adir / key}")
         return Artifact(adir / key, manifest, cached=False)
 
 
+def _claim_tree(recipe: Recipe, checkout: Checkout, tree_dir: Path, key: str, inp: Inputs,
+                wait: bool | LockWait) -> tuple[buildtree.Owner | None, retry.Attempt | None]:
+    """The build tree, ours (``buildtree.claim``), started from the previous failed attempt at the
+    same recipe and commit when this key has none (``retry.seed``), and this attempt's record.
+    A prebuilt recipe has no tree."""
+    if recipe.build.prebuilt:
+        return None, None
+    commit = checkout.commit or inp.tarball_sha256
+    retry.seed(tree_dir, recipe=recipe.name, commit=commit, key=key)
+    owner = buildtree.claim(tree_dir, wait=LockWait.of(wait).wait)
+    return owner, retry.Attempt(tree_dir, recipe=recipe.name, commit=commit, key=key)
+
+
 def _compile(recipe: Recipe, checkout: Checkout, build_dir: Path, destdir: Path, log: Path,
-             launcher: str | None, started) -> None:
+             use: Launcher, started) -> None:
     """cmake configure, build (with a progress bar) and install into ``destdir``; ``started(sid)``
     records each command's session in the build tree's owner record."""
-    env = cmake.build_env(recipe.build)
+    env = {**cmake.build_env(recipe.build), **dict(use.env)}
     hint = f"read the full log at {log}; fix the cause (missing dependency, wrong define) and run again"
     ui.info(f"configuring {recipe.name} ({recipe.build.generator}, {recipe.build.build_type})")
-    runner.run(cmake.configure_argv(recipe.build, checkout.source_dir, build_dir, launcher),
+    runner.run(cmake.configure_argv(recipe.build, checkout.source_dir, build_dir, use.path),
                env=env, log=log, what="configure failed", hint=hint, on_start=started)
     ui.info(f"building with {cmake.jobs(recipe.build)} jobs (log: {log})")
     with ui.progress(f"building {recipe.name}") as (prog, task):
@@ -196,16 +247,11 @@ def _manifest(recipe: Recipe, checkout: Checkout, key: str, inp: Inputs, tree: P
                 f"[install] data '{d}' was not installed by the build",
                 f"check the recipe's [install] data; installed: {', '.join(sorted({f.path.split('/')[0] for f in files}))}",
             )
-    expect = recipe.verify.version
-    if expect == "source":
-        expect = checkout.version
     return Manifest(
         recipe=recipe.name,
         key=key,
         version=checkout.version,
-        expect_version=expect,
-        encoding=recipe.verify.encoding,
-        smoke=recipe.verify.smoke,
+        **verify_fields(recipe, checkout.version),
         commit=checkout.commit,
         ref=checkout.ref,
         url=checkout.url,
@@ -219,24 +265,48 @@ def _manifest(recipe: Recipe, checkout: Checkout, key: str, inp: Inputs, tree: P
     )
 
 
+def verify_fields(recipe: Recipe, version: str | None) -> dict:
+    """The manifest fields verification uses, from the recipe's ``[verify]`` (``"source"``: the
+    version read from the checkout)."""
+    expect = recipe.verify.version
+    return {"expect_version": version if expect == "source" else expect,
+            "encoding": recipe.verify.encoding, "smoke": recipe.verify.smoke}
+
+
+def for_recipe(art: Artifact, recipe: Recipe) -> Artifact:
+    """``art`` as ``recipe`` serves it today: ``[verify]`` is not part of the key, so a cached
+    artifact is judged by the recipe's current ``[verify]`` (in memory; the sealed manifest on disk
+    keeps what it was built with). A fixed ``verify.version`` the artifact does not have fails
+    here, before any swap."""
+    if art.imported:
+        return art
+    m = art.manifest
+    _check_version(recipe, m.version, m.ref, m.commit or m.url)
+    return replace(art, manifest=replace(m, **verify_fields(recipe, m.version)))
+
+
 def _check_expected_version(recipe: Recipe, checkout: Checkout) -> None:
     """A fixed ``verify.version`` that the source does not have fails before compiling, not
     after a swap (a ref that moved on, e.g. a release branch that became 3.5.2)."""
+    _check_version(recipe, checkout.version, checkout.ref, checkout.commit or checkout.url)
+
+
+def _check_version(recipe: Recipe, version: str | None, ref: str | None, where: str) -> None:
     from packaging.version import InvalidVersion, Version
 
     expect = recipe.verify.version
-    if expect in (None, "source") or checkout.version is None:
+    if expect in (None, "source") or version is None:
         return
     try:
-        same = Version(expect) == Version(checkout.version)
+        same = Version(expect) == Version(version)
     except InvalidVersion:
-        same = expect == checkout.version
+        same = expect == version
     if not same:
         raise BuildError(
-            f"the source at {checkout.ref or ''} ({(checkout.commit or checkout.url)[:12]}) is version "
-            f"{checkout.version}, but recipe '{recipe.name}' expects {expect} (verify.version)",
+            f"the source at {ref or ''} ({where[:12]}) is version "
+            f"{version}, but recipe '{recipe.name}' expects {expect} (verify.version)",
             "pin source.ref to a commit or tag with that version, or change verify.version",
-            details={"expected": expect, "found": checkout.version},
+            details={"expected": expect, "found": version},
         )
 
 

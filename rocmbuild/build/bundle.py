@@ -81,7 +81,7 @@ def export(art: Artifact, out: Path) -> Export:
     os.close(fd)
     try:
         with tarfile.open(tmp, "w:gz") as tf:
-            tf.add(art.path / MANIFEST, arcname=f"{TOP}/{MANIFEST}")
+            _add_manifest(tf, art)
             tf.add(art.tree, arcname=f"{TOP}/{TREE}")
         digest = sha256_file(Path(tmp))
         with open(tmp, "rb+") as f:
@@ -95,6 +95,17 @@ def export(art: Artifact, out: Path) -> Export:
     atomic_write_bytes(side, f"{digest}  {out.name}\n".encode())
     return Export(file=str(out), sha256=digest, sha256_file=str(side), size=out.stat().st_size,
                   key=art.key, recipe=art.manifest.recipe, version=art.manifest.version)
+
+
+def _add_manifest(tf: tarfile.TarFile, art: Artifact) -> None:
+    """The manifest as ``art`` holds it (a recipe's artifact carries the recipe's current
+    ``[verify]``, which is not part of the key), with the stored file's mode and time."""
+    import io
+
+    data = (json.dumps(art.manifest.to_json(), indent=2, sort_keys=True, default=str) + "\n").encode()
+    info = tf.gettarinfo(str(art.path / MANIFEST), arcname=f"{TOP}/{MANIFEST}")
+    info.size = len(data)
+    tf.addfile(info, io.BytesIO(data))
 
 
 def _parse_sha256_file(text: str) -> str | None:

@@ -36,6 +36,8 @@ from rocmbuild.recipe.model import DefineValue, Recipe
 
 
 PREBUILT_TOOL = "none (prebuilt)"
+#: recipe tables that never change the bytes of a build (the description is not in canonical())
+NOT_IN_KEY = ("requires", "verify")
 
 
 @dataclass(frozen=True)
@@ -123,12 +125,18 @@ def tool_version(program: str, home: Path) -> str:
 def inputs(recipe: Recipe, *, commit: str | None, home: Path) -> Inputs:
     """The inputs of building ``recipe`` at ``commit`` (hashed into the cache key)."""
     canonical = recipe.canonical()
+    # Only what changes the bytes is hashed. What the build needs ([requires], its hints), how the
+    # artifact is judged ([verify]: read from the recipe at apply time, see builder.for_recipe) and
+    # the description do not: editing them reuses the artifact.
+    for k in NOT_IN_KEY:
+        canonical.pop(k, None)
     # Where the source came from and how its ref was spelled do not change what is built: the
     # resolved commit (or the tarball's sha256) does. So a mirror (--source), a tag and the sha it
     # names all share one artifact.
     for k in ("git", "archive", "ref"):
         canonical["source"].pop(k, None)
-    # Nor do the parallelism and a compiler cache: -j8 and ccache build the same library.
+    # Nor do the parallelism and a compiler cache (auto, none, ccache, sccache): -j8 and ccache
+    # build the same library.
     for k in ("jobs", "launcher"):
         canonical["build"].pop(k, None)
     if not recipe.build.prebuilt:

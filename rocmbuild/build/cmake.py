@@ -23,6 +23,10 @@ LAUNCHER_VARIABLES = (
 )
 
 
+#: launchers a recipe names itself (``auto`` is resolved by the builder, ``none`` is none)
+NAMED_LAUNCHERS = ("ccache", "sccache")
+
+
 def define_arg(name: str, value: DefineValue) -> str:
     if isinstance(value, bool):
         return f"-D{name}:BOOL={'ON' if value else 'OFF'}"
@@ -36,6 +40,7 @@ def jobs(build: Build) -> int:
 
 
 def configure_argv(build: Build, source_dir: Path, build_dir: Path, launcher_path: str | None = None) -> list[str]:
+    """``launcher_path``: the resolved launcher (None: a named launcher by its name, else none)."""
     argv = [
         "cmake",
         "-S", str(source_dir),
@@ -44,9 +49,10 @@ def configure_argv(build: Build, source_dir: Path, build_dir: Path, launcher_pat
         f"-DCMAKE_BUILD_TYPE:STRING={build.build_type}",
         f"-DCMAKE_INSTALL_PREFIX:PATH={build.install_prefix}",
     ]
-    if build.launcher:
+    launcher = launcher_path or (build.launcher if build.launcher in NAMED_LAUNCHERS else None)
+    if launcher:
         for var in LAUNCHER_VARIABLES:
-            argv.append(f"-D{var}:FILEPATH={launcher_path or build.launcher}")
+            argv.append(f"-D{var}:FILEPATH={launcher}")
     for name, value in build.defines:
         argv.append(define_arg(name, value))
     return argv

@@ -78,7 +78,8 @@ def overrides(p: argparse.ArgumentParser) -> None:
                    help="set a CMake define (repeatable)")
     g.add_argument("--jobs", type=int, metavar="N", help="parallel build jobs (0 = all cores)")
     g.add_argument("--gpu-targets", metavar="gfxNNNN[,gfxNNNN]", help="sets GPU_TARGETS")
-    g.add_argument("--launcher", choices=["ccache", "sccache"], help="compiler launcher (cache)")
+    g.add_argument("--launcher", choices=["auto", "none", "ccache", "sccache"],
+                   help="compiler launcher (cache); auto: ccache when installed")
 
 
 def recipe_options(p: argparse.ArgumentParser) -> None:

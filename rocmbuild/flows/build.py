@@ -78,6 +78,7 @@ def build_recipe(r: Recipe, before_build: Callable[[str | None], None] | None = 
     hit = cache.lookup(key, home)
     if hit is not None:
         ui.info(f"{r.name}: cache hit {key[:16]} (no configure, no compile)")
+        hit = builder.for_recipe(hit, r)  # judged by today's [verify], which is not in the key
         if before_build is not None:
             before_build(hit.manifest.version)
         return hit
@@ -89,10 +90,10 @@ def build_recipe(r: Recipe, before_build: Callable[[str | None], None] | None = 
             key = cache.cache_key(inp)
             hit = cache.lookup(key, home)
             if hit is not None:
-                return hit
+                return builder.for_recipe(hit, r)
         if before_build is not None:
             before_build(checkout.version)
-        return builder.build(r, checkout, home=home, key=key, inp=inp, wait=wait)
+        return builder.for_recipe(builder.build(r, checkout, home=home, key=key, inp=inp, wait=wait), r)
 
 
 def build(name: str, recipes_dirs: Sequence[str] = (), overrides: Overrides = Overrides(), *,
@@ -135,6 +136,14 @@ def _soft_commit(r: Recipe, offline: bool) -> tuple[str | None, str | None]:
         return None, exc.message
 
 
+def _soft_launcher(r: Recipe) -> str | None:
+    """The launcher ``build`` would use (a named one missing from PATH: by its name)."""
+    try:
+        return builder.check_launcher(r)
+    except RequirementError:
+        return r.build.launcher
+
+
 def _source_plan(r: Recipe, commit: str | None) -> SourcePlan:
     s = r.source
     return SourcePlan(url=s.url, ref=s.ref, commit=commit, resolved=commit is not None or bool(s.tarball),
@@ -158,7 +167,7 @@ def build_plan(name: str, recipes_dirs: Sequence[str] = (), overrides: Overrides
     checks = requirement_checks(r)
     if ref_error:
         notes.append(f"ref '{r.source.ref}' unresolved: {ref_error}")
-    commands = {"configure": cmake.configure_argv(r.build, src_dir, build_dir, r.build.launcher),
+    commands = {"configure": cmake.configure_argv(r.build, src_dir, build_dir, _soft_launcher(r)),
                 "build": cmake.build_argv(r.build, build_dir), "install": cmake.install_argv(build_dir)}
     if r.build.prebuilt:
         commands = {}  # nothing runs: the archive's subtree is the install tree

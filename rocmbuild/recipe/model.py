@@ -59,7 +59,7 @@ class Build:
     defines: tuple[tuple[str, DefineValue], ...] = ()
     env: tuple[tuple[str, str], ...] = ()
     install_prefix: str = "/usr/local"
-    launcher: str | None = None
+    launcher: str | None = None  # None (not set) = "auto": ccache when installed; "none": no launcher
 
     @property
     def prebuilt(self) -> bool:
@@ -121,6 +121,6 @@ SYSTEMS = ("cmake", "prebuilt")
 GENERATORS = ("Ninja", "Unix Makefiles")
 ENCODINGS = ("miopen", "cudnn")
 SMOKES = ("batchnorm",)
-LAUNCHERS = ("ccache", "sccache")
+LAUNCHERS = ("auto", "none", "ccache", "sccache")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 DEFINE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

@@ -256,7 +256,7 @@ def _build(b: Mapping[str, Any], path: Path) -> Build:
                     f"use one of: {', '.join(GENERATORS)} ({suggest(generator, GENERATORS)})")
     if b.get("jobs", 0) < 0:
         raise _fail(path, "build.jobs", "jobs must be >= 0", "0 means all cores")
-    launcher = b.get("launcher")
+    launcher = b.get("launcher")  # not set: "auto" (kept as None: lock files of older recipes stay valid)
     if launcher is not None and launcher not in LAUNCHERS:
         raise _fail(path, "build.launcher", f"unknown launcher '{launcher}'", f"use one of: {', '.join(LAUNCHERS)}")
     build = Build(

@@ -50,8 +50,10 @@ def test_the_key_covers_archive_subdir_libraries_and_runs_no_tool(tmp_path, monk
     base = key(BASE)
     assert key(BASE.replace("x.whl", "https://mirror/x.whl")) == base  # where it came from: not an input
     for changed in (BASE.replace(SHA, "b" * 64), BASE.replace("nvidia/cudnn", "nvidia/cublas"),
-                    BASE.replace('["libcudnn*"]', '["libcudnn"]'), BASE + '[verify]\nversion = "9.25.1"\n'):
+                    BASE.replace('["libcudnn*"]', '["libcudnn"]')):
         assert key(changed) != base
+    # [verify] changes how the artifact is judged (read from the recipe at apply time), not its bytes
+    assert key(BASE + '[verify]\nversion = "9.25.1"\n') == base
     inp = cache.inputs(parse(BASE, Path("a.toml")), commit=None, home=tmp_path).to_json()
     assert inp["tools"]["cmake"] == "none (prebuilt)" and inp["tarball_sha256"] == SHA
     assert not (tmp_path / "tools.json").exists()

@@ -1,0 +1,228 @@
+"""Retries reuse the work: each build attempt is recorded, and a build whose previous attempt for the
+same recipe and commit failed starts from a copy of that attempt's build tree.
+
+Each attempt writes ``build/<key>/.rocmbuild-attempt.json``: ``{"recipe", "commit", "key",
+"status": "running"|"failed"|"succeeded", "started", "ended"}`` (ISO times, ``ended`` null while
+running; ``cache gc`` reads the same record to find failed trees).
+
+Decisions:
+
+* The artifact is still keyed by every input; only the build tree is reused. The copy goes to the
+  new key's tree (never a tree in use: :func:`rocmbuild.build.buildtree.users`), made beside it
+  under a temp name and renamed, so an interrupted copy is never taken for a tree. Files are
+  copied with ``copy_file_range`` (a reflink on btrfs/XFS, like ``cp --reflink=auto -a``), their
+  times kept (make and ninja compare them), symlinks kept.
+* The trees differ in one path, ``build/<old key>`` vs ``build/<new key>``, of equal length. That
+  path is rewritten in the text files cmake, make and ninja read (``CMakeCache.txt``, makefiles,
+  ``build.ninja``, depfiles, ``.ninja_log``) and in ``.ninja_deps`` (a same-length byte swap),
+  each file's mtime kept; cmake then reconfigures in place and leaves generated files whose text
+  does not change untouched. Ninja also hashes each command into ``.ninja_log``: a command that
+  differs only in that path gets its hash recomputed, so its object is not compiled again.
+  Object files are not touched (their debug info may name the old tree; the bytes of the library
+  are what the key promises, and an artifact keyed by the same inputs is the same either way).
+* A candidate is an attempt that failed, or one still marked running whose process is gone (a
+  SIGKILL), for the same recipe and commit, newest first. The copy is best effort: any OSError
+  starts the build from zero instead, with a warning.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import shutil
+from pathlib import Path
+
+from rocmbuild import runner, ui
+from rocmbuild.build import buildtree
+from rocmbuild.disk import atomic_write_json
+
+ATTEMPT = ".rocmbuild-attempt.json"
+NOT_COPIED = (ATTEMPT, buildtree.OWNER)
+#: the files whose text names the build tree (read and rewritten; object files are never read)
+_TEXT_NAMES = {"CMakeCache.txt", "Makefile", "Makefile2", "build.ninja", "rules.ninja", "link.txt",
+               "relink.txt", ".ninja_log", "CMakeDirectoryInformation.cmake", "TargetDirectories.txt"}
+_TEXT_SUFFIXES = (".make", ".cmake", ".ninja", ".d", ".ts", ".txt", ".json", ".marks", ".internal")
+_MAX_TEXT = 256 << 20
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+class Attempt:
+    """The record of one build attempt in ``tree``: running now; :meth:`end` says how it ended."""
+
+    def __init__(self, tree: Path, *, recipe: str, commit: str | None, key: str) -> None:
+        self.path = tree / ATTEMPT
+        self.record = {"recipe": recipe, "commit": commit, "key": key, "status": "running",
+                       "started": _now(), "ended": None}
+        atomic_write_json(self.path, self.record)
+
+    def end(self, ok: bool) -> None:
+        self.record.update(status="succeeded" if ok else "failed", ended=_now())
+        try:
+            atomic_write_json(self.path, self.record)
+        except OSError:
+            pass  # the tree is gone (or the disk full): the record is advisory
+
+
+def read_attempt(tree: Path) -> dict | None:
+    try:
+        data = json.loads((tree / ATTEMPT).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def previous(root: Path, *, recipe: str, commit: str | None, key: str) -> Path | None:
+    """The newest tree under ``root`` of a failed (or killed) attempt at ``recipe`` and ``commit``
+    under another key, not in use by any live process; None when there is none."""
+    if commit is None or not root.is_dir():
+        return None
+    found = []
+    for tree in root.iterdir():
+        rec = read_attempt(tree) if tree.name != key and not tree.is_symlink() and tree.is_dir() else None
+        if rec and rec.get("recipe") == recipe and rec.get("commit") == commit and \
+                rec.get("status") in ("failed", "running") and (tree / "CMakeCache.txt").is_file():
+            found.append((rec.get("ended") or rec.get("started") or "", tree))
+    for _when, tree in sorted(found, reverse=True):
+        if not buildtree.users(tree):
+            return tree
+    return None
+
+
+def seed(tree: Path, *, recipe: str, commit: str | None, key: str) -> Path | None:
+    """Start ``tree`` (which must not exist yet) from the previous failed attempt's tree; returns
+    that tree, or None when the build starts from zero."""
+    if tree.exists():
+        return None  # this key's own earlier attempt: continued in place
+    prev = previous(tree.parent, recipe=recipe, commit=commit, key=key)
+    if prev is None:
+        return None
+    tmp = tree.with_name(f".seed-{key}-{os.getpid()}")
+    try:
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(prev, tmp, symlinks=True, copy_function=_clone,
+                        ignore=lambda _d, names: [n for n in names if n in NOT_COPIED])
+        old = _cache_dir(prev) or str(prev)
+        retarget(tmp, old, old[:-len(prev.name)] + tree.name if old.endswith(prev.name) else str(tree))
+        os.replace(tmp, tree)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        ui.warn(f"could not start from the failed attempt in {prev} ({exc}); building from zero")
+        return None
+    ui.info(f"retry: starting from the failed attempt's build tree {prev.name[:16]} "
+            "(only what changed is built again)")
+    return prev
+
+
+def _cache_dir(tree: Path) -> str | None:
+    """The tree's path as cmake spelled it (``CMAKE_CACHEFILE_DIR`` in ``CMakeCache.txt``)."""
+    for line in (tree / "CMakeCache.txt").read_text(errors="replace").splitlines():
+        if line.startswith("CMAKE_CACHEFILE_DIR:"):
+            return line.split("=", 1)[1].strip() or None
+    return None
+
+
+def _clone(src: str, dst: str) -> None:
+    """Copy ``src`` to ``dst`` with ``copy_file_range`` (the kernel reflinks where it can), mode and
+    times kept (make and ninja compare them)."""
+    with open(src, "rb") as fi, open(dst, "wb") as fo:
+        size = os.fstat(fi.fileno()).st_size
+        done = 0
+        try:
+            while done < size:
+                n = os.copy_file_range(fi.fileno(), fo.fileno(), size - done)
+                if n == 0:
+                    break
+                done += n
+        except OSError:
+            fi.seek(done)
+            fo.seek(done)
+            shutil.copyfileobj(fi, fo)
+    shutil.copystat(src, dst)
+
+
+# --------------------------------------------------------------------------------------------
+# one path, rewritten
+
+
+def retarget(tree: Path, old: str, new: str) -> int:
+    """Rewrite ``old`` (the tree's former path) to ``new`` in the files of ``tree`` that cmake, make
+    and ninja read, keeping each file's times; then recompute ninja's command hashes. Returns how
+    many files changed."""
+    a, b = old.encode(), new.encode()
+    changed = 0
+    for dirpath, _dirs, files in os.walk(tree):
+        for name in files:
+            p = Path(dirpath, name)
+            same_length_binary = name == ".ninja_deps" and len(a) == len(b)
+            if not (same_length_binary or name in _TEXT_NAMES or name.endswith(_TEXT_SUFFIXES)):
+                continue
+            changed += _rewrite(p, a, b, binary=same_length_binary)
+    if (tree / ".ninja_log").is_file():
+        _rehash_ninja_log(tree, old, new)
+    return changed
+
+
+def _rewrite(p: Path, a: bytes, b: bytes, *, binary: bool) -> int:
+    st = p.lstat()
+    if not p.is_file() or p.is_symlink() or st.st_size > _MAX_TEXT:
+        return 0
+    data = p.read_bytes()
+    if a not in data or (not binary and b"\0" in data):
+        return 0
+    p.write_bytes(data.replace(a, b))
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+    return 1
+
+
+def _rehash_ninja_log(tree: Path, old: str, new: str) -> None:
+    """``.ninja_log`` keys each output by the hash of its command: for each command of the
+    rewritten ``build.ninja`` that names the tree, the hash of its old spelling becomes the hash of
+    the new one (the command did not change, only the tree's path)."""
+    done = runner.capture(["ninja", "-C", str(tree), "-t", "commands"], timeout=300)
+    if done.returncode != 0:
+        return
+    rehash = {}
+    for cmd in done.stdout.splitlines():
+        if new in cmd:
+            rehash[f"{ninja_hash(cmd.replace(new, old)):x}"] = f"{ninja_hash(cmd):x}"
+    log = tree / ".ninja_log"
+    st = log.stat()
+    lines = log.read_text().splitlines(keepends=True)
+    out = []
+    for line in lines:
+        cols = line.rstrip("\n").split("\t")
+        if len(cols) == 5 and cols[4] in rehash:
+            line = "\t".join(cols[:4] + [rehash[cols[4]]]) + "\n"
+        out.append(line)
+    log.write_text("".join(out))
+    os.utime(log, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+_M64 = (1 << 64) - 1
+
+
+def ninja_hash(command: str) -> int:
+    """Ninja's ``BuildLog::LogEntry::HashCommand``: MurmurHash64A, seed 0xDECAFBADDECAFBAD."""
+    data = command.encode()
+    m, r = 0xC6A4A7935BD1E995, 47
+    h = (0xDECAFBADDECAFBAD ^ (len(data) * m)) & _M64
+    n = len(data) // 8 * 8
+    for i in range(0, n, 8):
+        k = int.from_bytes(data[i:i + 8], "little")
+        k = (k * m) & _M64
+        k ^= k >> r
+        k = (k * m) & _M64
+        h ^= k
+        h = (h * m) & _M64
+    tail = data[n:]
+    if tail:
+        h ^= int.from_bytes(tail, "little")
+        h = (h * m) & _M64
+    h ^= h >> r
+    h = (h * m) & _M64
+    h ^= h >> r
+    return h

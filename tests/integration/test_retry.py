@@ -1,0 +1,145 @@
+"""Retries reuse the work: a build whose previous attempt (same recipe, same commit) failed starts
+from a copy of that attempt's build tree, and recompiles nothing that did not change.
+
+The fixture fails the way the real MIOpen build did: at the final link, "multiple definition"
+(``MIOPEN_FIXTURE_DUPLICATE``), fixed by one linker flag, which changes the key. Real git, cmake,
+make, ninja and gcc; the launcher is ``none`` so that no compiler cache hides a recompile.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from rocmbuild.build import retry
+from rocmbuild.home import cache_home
+from tests.support.cli import rb
+from tests.support.recipes import write_fixture_recipe
+
+SOURCES = 12
+BROKEN = "-Wl,-O1"
+FIXED = "-Wl,--allow-multiple-definition"
+
+
+def _recipe(tmp_path: Path, url: str, generator: str, flags: str, ref: str = "develop") -> Path:
+    path = write_fixture_recipe(tmp_path / "recipes", url=url, ref=ref, generator=generator, data=None,
+                                defines={"MIOPEN_FIXTURE_EXTRA_SOURCES": SOURCES, "MIOPEN_FIXTURE_DUPLICATE": True,
+                                         "CMAKE_SHARED_LINKER_FLAGS": flags})
+    line = f"generator = {json.dumps(generator)}"
+    path.write_text(path.read_text().replace(line, f'{line}\nlauncher = "none"'))
+    assert 'launcher = "none"' in path.read_text()
+    return path
+
+
+def _build(recipe: Path) -> tuple[int, dict]:
+    done = rb("build", recipe, "--json", timeout=300)
+    return done.returncode, json.loads(done.stdout)
+
+
+def _compiles(key: str) -> int:
+    """How many objects the build of ``key`` compiled (cmake's progress lines in its log)."""
+    log = (cache_home() / "logs" / f"{key}.log").read_text()
+    return sum(1 for line in log.splitlines() if "Building C object" in line)
+
+
+def _trees() -> dict[str, dict]:
+    root = cache_home() / "build"
+    return {t.name: retry.read_attempt(t) for t in root.iterdir()} if root.is_dir() else {}
+
+
+@pytest.mark.parametrize("generator", ["Ninja", "Unix Makefiles"])
+def test_a_retry_after_a_failed_link_recompiles_nothing(tmp_path, monorepo, generator):
+    recipe = _recipe(tmp_path, monorepo.url, generator, BROKEN)
+    code, failed = _build(recipe)
+    assert code == 3, failed
+    (old_key, record), = _trees().items()
+    assert "multiple definition" in (cache_home() / "logs" / f"{old_key}.log").read_text()
+    assert set(record) == {"recipe", "commit", "key", "status", "started", "ended"}
+    assert record["recipe"] == "mini" and record["key"] == old_key and record["status"] == "failed"
+    assert record["commit"] == monorepo.c_develop and record["ended"] is not None
+    assert _compiles(old_key) == SOURCES + 3  # every object was compiled; the link failed
+
+    recipe.write_text(recipe.read_text().replace(BROKEN, FIXED))
+    code, built = _build(recipe)
+    assert code == 0, built
+    key = built["key"]
+    assert key != old_key  # the artifact is keyed by every input, the linker flag too
+    assert _compiles(key) == 0, (cache_home() / "logs" / f"{key}.log").read_text()[-3000:]
+    log = (cache_home() / "logs" / f"{key}.log").read_text()
+    assert "Linking C shared library" in log
+    lib = ctypes.CDLL(str(Path(built["artifact"]) / "tree" / "lib" / "libMIOpen.so.1.0"))
+    major, minor, patch = ctypes.c_size_t(), ctypes.c_size_t(), ctypes.c_size_t()
+    assert lib.miopenGetVersion(ctypes.byref(major), ctypes.byref(minor), ctypes.byref(patch)) == 0
+    assert (major.value, minor.value) == (3, 6)
+    # the new tree is removed after success; the failed attempt's tree is kept as it was
+    assert _trees() == {old_key: record}
+
+
+def test_the_copy_starts_no_compile_when_cmake_cache_paths_moved(tmp_path, monorepo):
+    """The seeded tree names itself, not the failed one: cmake accepted it (else the configure
+    fails "CMakeCache.txt directory ... is different"), and no file of the new tree names the old."""
+    recipe = _recipe(tmp_path, monorepo.url, "Ninja", BROKEN)
+    assert _build(recipe)[0] == 3
+    (old_key, _rec), = _trees().items()
+    # a second failing attempt under another key: its tree is kept, so it can be looked at
+    recipe.write_text(recipe.read_text().replace(BROKEN, "-Wl,-O2"))
+    code, out = _build(recipe)
+    assert code == 3
+    new_key = next(k for k in _trees() if k != old_key)
+    tree = cache_home() / "build" / new_key
+    cache = (tree / "CMakeCache.txt").read_text()
+    assert f"CMAKE_CACHEFILE_DIR:INTERNAL={tree}" in cache
+    assert str(cache_home() / "build" / old_key) not in cache
+    assert _compiles(new_key) == 0  # only the link ran again (and failed again)
+    assert _trees()[new_key]["status"] == "failed"
+
+
+def test_a_tree_in_use_is_never_copied(tmp_path, monorepo):
+    """A live process working in the failed tree: the retry builds from zero and leaves it alone."""
+    recipe = _recipe(tmp_path, monorepo.url, "Ninja", BROKEN)
+    assert _build(recipe)[0] == 3
+    (old_key, record), = _trees().items()
+    old_tree = cache_home() / "build" / old_key
+    before = sorted((p.relative_to(old_tree).as_posix(), p.lstat().st_mtime_ns) for p in old_tree.rglob("*"))
+    user = subprocess.Popen(["sleep", "60"], cwd=old_tree, start_new_session=True)
+    try:
+        recipe.write_text(recipe.read_text().replace(BROKEN, FIXED))
+        code, built = _build(recipe)
+    finally:
+        os.killpg(user.pid, signal.SIGKILL)
+        user.wait()
+    assert code == 0, built
+    assert _compiles(built["key"]) == SOURCES + 3  # from zero
+    after = sorted((p.relative_to(old_tree).as_posix(), p.lstat().st_mtime_ns) for p in old_tree.rglob("*"))
+    assert after == before and retry.read_attempt(old_tree) == record
+
+
+def test_another_commit_does_not_start_from_the_failed_tree(tmp_path, monorepo):
+    recipe = _recipe(tmp_path, monorepo.url, "Ninja", BROKEN, ref="develop")
+    assert _build(recipe)[0] == 3
+    recipe.write_text(recipe.read_text().replace(BROKEN, FIXED).replace('ref = "develop"', 'ref = "rocm-7.1.0"'))
+    code, built = _build(recipe)
+    assert code == 0, built
+    assert _compiles(built["key"]) == SOURCES + 3
+
+
+def test_ninja_hash_is_ninjas_own(tmp_path):
+    """``retry.ninja_hash`` equals the hash real ninja wrote into ``.ninja_log`` for a command."""
+    (tmp_path / "build.ninja").write_text(
+        "rule w\n  command = printf 'x%.0s' 1 2 3 > $out && echo the-quick-brown-fox-$out\n"
+        "build a.txt: w\nbuild bb.txt: w\nbuild longer-name-c.txt: w\n")
+    subprocess.run(["ninja", "-C", str(tmp_path)], check=True, capture_output=True)
+    cmds = subprocess.run(["ninja", "-C", str(tmp_path), "-t", "commands"], check=True, capture_output=True,
+                          text=True).stdout.splitlines()
+    logged = {c[3]: c[4] for c in (line.split("\t") for line in (tmp_path / ".ninja_log").read_text().splitlines()
+                                   if not line.startswith("#"))}
+    assert len(cmds) == 3 and len(logged) == 3
+    for cmd in cmds:
+        out = cmd.split("> ")[1].split(" ")[0]
+        assert f"{retry.ninja_hash(cmd):x}" == logged[out]
