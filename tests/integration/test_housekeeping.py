@@ -42,9 +42,10 @@ def _ok(proc) -> dict:
 
 @pytest.fixture
 def own_home(txn_world, tmp_path, monkeypatch):
-    """A private copy of the session's home (gc removes things), sealed again by `cache verify`."""
+    """A private copy of the session's home (gc removes things), sealed again by `cache verify`;
+    without the targets and uses other tests recorded in the session's home."""
     home = tmp_path / "own-home"
-    shutil.copytree(txn_world.home, home, symlinks=True)
+    shutil.copytree(txn_world.home, home, symlinks=True, ignore=shutil.ignore_patterns("known-targets", ".used"))
     monkeypatch.setenv("ROCMBUILD_HOME", str(home))
     assert rb("cache", "verify").returncode == 0
     return home
