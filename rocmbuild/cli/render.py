@@ -184,7 +184,7 @@ def _cache_gc(r: CacheGcResult) -> str:
     lines = [f"{verb} {c.kind} {c.path} ({_size(c.bytes)}): {c.reason}" for c in r.removed]
     lines += [f"kept {k.kind} {k.path}: {k.reason}" for k in r.kept]
     lines += [f"note: {n}" for n in r.notes]
-    lines.append(f"{len(r.removed)} item(s) {verb}, {_size(r.freed_bytes)} "
+    lines.append(f"{len(r.removed)} item(s) {'would be removed' if r.dry_run else 'removed'}, {_size(r.freed_bytes)} "
                  + ("would be freed (dry run: nothing was removed)" if r.dry_run else "freed")
                  + f" (kept: whatever was used in the last {r.keep_days:g} day(s), and what targets use)")
     return "\n".join(lines)
