@@ -2,8 +2,9 @@
 
 ``cache_home()`` is ``$ROCMBUILD_HOME``, else ``$XDG_CACHE_HOME/rocmbuild``, else
 ``~/.cache/rocmbuild``. It holds the source clones (``src/``), build trees (``build/``), artifacts
-(``artifacts/``), logs (``logs/``), downloads (``downloads/``) and, for targets whose library lives
-outside their prefix, their state (``targets/<hash>/``). A target's own state lives with it, on the
+(``artifacts/``), logs (``logs/``), downloads (``downloads/``), for targets whose library lives
+outside their prefix, their state (``targets/<hash>/``), and the record of every target changed
+with this home (``known-targets/``: what ``cache gc`` must not take from them). A target's own state lives with it, on the
 same filesystem: ``<prefix>/.rocmbuild/``.
 """
 
@@ -47,6 +48,10 @@ def downloads_dir(home: Path) -> Path:
 
 def targets_dir(home: Path) -> Path:
     return Path(home) / "targets"
+
+
+def known_targets_dir(home: Path) -> Path:
+    return Path(home) / "known-targets"
 
 
 def target_state_dir(prefix: Path, libdir: Path | None = None, *, outside: bool = False) -> Path:

@@ -2,7 +2,8 @@
 
 Used for source tarballs (:mod:`rocmbuild.build.tarball`) and artifact bundles (:mod:`rocmbuild.build.bundle`).
 
-* :func:`download` fetches an https/http URL (``requests``, streamed, with a progress bar), a
+* :func:`download` fetches an https/http URL (``requests``, streamed, with a progress bar, retried
+  with backoff: :mod:`rocmbuild.build.net`), a
   ``file://`` URL, a plain path, or a pinned PyPI package (``pypi:NAME==VERSION``, through
   ``pip download``) to ``dest`` through ``dest.part``, hashing as it goes; a sha256
   mismatch deletes the download (never the user's own local file) and raises :class:`FetchError`.
@@ -35,18 +36,24 @@ def _copy(chunks, out, h, what: str, total: int | None) -> None:
             prog.update(task, advance=len(chunk))
 
 
-def _fetch_http(url: str, out, h) -> None:
+SOURCE_HINT = ("the network or the server failed: run the command again later (downloads are retried "
+               "with backoff), or give a mirror or a local copy of the archive with --source URL|PATH")
+
+
+def _fetch_http(url: str, out, h, hint: str) -> None:
     import requests
 
-    try:
-        with requests.get(url, stream=True, timeout=(30, 300)) as resp:
-            resp.raise_for_status()
+    from rocmbuild.build import net
+
+    with net.session() as s:
+        resp = net.open_stream(s, url, hint)
+        with resp:
             total = int(resp.headers.get("content-length") or 0) or None
-            _copy(resp.iter_content(CHUNK), out, h, f"downloading {Path(urllib.parse.urlparse(url).path).name}", total)
-    except requests.RequestException as exc:
-        raise FetchError(f"cannot download {url}: {exc}",
-                         "check the URL (source.archive or --source), your network and proxy",
-                         details={"url": url}) from exc
+            try:
+                _copy(resp.iter_content(CHUNK), out, h, f"downloading {Path(urllib.parse.urlparse(url).path).name}",
+                      total)
+            except requests.RequestException as exc:
+                raise net.network_error(url, exc, hint) from exc
 
 
 def _fetch_local(url: str, parsed, out, h) -> None:
@@ -132,9 +139,9 @@ def inside(path: str | PurePosixPath) -> bool:
     return True
 
 
-def download(url: str, dest: Path, expected: str) -> None:
+def download(url: str, dest: Path, expected: str, *, hint: str = SOURCE_HINT) -> None:
     """Fetch ``url`` (http/https/file/path, or ``pypi:NAME==VERSION``) to ``dest`` via
-    ``dest.part``, checking sha256."""
+    ``dest.part``, checking sha256. ``hint``: what to do when the network fails (fits the verb)."""
     part = dest.with_name(dest.name + ".part")
     part.parent.mkdir(parents=True, exist_ok=True)
     h = hashlib.sha256()
@@ -142,7 +149,7 @@ def download(url: str, dest: Path, expected: str) -> None:
     try:
         with open(part, "wb") as out:
             if parsed.scheme in ("http", "https"):
-                _fetch_http(url, out, h)
+                _fetch_http(url, out, h, hint)
             elif parsed.scheme == "pypi":
                 _fetch_pypi(url[len("pypi:"):], part.parent, out, h)
             else:

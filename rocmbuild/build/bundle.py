@@ -44,6 +44,7 @@ from rocmbuild import ui
 from rocmbuild.build.archive import download
 from rocmbuild.build.artifact import MANIFEST, TREE, Artifact, Manifest, seal
 from rocmbuild.build.cache import imported_dir, quarantine
+from rocmbuild.build.tarball import touch_download
 from rocmbuild.build.extract import CORRUPT, Refused, check_members, corrupt, parts_of, refusal, safe_extract
 from rocmbuild.disk import CHUNK, atomic_write_bytes, atomic_write_json, fsync_dir, read_json, sha256_file
 from rocmbuild.errors import FetchError, InputError
@@ -113,14 +114,18 @@ def _parse_sha256_file(text: str) -> str | None:
     return m.group(1).lower() if m else None
 
 
-def _expected_for_url(url: str) -> str | None:
-    import requests
+BUNDLE_HINT = ("the network or the server failed: run the command again later (downloads are retried with "
+               "backoff), or copy the bundle and its .sha256 to this machine and give the file to --artifact")
 
-    try:
-        resp = requests.get(url + ".sha256", timeout=(30, 60))
-    except requests.RequestException:
-        return None
-    return _parse_sha256_file(resp.text) if resp.ok else None
+
+def _expected_for_url(url: str) -> str | None:
+    """The sha256 published beside ``url`` (``URL.sha256``); None when the server has none (404/410:
+    the publisher did not write one, an input problem, exit 2). Unreachable, or 5xx after the
+    retries: a FetchError (exit 3, try again later), never taken as "none published"."""
+    from rocmbuild.build import net
+
+    text = net.get_text(url + ".sha256", BUNDLE_HINT, missing_ok=True)
+    return _parse_sha256_file(text) if text is not None else None
 
 
 def _fetch(src: str, home: Path, sha256: str | None) -> tuple[Path, str | None]:
@@ -135,7 +140,8 @@ def _fetch(src: str, home: Path, sha256: str | None) -> tuple[Path, str | None]:
             )
         dest = downloads_dir(home) / f"bundle-{expected}.tar.gz"
         if not (dest.is_file() and sha256_file(dest) == expected):
-            download(src, dest, expected)
+            download(src, dest, expected, hint=BUNDLE_HINT)
+        touch_download(dest)  # its last use, for `cache gc`
         return dest, expected
     path = Path(urllib.parse.unquote(parsed.path) if parsed.scheme == "file" else src).expanduser()
     if not path.is_file():

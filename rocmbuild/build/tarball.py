@@ -3,7 +3,8 @@ every fetch, a prebuilt one is not extracted here at all (the builder extracts i
 straight into the artifact: :mod:`rocmbuild.build.prebuilt`).
 
 Decisions: a cached download (``home/downloads/<sha256>``) is re-hashed before reuse and fetched
-again if it changed; the tree is extracted into a temp dir and renamed to
+again if it changed (and its mtime set to now: ``cache gc`` removes downloads unused for
+``--keep-days``); the tree is extracted into a temp dir and renamed to
 ``home/src/tarball-<sha256[:16]>/`` (a half-extracted tree is never seen); a single top-level
 directory in the archive becomes the root. Downloading and safe extraction are
 :mod:`rocmbuild.build.archive`'s (shared with artifact bundles).
@@ -32,6 +33,14 @@ def download_path(sha256: str, home: Path) -> Path:
     return downloads_dir(home) / sha256.lower()
 
 
+def touch_download(path: Path) -> None:
+    """Mark a download as used now (its mtime: what ``cache gc`` ages downloads by)."""
+    try:
+        os.utime(path)
+    except OSError:
+        pass
+
+
 def fetch(url: str, sha256: str, home: Path) -> Path:
     """The checked download of ``url`` at ``downloads/<sha256>``, downloaded only if missing or changed."""
     sha = sha256.lower()
@@ -39,6 +48,7 @@ def fetch(url: str, sha256: str, home: Path) -> Path:
     if archive.is_file():
         if sha256_file(archive) == sha:
             ui.info(f"using cached download {archive}")
+            touch_download(archive)
         else:
             ui.warn(f"cached download {archive} changed on disk; downloading again")
             archive.unlink()

@@ -15,6 +15,8 @@ from rocmbuild.results import (
     ApplyResult,
     BuildPlan,
     BuildResult,
+    CacheGcResult,
+    CacheListResult,
     CacheVerifyResult,
     DemoResult,
     DoctorResult,
@@ -150,6 +152,42 @@ def _cache_verify(r: CacheVerifyResult) -> str:
     bad = sum(e.status != "ok" for e in r.entries)
     lines.append(f"{len(r.entries)} artifact(s) in {r.cache} re-hashed: "
                  + (f"{bad} quarantined" if bad else "all match their manifests"))
+    return "\n".join(lines)
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return str(n)
+
+
+@text.register
+def _cache_list(r: CacheListResult) -> str:
+    lines = []
+    for a in r.artifacts:
+        i = a.info
+        lines.append(f"{i.key[:16]} {i.kind:8} {i.recipe or '?'} {i.version or '?'} "
+                     f"commit {(i.commit or '-')[:12]}  {_size(i.size)}  last used {i.last_used or 'never'}")
+        lines += [f"  used by {u.prefix or u.state_dir} ({u.role}, txn {u.txn})" for u in a.used_by]
+    gone = sum(not t.target.exists for t in r.targets)
+    lines.append(f"{len(r.artifacts)} artifact(s), {_size(r.total_bytes)} in {r.cache}; "
+                 f"{len(r.targets)} known target(s)" + (f" ({gone} no longer there)" if gone else ""))
+    lines += [f"  cannot read {p} (a journal of {t.target.prefix or t.target.state_dir})"
+              for t in r.targets for p in t.unreadable]
+    return "\n".join(lines)
+
+
+@text.register
+def _cache_gc(r: CacheGcResult) -> str:
+    verb = "would remove" if r.dry_run else "removed"
+    lines = [f"{verb} {c.kind} {c.path} ({_size(c.bytes)}): {c.reason}" for c in r.removed]
+    lines += [f"kept {k.kind} {k.path}: {k.reason}" for k in r.kept]
+    lines += [f"note: {n}" for n in r.notes]
+    lines.append(f"{len(r.removed)} item(s) {'would be removed' if r.dry_run else 'removed'}, {_size(r.freed_bytes)} "
+                 + ("would be freed (dry run: nothing was removed)" if r.dry_run else "freed")
+                 + f" (kept: whatever was used in the last {r.keep_days:g} day(s), and what targets use)")
     return "\n".join(lines)
 
 

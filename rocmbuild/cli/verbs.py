@@ -139,14 +139,29 @@ def _cmd_doctor(args) -> VerbResult:
 
 
 def _add_cache(sub) -> None:
-    p = sub.add_parser("cache", help="the artifact cache: `cache verify` re-hashes it, quarantining what changed")
-    p.add_argument("action", choices=["verify"], help="verify: re-hash every cached artifact against its manifest")
+    p = sub.add_parser("cache", help="the artifact cache: `cache list` shows it, `cache gc` cleans it, "
+                       "`cache verify` re-hashes it")
+    p.add_argument("action", choices=["verify", "list", "gc"],
+                   help="verify: re-hash every cached artifact against its manifest; list: every artifact with its "
+                   "size, last use and the targets using it; gc: remove what nothing needs")
+    p.add_argument("--keep-days", type=float, default=None, metavar="N",
+                   help="gc: keep whatever was used in the last N days (default 30)")
+    p.add_argument("--dry-run", action="store_true", help="gc: say what would be removed, remove nothing")
     a.common(p)
 
 
 def _cmd_cache(args) -> VerbResult:
+    from rocmbuild.errors import InputError
     from rocmbuild.flows import cache
 
+    if args.action != "gc" and (args.keep_days is not None or args.dry_run):
+        raise InputError(f"--keep-days and --dry-run belong to `cache gc`, not `cache {args.action}`",
+                         "run `rocmbuild cache gc --keep-days N --dry-run`")
+    if args.action == "list":
+        return cache.listing()
+    if args.action == "gc":
+        days = cache.housekeeping.DEFAULT_KEEP_DAYS if args.keep_days is None else args.keep_days
+        return cache.gc(days, dry_run=args.dry_run)
     return cache.verify()
 
 

@@ -21,6 +21,8 @@ Decisions (docs/json.md fixes what the result holds):
 * The GPU architecture is checked first (``guards.gpu_arch``): a recipe's targets before it is
   built, a bundle's recorded ones after its import, both before the target is recovered or
   probed; the result carries the verdict (``gpu_arch``), the dry run too.
+* Every apply (also "already applied") records the target in the home (``known-targets/``) and the
+  artifact's use, so ``cache gc`` keeps what the target needs; a dry run records nothing.
 * ``--allow-outside-prefix``: the state lives in $ROCMBUILD_HOME/targets/<hash>/ with a target.json
   naming the prefix, so history/recover/rollback given only --env find it again.
 """
@@ -44,7 +46,7 @@ from rocmbuild.locks import LockWait
 from rocmbuild.recipe import Overrides, Recipe, arch
 from rocmbuild.results import ApplyResult, BuildPlan, BundleSummary, DryRunResult, TargetPlan
 from rocmbuild.swap import plan as _plan
-from rocmbuild.swap import state
+from rocmbuild.swap import known, state
 from rocmbuild.swap.observe import FsObserver, PathState
 from rocmbuild import swap as _txn
 from rocmbuild.target import probe, target
@@ -187,6 +189,7 @@ def _swap(art: Artifact, t: Target, recovered: tuple, options: ApplyOptions) -> 
         sdir.mkdir(parents=True, exist_ok=True)
         state.register_outside_target(sdir, Path(the_plan.prefix), Path(the_plan.libdir))
     with state.TargetLock(sdir, wait=options.wait):
+        _remember(art, the_plan)
         raced = tuple(_txn.recover(sdir, verify_restored=verify)) if _txn.needs_recovery(sdir) else ()
         recovered += raced
         stem = m.libraries[0].name if m.libraries else probe.BACKEND_LIBRARY.get(t.report.backend or "", "libMIOpen")
@@ -204,6 +207,17 @@ def _swap(art: Artifact, t: Target, recovered: tuple, options: ApplyOptions) -> 
     ui.info(f"applied {out.id}: {the_plan.library} verified ({m.version or '?'}); `rocmbuild rollback` undoes it")
     return ApplyResult(the_plan, already_applied=False, txn=out.id, verdict=out.verdict, artifact=str(art.path),
                        recovered=recovered, pruned=tuple(out.pruned), copy_bytes=copy_bytes)
+
+
+def _remember(art: Artifact, the_plan: _plan.Plan) -> None:
+    """The home's record of this target and of this use of the artifact (for ``cache list``/``gc``);
+    written in the home, never in the target."""
+    home = cache_home()
+    try:
+        known.register(home, Path(the_plan.state_dir), Path(the_plan.prefix))
+    except OSError as exc:
+        ui.warn(f"could not record this target in {home} ({exc.strerror or exc}): `cache gc` will not know it")
+    build.used(art, home)
 
 
 def _already(art: Artifact, t: Target, the_plan: _plan.Plan, verify, recovered: tuple,
@@ -224,6 +238,7 @@ def _already(art: Artifact, t: Target, the_plan: _plan.Plan, verify, recovered: 
                 f"  - {f['name']}: expected {f['expected']}, found {f['found']}" for f in fails),
             "nothing was changed; `rocmbuild status` shows what the environment loads",
             details={"failures": fails, "verdict": verdict.to_json()})
+    _remember(art, the_plan)
     m = art.manifest
     ui.info(f"already applied: {m.recipe} {m.version or ''} is in place in {the_plan.prefix}; nothing changed")
     return ApplyResult(the_plan, already_applied=True, txn=None, verdict=verdict, artifact=str(art.path),

@@ -5,17 +5,19 @@ source.fetch -> builder.build -> Artifact. The source lock is held across fetch 
 tree is shared per remote, and another rocmbuild must not check out a different ref under our
 running compiler. Both locks (source, artifact key) follow the one policy (``--wait``,
 ``--wait-timeout``): ``build`` has no target, so its options govern exactly these two. ``build_plan`` changes nothing and never fails for what only a build needs
-(network, GPU, requirements): it reports them instead.
+(network, GPU, requirements): it reports them instead. Every cache hit and every new build
+records a use of the artifact (its last use, for ``cache gc``).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Callable, Sequence
 
 from rocmbuild import home as home_layout
 from rocmbuild import recipe as _recipe
 from rocmbuild import ui
-from rocmbuild.build import builder, cache, cmake, requirements, source
+from rocmbuild.build import builder, cache, cmake, housekeeping, requirements, source
 from rocmbuild.build.artifact import Artifact
 from rocmbuild.errors import InputError, RequirementError, RocmbuildError
 from rocmbuild.home import artifacts_dir, cache_home
@@ -81,7 +83,7 @@ def build_recipe(r: Recipe, before_build: Callable[[str | None], None] | None = 
         hit = builder.for_recipe(hit, r)  # judged by today's [verify], which is not in the key
         if before_build is not None:
             before_build(hit.manifest.version)
-        return hit
+        return used(hit, home)
     with source.source_lock(r, home=home, wait=wait):
         checkout = source.fetch(r, home=home, log=cache.log_path(home, key), locked=True)
         if checkout.commit != commit:
@@ -90,10 +92,16 @@ def build_recipe(r: Recipe, before_build: Callable[[str | None], None] | None = 
             key = cache.cache_key(inp)
             hit = cache.lookup(key, home)
             if hit is not None:
-                return builder.for_recipe(hit, r)
+                return used(builder.for_recipe(hit, r), home)
         if before_build is not None:
             before_build(checkout.version)
-        return builder.for_recipe(builder.build(r, checkout, home=home, key=key, inp=inp, wait=wait), r)
+        return used(builder.for_recipe(builder.build(r, checkout, home=home, key=key, inp=inp, wait=wait), r), home)
+
+
+def used(art: Artifact, home: Path) -> Artifact:
+    """Record a use of ``art`` (its last use: what ``cache gc`` ages artifacts by); returns it."""
+    housekeeping.touch(home, art.path)
+    return art
 
 
 def build(name: str, recipes_dirs: Sequence[str] = (), overrides: Overrides = Overrides(), *,

@@ -1,5 +1,6 @@
 """``rocmbuild cache verify``: re-hash every cached artifact, built and imported, against its
-manifest; quarantine what does not match.
+manifest; quarantine what does not match. ``cache list`` and ``cache gc``: the cache
+(:mod:`rocmbuild.build.housekeeping`) beside what the known targets use (:mod:`rocmbuild.swap.known`).
 
 Decisions:
 * Every byte is read (``Artifact.bytes_problems``): this is the slow, thorough check that the
@@ -12,19 +13,32 @@ Decisions:
   on every apply only until the next ``cache verify``.
 * Exit 0 when all is well, 3 (``FetchError``) when anything was quarantined; the report of every
   entry is kept beside the error.
+* ``cache gc`` never removes an artifact a known target uses (in effect, restorable by a rollback,
+  or needed by a recovery), nor any artifact at all while a known target's journal cannot be read;
+  one gc at a time (``home/.gc.lock``, exit 5 for a second one); each entry is taken under its key
+  lock, so nothing a running build holds is touched. ``--dry-run`` writes nothing at all (no lock
+  either), so what a build locks at that moment may be listed as removable. A target's rollback restores its own backups
+  (never the cache), so even an unknown target loses nothing but a cache hit.
 """
 
 from __future__ import annotations
 
+import time
+from contextlib import nullcontext
+from collections import defaultdict
 from pathlib import Path
 
-from rocmbuild.build import bundle, cache
+from rocmbuild.build import bundle, cache, housekeeping
+from rocmbuild.build.housekeeping import Candidate
 from rocmbuild.build.artifact import MANIFEST, Artifact, Manifest, seal
-from rocmbuild.disk import read_json
+from rocmbuild.disk import FileLock, read_json
 from rocmbuild.errors import InputError
 from rocmbuild.home import artifacts_dir, cache_home
 from rocmbuild.build.cache import CacheEntry
-from rocmbuild.results import CacheVerifyResult
+from rocmbuild.results import CacheGcResult, CacheListResult, CacheVerifyResult
+from rocmbuild.results.cache import Kept, ListedArtifact, ListedTarget
+from rocmbuild.swap import known
+from rocmbuild.swap.known import Use
 
 PROVENANCE = bundle.PROVENANCE
 
@@ -60,3 +74,88 @@ def verify(home: Path | None = None) -> CacheVerifyResult:
     """``rocmbuild cache verify``."""
     home = Path(home) if home is not None else cache_home()
     return CacheVerifyResult(str(artifacts_dir(home)), tuple(check(p) for p in cache.entries(home)))
+
+
+# --------------------------------------------------------------------------------------------
+# cache list / cache gc: the cache composed with what the known targets use (swap.known)
+
+
+def _uses(home: Path) -> tuple[list[ListedTarget], dict[str, list[Use]]]:
+    targets, by_key = [], defaultdict(list)
+    for t in known.known(home):
+        used, bad = known.uses(t)
+        targets.append(ListedTarget(t, tuple(bad)))
+        for u in used:
+            by_key[u.key].append(u)
+    return targets, by_key
+
+
+def listing(home: Path | None = None) -> CacheListResult:
+    """``rocmbuild cache list``: every artifact, and which known targets use it."""
+    home = Path(home) if home is not None else cache_home()
+    targets, by_key = _uses(home)
+    arts = tuple(ListedArtifact(a, tuple(by_key.get(a.key, ()))) for a in housekeeping.artifacts(home))
+    return CacheListResult(str(home), arts, tuple(targets))
+
+
+def _users_text(users: list[Use]) -> str:
+    first = users[0]
+    more = f" and {len(users) - 1} more" if len(users) > 1 else ""
+    return f"used by {first.prefix or first.state_dir} ({first.role}, txn {first.txn}){more}"
+
+
+def _gc_artifacts(home: Path, cutoff: float, by_key, blocked: str | None, dry_run: bool, out: dict) -> None:
+    for a in housekeeping.artifacts(home):
+        path = Path(a.path)
+        if by_key.get(a.key):
+            out["kept"].append(Kept("artifact", a.path, a.key, _users_text(by_key[a.key])))
+            continue
+        if (a.last_used_ts or 0) > cutoff:
+            continue
+        if blocked:
+            out["kept"].append(Kept("artifact", a.path, a.key, blocked))
+            continue
+
+        def still(path=path) -> str | None:
+            return "used since it was listed" if (housekeeping.last_use(home, path) or 0) > cutoff else None
+
+        c = Candidate("artifact", a.path, f"not used since {a.last_used}", a.size, a.last_used, a.key)
+        _take(home, c, dry_run, out, still)
+
+
+def _take(home: Path, c: Candidate, dry_run: bool, out: dict, still=None) -> None:
+    why = housekeeping.take(home, c, dry_run=dry_run, still=still)
+    if why is None:
+        out["removed"].append(c)
+    else:
+        out["kept"].append(Kept(c.kind, c.path, c.key, why))
+
+
+def gc(keep_days: float = housekeeping.DEFAULT_KEEP_DAYS, *, dry_run: bool = False,
+       home: Path | None = None) -> CacheGcResult:
+    """``rocmbuild cache gc``: remove what nothing needs (docs/cache.md, "Housekeeping")."""
+    if keep_days < 0:
+        raise InputError(f"--keep-days must be 0 or more (got {keep_days:g})", "give a number of days, e.g. --keep-days 30")
+    home = Path(home) if home is not None else cache_home()
+    cutoff = time.time() - keep_days * 86400
+    out: dict = {"removed": [], "kept": [], "notes": []}
+    if not dry_run:
+        home.mkdir(parents=True, exist_ok=True)
+    with nullcontext() if dry_run else FileLock(home / ".gc.lock", wait=False, what="the cache's garbage collection"):
+        targets, by_key = _uses(home)
+        bad = [p for t in targets for p in t.unreadable]
+        blocked = None
+        if bad:
+            blocked = f"a known target's journal cannot be read ({bad[0]}): what it uses is unknown"
+            out["notes"].append(f"no artifact was removed: {blocked}; fix or move that journal aside, then run gc again")
+        gone = [t.target for t in targets if not t.target.exists]
+        if gone:
+            out["notes"].append(f"{len(gone)} known target(s) no longer exist (e.g. {gone[0].prefix or gone[0].state_dir}): "
+                                "they protect nothing")
+        _gc_artifacts(home, cutoff, by_key, blocked, dry_run, out)
+        gone_keys = {c.key for c in out["removed"] if c.kind == "artifact"}
+        for c in housekeeping.build_dirs(home, cutoff, gone_keys) + housekeeping.temps(home):
+            _take(home, c, dry_run, out)
+        for c in housekeeping.downloads(home, cutoff) + housekeeping.quarantined(home, cutoff):
+            _take(home, c, dry_run, out)
+    return CacheGcResult(str(home), keep_days, dry_run, tuple(out["removed"]), tuple(out["kept"]), tuple(out["notes"]))

@@ -14,6 +14,7 @@ Decisions:
 """
 
 from rocmbuild.build.cache import CacheReport as CacheVerifyResult  # made in build/, held as it is
+from rocmbuild.results.cache import CacheGcResult, CacheListResult
 from rocmbuild.results.base import BACKUP_BYTES_NOTE, Json, Record, VerbResult
 from rocmbuild.results.build import BuildPlan, BuildResult, RecipeEntry, RecipesResult, ShowResult, SourcePlan
 from rocmbuild.results.demo import DemoCheck, DemoFailed, DemoResult, DemoStep
@@ -39,6 +40,7 @@ from rocmbuild.results.txn import (
 )
 
 __all__ = [
+    "CacheGcResult", "CacheListResult",
     "BACKUP_BYTES_NOTE", "ApplyResult", "BuildPlan", "BuildResult", "BundleSummary", "CacheVerifyResult",
     "DemoCheck", "DemoFailed", "DemoResult", "DemoStep",
     "DoctorResult", "DryRunResult", "ExportResult", "HistoryResult", "InEffect", "Json", "LibraryStatus",

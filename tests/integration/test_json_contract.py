@@ -377,6 +377,22 @@ def test_cache_verify_all_good_and_quarantined(txn_world, tmp_path, monkeypatch)
     assert bad["key"] == txn_world.artifacts["mini"].key and d["quarantined"] == [bad["quarantined_to"]]
 
 
+def test_cache_list_and_gc(txn_world, tmp_path):
+    import shutil
+
+    home = tmp_path / "home"
+    shutil.copytree(txn_world.home / "artifacts", home / "artifacts", symlinks=True)
+    env = {"ROCMBUILD_HOME": str(home)}
+    d = ok(rb("cache", "list", "--json", env=env), "cache", "cache-list")
+    assert {a.key for a in txn_world.artifacts.values()} == {a["key"] for a in d["artifacts"]}
+    assert all(isinstance(a["size"], int) and a["size"] > 0 and a["targets"] == [] for a in d["artifacts"])
+    d = ok(rb("cache", "gc", "--keep-days", "0", "--dry-run", "--json", env=env), "cache", "cache-gc")
+    assert d["dry_run"] is True and d["freed_bytes"] == sum(c["bytes"] for c in d["removed"]) > 0
+    d = ok(rb("cache", "gc", "--json", env=env), "cache", "cache-gc")
+    assert d["removed"] == [] and d["keep_days"] == 30
+    fail(rb("cache", "gc", "--keep-days", "-3", "--json", env=env), "cache", 2, "InputError")
+
+
 def test_rollback_if_applied_succeeds_with_nothing_to_undo(txn_home, env350):
     from tests.support.snapshots import snapshot
 

@@ -1,0 +1,286 @@
+"""What the cache holds and what may go: artifacts with their size and last use, build trees
+left by failed builds, downloads, quarantined entries; and removing them under the key lock.
+
+Decisions:
+* **Last use** is the mtime of a stamp ``artifacts/.used/[imported-]<key>``, set (touched) on
+  every cache hit, every build that made the artifact and every apply of it; an artifact without
+  a stamp (made before stamps existed) was last used when it was published (its manifest's
+  mtime). A dry run and ``plan`` change nothing, so they touch nothing.
+* **Size** is real disk use: ``st_blocks * 512`` of every file, link and directory under the
+  entry, each inode counted once (a hard link is not counted twice).
+* **Build trees** ``build/<key>/``: removable when ``.rocmbuild-attempt.json`` says ``failed``;
+  when it says ``running`` but nothing uses the tree (the run was killed: ``interrupted``); when
+  the key has an artifact no more (``orphaned``: its artifact was removed); and when it has
+  neither an attempt record nor an artifact (a tree of an older rocmbuild). A tree in use
+  (:func:`rocmbuild.build.buildtree.users`) or whose key lock is held is never touched.
+* **Ages**: artifacts by last use, build trees by the attempt's ``ended`` (else the tree's
+  mtime), downloads by mtime (a reused download is touched), quarantined entries by the time
+  in their name. ``--keep-days N`` keeps everything younger than N days (default 30); a
+  ``.part`` download is only removed when also over an hour old (a live download writes it).
+* **Removal** renames the entry aside (``.gc-<name>-<pid>``: a reader of the old name sees all
+  or nothing) and removes it; sealed files are read-only but their directories are writable, and
+  a directory that is not is made writable first (only inside the entry being removed).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import re
+import shutil
+import stat as _stat
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from rocmbuild.build import buildtree
+from rocmbuild.build.artifact import MANIFEST, Manifest
+from rocmbuild.build.cache import entries, imported_dir, key_lock
+from rocmbuild.disk import read_json
+from rocmbuild.errors import InputError, LockedError
+from rocmbuild.home import artifacts_dir, build_dir, downloads_dir
+
+ATTEMPT = ".rocmbuild-attempt.json"
+DEFAULT_KEEP_DAYS = 30
+PART_GRACE = 3600.0
+_KEY = re.compile(r"^[0-9a-f]{64}$")
+_QSTAMP = re.compile(r"-(\d{8}T\d{6})\d*Z-\d+$")
+
+
+def iso(t: float | None) -> str | None:
+    return None if t is None else _dt.datetime.fromtimestamp(t, _dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _stamp(home: Path, key: str, imported: bool) -> Path:
+    return artifacts_dir(home) / ".used" / (f"imported-{key}" if imported else key)
+
+
+def touch(home: Path, path: Path) -> None:
+    """Record a use of the artifact at ``path`` now (best effort: a read-only cache is no error)."""
+    path = Path(path)
+    stamp = _stamp(home, path.name, path.parent.name == "imported")
+    try:
+        stamp.parent.mkdir(parents=True, exist_ok=True)
+        stamp.touch()
+        os.utime(stamp)
+    except OSError:
+        pass
+
+
+def last_use(home: Path, path: Path) -> float | None:
+    path = Path(path)
+    for p in (_stamp(home, path.name, path.parent.name == "imported"), path / MANIFEST):
+        try:
+            return p.stat().st_mtime
+        except OSError:
+            continue
+    return None
+
+
+def disk_bytes(path: Path, seen: set[tuple[int, int]] | None = None) -> int:
+    """``st_blocks * 512`` of everything under ``path``, each inode once (``seen`` spans calls)."""
+    seen = set() if seen is None else seen
+    total = 0
+    stack = [str(path)]
+    while stack:
+        p = stack.pop()
+        try:
+            st = os.lstat(p)
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) not in seen:
+            seen.add((st.st_dev, st.st_ino))
+            total += st.st_blocks * 512
+        if _stat.S_ISDIR(st.st_mode):
+            try:
+                stack += [os.path.join(p, n) for n in os.listdir(p)]
+            except OSError:
+                pass
+    return total
+
+
+@dataclass(frozen=True)
+class ArtifactInfo:
+    key: str
+    kind: str  # built | imported
+    path: str
+    recipe: str | None
+    version: str | None
+    commit: str | None
+    size: int
+    created: str | None
+    last_used: str | None
+    last_used_ts: float | None
+
+
+def artifact_info(home: Path, path: Path, seen: set | None = None) -> ArtifactInfo:
+    try:
+        m: Manifest | None = Manifest.from_json(read_json(path / MANIFEST))
+        created = (path / MANIFEST).stat().st_mtime
+    except (OSError, ValueError, KeyError, TypeError, InputError):  # unreadable or hostile: listed, not trusted
+        m, created = None, None
+    used = last_use(home, path)
+    return ArtifactInfo(path.name, "imported" if path.parent == imported_dir(home) else "built", str(path),
+                        m.recipe if m else None, m.version if m else None, m.commit if m else None,
+                        disk_bytes(path, seen), iso(created), iso(used), used)
+
+
+def artifacts(home: Path) -> list[ArtifactInfo]:
+    """Every artifact of the cache (built, then imported), hard links shared between them counted once."""
+    seen: set[tuple[int, int]] = set()
+    return [artifact_info(home, p, seen) for p in entries(home)]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """Something ``cache gc`` may remove: what (``kind``), where, why, how big, since when."""
+
+    kind: str  # artifact | build-dir | temp | download | quarantined
+    path: str
+    reason: str
+    bytes: int
+    since: str | None
+    key: str | None = None
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "path": self.path, "key": self.key, "reason": self.reason,
+                "bytes": self.bytes, "since": self.since}
+
+
+def attempt(tree: Path) -> dict | None:
+    """The builder's record of the last attempt in ``tree`` (its format: docs/cache.md), or None."""
+    try:
+        data = read_json(Path(tree) / ATTEMPT)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("status"), str) else None
+
+
+def parse_iso(text) -> float | None:
+    try:
+        return _dt.datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
+    except (TypeError, ValueError):
+        return None
+
+
+def _mtime(p: Path) -> float | None:
+    try:
+        return p.lstat().st_mtime
+    except OSError:
+        return None
+
+
+def build_dir_reason(home: Path, tree: Path, gone: set = frozenset()) -> tuple[str | None, float | None]:
+    """Why the build tree may go (None: it stays) and since when; ``gone``: keys whose artifact is
+    being removed."""
+    rec = attempt(tree)
+    has_artifact = tree.name not in gone and (artifacts_dir(home) / tree.name / MANIFEST).is_file()
+    since = parse_iso(rec.get("ended")) if rec else None
+    since = since or _mtime(tree)
+    status = rec.get("status") if rec else None
+    if status == "failed":
+        return "the build failed", since
+    if status == "running":
+        return "the build was interrupted (nothing runs in it)", since
+    if not has_artifact:
+        return ("its artifact is gone" if rec else "no artifact and no attempt record"), since
+    return None, since
+
+
+def build_dirs(home: Path, cutoff: float, gone: set = frozenset()) -> list[Candidate]:
+    root = build_dir(home)
+    out = []
+    for tree in sorted(root.iterdir()) if root.is_dir() else ():
+        if not (_KEY.match(tree.name) and tree.is_dir() and not tree.is_symlink()):
+            continue
+        reason, since = build_dir_reason(home, tree, gone)
+        if reason and (since or 0) <= cutoff:
+            out.append(Candidate("build-dir", str(tree), reason, disk_bytes(tree), iso(since), tree.name))
+    return out
+
+
+def temps(home: Path) -> list[Candidate]:
+    """``artifacts/.tmp-<key>-<pid>``: half-made artifacts of killed builds (checked under the key lock)."""
+    adir = artifacts_dir(home)
+    out = []
+    for p in sorted(adir.glob(".tmp-*-*")) if adir.is_dir() else ():
+        key = p.name[len(".tmp-"):].rsplit("-", 1)[0]
+        if _KEY.match(key) and p.is_dir() and not p.is_symlink():
+            out.append(Candidate("temp", str(p), "a killed build's unfinished artifact", disk_bytes(p),
+                                 iso(_mtime(p)), key))
+    return out
+
+
+def downloads(home: Path, cutoff: float) -> list[Candidate]:
+    d = downloads_dir(home)
+    out = []
+    now = time.time()
+    for p in sorted(d.iterdir()) if d.is_dir() else ():
+        since = _mtime(p)
+        if since is None or since > cutoff or p.is_symlink():
+            continue
+        partial = p.name.endswith(".part") or p.name.startswith(".pip-download-")
+        if partial and since > now - PART_GRACE:
+            continue
+        out.append(Candidate("download", str(p), "an unfinished download" if partial else "not used since",
+                             disk_bytes(p), iso(since)))
+    return out
+
+
+def quarantined(home: Path, cutoff: float) -> list[Candidate]:
+    q = artifacts_dir(home) / ".quarantine"
+    out = []
+    for p in sorted(q.iterdir()) if q.is_dir() else ():
+        m = _QSTAMP.search(p.name)
+        since = (_dt.datetime.strptime(m.group(1), "%Y%m%dT%H%M%S").replace(tzinfo=_dt.timezone.utc).timestamp()
+                 if m else _mtime(p))
+        if since is not None and since <= cutoff and not p.is_symlink():
+            out.append(Candidate("quarantined", str(p), "quarantined (did not match its manifest)",
+                                 disk_bytes(p), iso(since)))
+    return out
+
+
+def _writable(func, path, _exc) -> None:
+    """rmtree's error handler: make the parent directory writable once, then try again."""
+    parent = os.path.dirname(path)
+    os.chmod(parent, os.stat(parent).st_mode | _stat.S_IWUSR | _stat.S_IXUSR)
+    func(path)
+
+
+def remove(path: Path) -> None:
+    """Rename ``path`` aside, then remove it (files or trees; read-only files are fine)."""
+    path = Path(path)
+    aside = path.with_name(f".gc-{path.name}-{os.getpid()}")
+    os.replace(path, aside)
+    if aside.is_dir() and not aside.is_symlink():
+        shutil.rmtree(aside, onerror=_writable)
+    else:
+        aside.unlink()
+
+
+def removable_now(home: Path, c: Candidate) -> str | None:
+    """Under the key lock: why ``c`` must stay after all (None: it may go)."""
+    if c.kind == "build-dir":
+        busy = buildtree.users(Path(c.path))
+        if busy:
+            return f"in use by pid {', '.join(str(p.pid) for p in busy[:5])}"
+    return None if Path(c.path).exists() or Path(c.path).is_symlink() else "gone meanwhile"
+
+
+def take(home: Path, c: Candidate, *, dry_run: bool, still=None) -> str | None:
+    """Remove ``c`` under its key lock; returns why it was kept, or None. ``still()``, called
+    under the lock, may veto (e.g. an artifact used since it was listed). A dry run takes no lock
+    (it writes nothing, not even a lock's holder record) and removes nothing."""
+    if dry_run or c.key is None:
+        return removable_now(home, c) or (still() if still else None) or (None if dry_run else _remove(home, c))
+    try:
+        with key_lock(home, c.key, wait=False):
+            return removable_now(home, c) or (still() if still else None) or _remove(home, c)
+    except LockedError:
+        return "its key is locked by a running build"
+
+
+def _remove(home: Path, c: Candidate) -> None:
+    remove(Path(c.path))
+    if c.kind == "artifact" and c.key:
+        _stamp(home, c.key, Path(c.path).parent.name == "imported").unlink(missing_ok=True)

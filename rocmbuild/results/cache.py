@@ -1,0 +1,79 @@
+"""The results of ``cache list`` and ``cache gc`` (their keys: docs/json.md, "cache list", "cache gc")."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rocmbuild.build.housekeeping import ArtifactInfo, Candidate
+from rocmbuild.results.base import VerbResult
+from rocmbuild.swap.known import KnownTarget, Use
+
+
+@dataclass(frozen=True)
+class ListedArtifact:
+    info: ArtifactInfo
+    used_by: tuple[Use, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        i = self.info
+        return {"key": i.key, "kind": i.kind, "recipe": i.recipe, "version": i.version, "commit": i.commit,
+                "path": i.path, "size": i.size, "created": i.created, "last_used": i.last_used,
+                "targets": [u.to_json() for u in self.used_by]}
+
+
+@dataclass(frozen=True)
+class ListedTarget:
+    target: KnownTarget
+    unreadable: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        t = self.target
+        return {"prefix": t.prefix, "state_dir": t.state_dir, "exists": t.exists, "unreadable": list(self.unreadable)}
+
+
+@dataclass(frozen=True)
+class CacheListResult(VerbResult):
+    cache: str
+    artifacts: tuple[ListedArtifact, ...]
+    targets: tuple[ListedTarget, ...]
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(a.info.size for a in self.artifacts)  # each inode once: sizes share one seen-set
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cache": self.cache, "artifacts": [a.to_json() for a in self.artifacts],
+                "total_bytes": self.total_bytes, "targets": [t.to_json() for t in self.targets]}
+
+
+@dataclass(frozen=True)
+class Kept:
+    """Something ``cache gc`` looked at and left, and why."""
+
+    kind: str
+    path: str
+    key: str | None
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "path": self.path, "key": self.key, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class CacheGcResult(VerbResult):
+    cache: str
+    keep_days: float
+    dry_run: bool
+    removed: tuple[Candidate, ...]
+    kept: tuple[Kept, ...]
+    notes: tuple[str, ...]
+
+    @property
+    def freed_bytes(self) -> int:
+        return sum(c.bytes for c in self.removed)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cache": self.cache, "keep_days": self.keep_days, "dry_run": self.dry_run,
+                "removed": [c.to_json() for c in self.removed], "freed_bytes": self.freed_bytes,
+                "kept": [k.to_json() for k in self.kept], "notes": list(self.notes)}

@@ -1,0 +1,129 @@
+"""The targets a ``$ROCMBUILD_HOME`` has changed, and which artifacts each still uses: what
+``cache list`` shows and what ``cache gc`` never removes.
+
+Decisions:
+* A target's state lives with it (``<prefix>/.rocmbuild``), where the home cannot see it, so every
+  apply registers its state dir in ``home/known-targets/<sha256(state_dir)[:16]>.json``
+  (``{"state_dir", "prefix", "registered"}``): one small file per target, written atomically, no
+  shared file to race on. Outside-prefix state dirs (``home/targets/<hash>/``) are known by being
+  there. A target applied by an older rocmbuild is known from its next apply on.
+* A registered state dir that no longer exists (the env was deleted) is *gone*: it uses nothing.
+* What a target uses, from its journals (:func:`uses`), each with the transaction and a role:
+  ``in-effect`` (the latest apply in effect: what it loads now), ``rollback`` (an earlier apply
+  in effect: a plain ``rollback`` brings its state back), ``redo`` (an apply that a rollback in
+  effect undid, while that rollback's backups are kept: ``rollback --to`` the rollback restores
+  it) and ``recovery`` (an unfinished transaction: recovery finishes or reverts it).
+* A journal that cannot be read hides what it used: it is reported, and ``cache gc`` then
+  removes no artifact at all (it cannot know which one that journal needs).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from rocmbuild.disk import atomic_write_json, read_json
+from rocmbuild.home import STATE_DIRNAME, known_targets_dir, targets_dir
+from rocmbuild.swap.journal import FINISHED, active, backup_dir, journals, unreadable
+
+ROLES = ("in-effect", "rollback", "redo", "recovery")
+
+
+@dataclass(frozen=True)
+class KnownTarget:
+    state_dir: str
+    prefix: str | None
+    exists: bool
+
+
+@dataclass(frozen=True)
+class Use:
+    """An artifact (its key) that a target's transaction ``txn`` needs, and why (``role``)."""
+
+    key: str
+    role: str
+    txn: str
+    state_dir: str
+    prefix: str | None
+
+    def to_json(self) -> dict:
+        return {"prefix": self.prefix, "state_dir": self.state_dir, "txn": self.txn, "role": self.role}
+
+
+def _record(home: Path, state_dir: Path) -> Path:
+    digest = hashlib.sha256(str(state_dir).encode()).hexdigest()[:16]
+    return known_targets_dir(home) / f"{digest}.json"
+
+
+def register(home: Path, state_dir: Path, prefix: Path) -> None:
+    """Remember that ``state_dir`` (of ``prefix``) holds transactions made with this home."""
+    path = _record(home, Path(state_dir))
+    try:
+        if Path(read_json(path).get("state_dir", "")) == Path(state_dir):
+            return
+    except (OSError, ValueError, AttributeError):
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(path, {"state_dir": str(state_dir), "prefix": str(prefix),
+                             "registered": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")})
+
+
+def known(home: Path) -> list[KnownTarget]:
+    """Every target this home knows: the registered ones, then the outside-prefix state dirs."""
+    found: dict[str, KnownTarget] = {}
+    reg = known_targets_dir(home)
+    for p in sorted(reg.glob("*.json")) if reg.is_dir() else ():
+        try:
+            data = read_json(p)
+            sdir = Path(data["state_dir"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        prefix = data.get("prefix") if isinstance(data.get("prefix"), str) else None
+        found[str(sdir)] = KnownTarget(str(sdir), prefix, sdir.is_dir())
+    outside = targets_dir(home)
+    for d in sorted(outside.iterdir()) if outside.is_dir() else ():
+        if d.is_dir() and not d.is_symlink() and str(d) not in found:
+            try:
+                prefix = str(read_json(d / "target.json")["prefix"])
+            except (OSError, ValueError, KeyError, TypeError):
+                prefix = None
+            found[str(d)] = KnownTarget(str(d), prefix, True)
+    return list(found.values())
+
+
+def _prefix(state_dir: Path, fallback: str | None) -> str | None:
+    return str(state_dir.parent) if state_dir.name == STATE_DIRNAME else fallback
+
+
+def uses(target: KnownTarget) -> tuple[list[Use], list[str]]:
+    """The artifacts ``target``'s transactions need (see the module notes), and the paths of its
+    journals that cannot be read."""
+    sdir = Path(target.state_dir)
+    if not target.exists:
+        return [], []
+    prefix = _prefix(sdir, target.prefix)
+    bad = [u.path for u in unreadable(sdir) if u.kind == "journal"]
+    out: list[Use] = []
+
+    def use(j, role: str) -> None:
+        if j.plan.artifact:
+            out.append(Use(j.plan.artifact, role, j.id, str(sdir), prefix))
+
+    everything = journals(sdir)
+    for j in everything:
+        if j.state not in FINISHED:
+            use(j, "recovery")
+    act = active(sdir)
+    applies = [j for j in act if j.verb == "apply"]
+    for j in applies:
+        use(j, "in-effect" if j is applies[-1] else "rollback")
+    in_effect = {j.id for j in act}
+    by_id = {j.id: j for j in everything}
+    for r in act:
+        if r.plan.undoes and backup_dir(sdir, r.id).is_dir():
+            for u in r.plan.undoes:
+                if u in by_id and u not in in_effect and by_id[u].verb == "apply":
+                    use(by_id[u], "redo")
+    return out, bad
