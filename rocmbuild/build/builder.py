@@ -201,11 +201,12 @@ def _claim_tree(recipe: Recipe, checkout: Checkout, tree_dir: Path, key: str, in
                 wait: bool | LockWait) -> tuple[buildtree.Owner | None, retry.Attempt | None]:
     """The build tree, ours (``buildtree.claim``), started from the previous failed attempt at the
     same recipe and commit when this key has none (``retry.seed``), and this attempt's record.
+    ``tree_dir`` is ``<home>/build/<key>``.
     A prebuilt recipe has no tree."""
     if recipe.build.prebuilt:
         return None, None
     commit = checkout.commit or inp.tarball_sha256
-    retry.seed(tree_dir, recipe=recipe.name, commit=commit, key=key)
+    retry.seed(tree_dir, recipe=recipe.name, commit=commit, key=key, home=tree_dir.parent.parent)
     owner = buildtree.claim(tree_dir, wait=LockWait.of(wait).wait)
     return owner, retry.Attempt(tree_dir, recipe=recipe.name, commit=commit, key=key)
 

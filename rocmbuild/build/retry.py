@@ -35,7 +35,9 @@ from pathlib import Path
 
 from rocmbuild import runner, ui
 from rocmbuild.build import buildtree
+from rocmbuild.build.cache import key_lock
 from rocmbuild.disk import atomic_write_json
+from rocmbuild.errors import LockedError
 
 ATTEMPT = ".rocmbuild-attempt.json"
 NOT_COPIED = (ATTEMPT, buildtree.OWNER)
@@ -92,14 +94,24 @@ def previous(root: Path, *, recipe: str, commit: str | None, key: str) -> Path |
     return None
 
 
-def seed(tree: Path, *, recipe: str, commit: str | None, key: str) -> Path | None:
+def seed(tree: Path, *, recipe: str, commit: str | None, key: str, home: Path) -> Path | None:
     """Start ``tree`` (which must not exist yet) from the previous failed attempt's tree; returns
-    that tree, or None when the build starts from zero."""
+    that tree, or None when the build starts from zero. The old tree's key lock is held while it
+    is copied (``cache gc`` removes build trees under that lock); when another run holds it, the
+    build starts from zero rather than wait."""
     if tree.exists():
         return None  # this key's own earlier attempt: continued in place
     prev = previous(tree.parent, recipe=recipe, commit=commit, key=key)
     if prev is None:
         return None
+    try:
+        with key_lock(home, prev.name, wait=False):
+            return _seed_from(prev, tree, key) if prev.is_dir() else None
+    except LockedError:
+        return None
+
+
+def _seed_from(prev: Path, tree: Path, key: str) -> Path | None:
     tmp = tree.with_name(f".seed-{key}-{os.getpid()}")
     try:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -143,3 +143,27 @@ def test_ninja_hash_is_ninjas_own(tmp_path):
     for cmd in cmds:
         out = cmd.split("> ")[1].split(" ")[0]
         assert f"{retry.ninja_hash(cmd):x}" == logged[out]
+
+
+def test_a_tree_whose_key_is_locked_is_never_copied(tmp_path, monorepo):
+    """``cache gc`` removes a build tree under its key's lock: while another process holds that
+    lock, the retry does not copy from the tree (it could vanish mid-copy); it builds from zero."""
+    import sys
+
+    recipe = _recipe(tmp_path, monorepo.url, "Ninja", BROKEN)
+    assert _build(recipe)[0] == 3
+    (old_key, _record), = _trees().items()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; from rocmbuild.build.cache import key_lock\n"
+         "with key_lock(Path(sys.argv[1]), sys.argv[2], wait=False):\n    print('held', flush=True); time.sleep(60)",
+         str(cache_home()), old_key], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        recipe.write_text(recipe.read_text().replace(BROKEN, FIXED))
+        code, built = _build(recipe)
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)
+        holder.wait()
+        holder.stdout.close()
+    assert code == 0, built
+    assert _compiles(built["key"]) == SOURCES + 3  # from zero: the locked tree was not copied
