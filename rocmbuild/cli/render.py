@@ -16,6 +16,7 @@ from rocmbuild.results import (
     BuildPlan,
     BuildResult,
     CacheVerifyResult,
+    CompletionResult,
     DoctorResult,
     DryRunResult,
     ExportResult,
@@ -194,10 +195,8 @@ def _dry_run(d: DryRunResult) -> str:
         lines.append(f"artifact {a.recipe} {a.version or ''} ({a.key[:16]}), bundle checked")
     if d.target_plan is not None:
         lines.append(d.target_plan.plan.render())
-    elif d.target_error is not None:
-        lines.append(f"target: {d.target_error.message}")
-        if d.target_error.hint:
-            lines.append(f"  hint: {d.target_error.hint}")
+    elif d.target_error is not None:  # the error itself is printed once, on stderr
+        lines.append(f"target: the apply would be refused ({type(d.target_error).__name__}); nothing would change")
     elif d.target_note:
         lines.append(f"target: {d.target_note}")
     return "\n".join(lines)
@@ -246,3 +245,8 @@ def _recover(r: RecoverResult) -> str:
     return "\n".join(f"recovered {e['verb']} {e['id']} (stopped at '{e['interrupted_at']}'): rolled back"
                      + ("" if e["restored"].get("ok") else " -- WARNING: the old state did not verify")
                      for e in r.recovered)
+
+
+@text.register
+def _completion(r: CompletionResult) -> str:
+    return r.script.rstrip("\n")

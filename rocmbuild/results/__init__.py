@@ -16,6 +16,7 @@ Decisions:
 from rocmbuild.build.cache import CacheReport as CacheVerifyResult  # made in build/, held as it is
 from rocmbuild.results.base import BACKUP_BYTES_NOTE, Json, Record, VerbResult
 from rocmbuild.results.build import BuildPlan, BuildResult, RecipeEntry, RecipesResult, ShowResult, SourcePlan
+from rocmbuild.results.shell import CompletionResult
 from rocmbuild.results.state import (
     DoctorResult,
     HistoryResult,
@@ -39,7 +40,8 @@ from rocmbuild.results.txn import (
 
 __all__ = [
     "BACKUP_BYTES_NOTE", "ApplyResult", "BuildPlan", "BuildResult", "BundleSummary", "CacheVerifyResult",
-    "DoctorResult", "DryRunResult", "ExportResult", "HistoryResult", "InEffect", "Json", "LibraryStatus",
+    "CompletionResult", "DoctorResult", "DryRunResult", "ExportResult", "HistoryResult", "InEffect", "Json",
+    "LibraryStatus",
     "LockResult", "RecipeEntry", "RecipesResult", "Record", "RecoverResult", "RollbackResult", "ShowResult",
     "SourcePlan", "StatusChanges", "StatusResult", "TargetPlan", "Unfinished", "VerbResult", "VerifyResult",
 ]
