@@ -211,6 +211,9 @@ def _rollback(r: RollbackResult) -> str:
            f"{p.version_after or '?'} in {p.prefix}"]
     out += [f"  {a.path}" for a in p.pending]
     out += [f"  {n}" for n in r.forced_drift]
+    warnings = r.warnings
+    out.append(f"verified {p.library} ({p.version_after or '?'})" + (
+        f" with {len(warnings)} warning(s): " + ", ".join(w["name"] for w in warnings) if warnings else ""))
     return "\n".join(out)
 
 
