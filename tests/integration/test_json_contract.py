@@ -58,7 +58,7 @@ def _doc_tables() -> dict[str, dict[str, bool]]:
 TABLES = _doc_tables()
 COMMON = set(TABLES["common"])
 VERBS = ["recipes", "show", "plan", "build", "status", "verify", "doctor", "cache", "export", "lock", "apply",
-         "rollback", "history", "recover"]
+         "rollback", "history", "recover", "completion"]
 
 
 def test_the_doc_documents_every_verb_and_the_error_object():
@@ -398,3 +398,10 @@ def test_rollback_if_applied_succeeds_with_nothing_to_undo(txn_home, env350):
     fail(rb("rollback", "--env", p, "--to", "no-such-txn", "--if-applied", "--json"), "rollback", 2, "TargetError")
     text = rb("rollback", "--env", p, "--if-applied")
     assert text.returncode == 0 and "nothing to roll back" in text.stdout
+
+
+def test_completion_and_global_flags_before_the_verb():
+    for shell in ("bash", "zsh"):
+        data = ok(rb("--json", "completion", shell), "completion")
+        assert data["shell"] == shell and "_rocmbuild" in data["script"]
+    fail(rb("--json", "completion", "fish"), "completion", 2, "InputError")
