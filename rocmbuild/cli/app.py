@@ -59,6 +59,8 @@ def _run(argv: list[str], want_json: bool, debug: bool) -> tuple[str | None, Ver
         verb = args.verb
         if verb is None:
             parser.print_help(sys.stderr)
+            if want_json:  # still exactly one object on stdout
+                return verb, _fail(verb, True, InputError("no verb given", parser.format_usage().strip()), EXIT_INPUT), None
             return verb, EXIT_INPUT, None
         ui.set_quiet(args.json or args.quiet)
         ui.set_verbose(bool(args.verbose))
