@@ -36,6 +36,17 @@ EXIT_BUILD = 3
 EXIT_VERIFY = 4
 EXIT_LOCKED = 5
 
+#: (code, meaning) for ``--help`` and the docs: the table above, as data
+EXIT_CODES: tuple[tuple[str, str], ...] = (
+    (str(EXIT_OK), 'ok (also "already applied", "nothing to recover")'),
+    (str(EXIT_INTERNAL), "anything else: an internal error (a bug, please report it)"),
+    (str(EXIT_INPUT), "bad input: usage, recipe, target; nothing was fetched or changed"),
+    (str(EXIT_BUILD), "fetch or build failed; the target was not touched"),
+    (str(EXIT_VERIFY), "verification failed; every change was rolled back"),
+    (str(EXIT_LOCKED), "a lock (target, source cache, artifact key) is held by another run"),
+    ("128+n", "stopped by signal n (130 SIGINT, 143 SIGTERM, 129 SIGHUP); what was half done is undone"),
+)
+
 
 class RocmbuildError(Exception):
     """Base class: a message saying what happened and a hint saying what to do."""

@@ -39,6 +39,7 @@ from typing import Callable, Mapping, Sequence
 
 from plumbum import local
 
+from rocmbuild import ui
 from rocmbuild.errors import BuildError, RequirementError, RocmbuildError, SystemLimitError, from_os_error
 
 TAIL_LINES = 30
@@ -60,6 +61,7 @@ REAPER = Path(__file__).with_name("reaper.py")
 def _start(argv: Sequence[str | os.PathLike], cwd, env: Mapping[str, str] | None, stderr) -> subprocess.Popen:
     """Start argv under the supervisor, in its own session, stdin /dev/null, stdout piped."""
     cmd, args = _command(argv)
+    ui.detail(f"running: {display(argv)}" + (f" (in {cwd})" if cwd is not None else ""))
     supervisor = local[sys.executable]
     try:
         return supervisor.popen(

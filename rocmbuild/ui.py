@@ -3,6 +3,10 @@
 Human text and progress always go to stderr; ``--json`` prints exactly one JSON object on
 stdout. Nothing here ever prompts: rocmbuild runs unattended.
 
+Decision: message text is never rich markup (nor emoji codes): callers' text names recipe tables
+(``[build]``), make's ``gmake[2]: *** [src/x.o] Error 1`` and paths, so every message is a
+:class:`rich.text.Text` whose style is set here, never parsed from the text.
+
 Decision: a reader that leaves (``rocmbuild apply ... 2>&1 | head -2``) ends our output, never our
 work. rich's default answer to a closed pipe is ``SystemExit(1)``, which would abort (and roll
 back) a transaction half way; :class:`_Console` instead points the stream at ``/dev/null`` and
@@ -18,7 +22,7 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 from rich.console import Console
-from rich.markup import escape
+from rich.text import Text
 from rich.progress import (
     BarColumn,
     Progress,
@@ -46,9 +50,10 @@ def silence(stream) -> None:
         pass
 
 
-console = _Console(stderr=True, highlight=False, soft_wrap=True)
+console = _Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
 
 _quiet = False
+_verbose = False
 
 
 def set_quiet(quiet: bool) -> None:
@@ -57,20 +62,36 @@ def set_quiet(quiet: bool) -> None:
     _quiet = quiet
 
 
+def set_verbose(verbose: bool) -> None:
+    """``-v``: also print details (each command run); quiet wins."""
+    global _verbose
+    _verbose = verbose
+
+
+def say(label: str, style: str, text: str) -> None:
+    """Print ``label`` (styled) then ``text`` exactly as given: never parsed as markup."""
+    console.print(Text.assemble((label, style), " ", text) if label else Text(text))
+
+
 def info(text: str) -> None:
     if not _quiet:
-        console.print(escape(text))
+        say("", "", text)
 
 
-# callers' text is plain (it names recipe tables such as [build.defines]): never rich markup
+def detail(text: str) -> None:
+    """Shown only with ``-v`` (and not quiet): what rocmbuild does under the hood."""
+    if _verbose and not _quiet:
+        say("", "", text)
+
+
 def warn(text: str) -> None:
-    console.print(f"[yellow]warning:[/] {escape(text)}")
+    say("warning:", "yellow", text)
 
 
 def error(message: str, hint: str = "") -> None:
-    console.print(f"[bold red]error:[/] {escape(message)}")
+    say("error:", "bold red", message)
     if hint:
-        console.print(f"[cyan]hint:[/] {escape(hint)}")
+        say("hint:", "cyan", hint)
 
 
 def emit_json(obj: dict[str, Any]) -> None:
@@ -83,7 +104,7 @@ def emit_json(obj: dict[str, Any]) -> None:
 def progress(description: str, total: float | None = None) -> Iterator[tuple[Progress, Any]]:
     """A progress bar on stderr; yields (progress, task_id). Disabled when quiet or not a tty."""
     prog = Progress(
-        TextColumn("[bold]{task.description}"),
+        TextColumn("{task.description}", style="bold", markup=False),
         BarColumn(),
         TaskProgressColumn(),
         TimeElapsedColumn(),

@@ -95,11 +95,12 @@ def compilers(recipe: Recipe) -> dict[str, str]:
     return out
 
 
-def tool_version(program: str, home: Path) -> str:
+def tool_version(program: str, home: Path, *, remember: bool = True) -> str:
     """First line of ``program --version``, remembered by (path, size, mtime) in tools.json.
 
     A program that is not installed yields ``"missing"`` (the build then fails clearly on it;
-    ``plan`` shows it).
+    ``plan`` shows it). ``remember=False`` (``plan``, which changes nothing) reads tools.json but
+    never writes it.
     """
     path = runner.which(program)
     if path is None:
@@ -117,13 +118,15 @@ def tool_version(program: str, home: Path) -> str:
     done = runner.capture([path, "--version"], timeout=60)
     text = (done.stdout or done.stderr).strip().splitlines()
     version = text[0].strip() if text else f"unknown (exit {done.returncode})"
-    db[ident] = version
-    atomic_write_json(db_path, db)
+    if remember:
+        db[ident] = version
+        atomic_write_json(db_path, db)
     return version
 
 
-def inputs(recipe: Recipe, *, commit: str | None, home: Path) -> Inputs:
-    """The inputs of building ``recipe`` at ``commit`` (hashed into the cache key)."""
+def inputs(recipe: Recipe, *, commit: str | None, home: Path, remember: bool = True) -> Inputs:
+    """The inputs of building ``recipe`` at ``commit`` (hashed into the cache key); ``remember``:
+    see :func:`tool_version`."""
     canonical = recipe.canonical()
     # Only what changes the bytes is hashed. What the build needs ([requires], its hints), how the
     # artifact is judged ([verify]: read from the recipe at apply time, see builder.for_recipe) and
@@ -151,19 +154,19 @@ def inputs(recipe: Recipe, *, commit: str | None, home: Path) -> Inputs:
         env=recipe.build.env,
         build_type=recipe.build.build_type,
         install_prefix=recipe.build.install_prefix,
-        tools=_tools(recipe, home),
+        tools=_tools(recipe, home, remember),
     )
 
 
-def _tools(recipe: Recipe, home: Path) -> Tools:
+def _tools(recipe: Recipe, home: Path, remember: bool = True) -> Tools:
     """The tool versions; a prebuilt build runs no tool, so none is asked (no ``cmake --version``)."""
     if recipe.build.prebuilt:
         return Tools(cmake=PREBUILT_TOOL, cc=PREBUILT_TOOL, cxx=PREBUILT_TOOL)
     comp = compilers(recipe)
     return Tools(
-        cmake=tool_version("cmake", home),
-        cc=f"{comp['c']}: {tool_version(comp['c'], home)}",
-        cxx=f"{comp['cxx']}: {tool_version(comp['cxx'], home)}",
+        cmake=tool_version("cmake", home, remember=remember),
+        cc=f"{comp['c']}: {tool_version(comp['c'], home, remember=remember)}",
+        cxx=f"{comp['cxx']}: {tool_version(comp['cxx'], home, remember=remember)}",
     )
 
 

@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 from typing import Mapping
 
+from rocmbuild import ui
 from rocmbuild.errors import FetchError, RequirementError
 
 FULL_SHA_RE = re.compile(r"^[0-9a-f]{40}$")
@@ -132,6 +133,7 @@ class Git:
         self, *args: str, check: bool = True, env: Mapping[str, str] | None = None, timeout: float | None = None
     ) -> tuple[int, str, str]:
         argv = ["git", *args]
+        ui.detail(f"running: {' '.join(argv)} (in {self.cwd})")
         status, out, err = self.g.execute(
             argv,
             with_extended_output=True,
@@ -179,6 +181,42 @@ def ls_remote(url: str, *, cwd: Path, timeout: float | None, log: Path | None = 
             details={"url": url, "git": err.strip()},
         )
     return parse_ls_remote(out)
+
+
+# what git says when the remote cannot send a commit's objects (it lacks or cannot read them)
+MISSING_OBJECTS = ("possible repository corruption", "unable to read", "bad object", "bad tree object",
+                   "did not send all necessary objects", "from promisor remote", "missing blob", "missing tree")
+
+
+def missing_objects(output: str) -> bool:
+    return any(s in output for s in MISSING_OBJECTS)
+
+
+def fetch_refused(url: str, sha: str, ref: str | None, output: str) -> FetchError:
+    """The error for a fetch of ``sha`` (named ``ref`` in the recipe) the remote did not serve.
+
+    Decision: ``not our ref`` from a remote that advertised the commit (``ref`` is a branch or tag
+    name) means its objects are missing there, not that it refuses shas; the
+    ``uploadpack.allowAnySHA1InWant`` hint is only for a sha the remote was asked for directly."""
+    named = bool(ref) and not sha.startswith(str(ref).lower())
+    lines = [x.strip() for x in output.strip().splitlines() if x.strip()]
+    first = next((x for x in lines if "fatal" in x or "error" in x), last_line(output))
+    details = {"url": url, "commit": sha, "git": output.strip()}
+    if missing_objects(output) or (named and "not our ref" in output):
+        return FetchError(
+            f"cannot fetch commit {sha} from {url}: the remote is missing objects of it ({first})",
+            "the remote repository is damaged or incomplete (a shallow or partial mirror?): repair it "
+            "(`git fsck` there) or use a complete remote with --source URL",
+            details={**details, "reason": "missing_objects"})
+    if "not our ref" in output:
+        return FetchError(
+            f"cannot fetch commit {sha} from {url}: the remote does not serve it ({first})",
+            "either the commit is not on that remote, or the server does not serve commits by sha "
+            "(plain git servers need uploadpack.allowAnySHA1InWant; GitHub does): use a branch or tag "
+            "name that contains it as the ref",
+            details={**details, "reason": "not_served_by_sha"})
+    return FetchError(f"cannot fetch commit {sha} from {url}: {last_line(output)}",
+                      "check the remote is reachable and has the commit (`git ls-remote URL`)", details=details)
 
 
 def unknown_ref(ref: str | None, url: str, refs: Mapping[str, str]) -> FetchError:

@@ -19,8 +19,8 @@ from typing import Iterator
 from rocmbuild import ui
 from rocmbuild.build import tarball
 from rocmbuild.build.git import (
-    FULL_SHA_RE, SHORT_SHA_RE, Git, GitFailed, is_full_sha, last_line, ls_remote, match_ref, normalize_url,
-    remote_key, unknown_ref,
+    FULL_SHA_RE, SHORT_SHA_RE, Git, GitFailed, fetch_refused, is_full_sha, last_line, ls_remote, match_ref,
+    missing_objects, normalize_url, remote_key, unknown_ref,
 )
 from rocmbuild.build.patches import apply_patches
 from rocmbuild.disk import FileLock
@@ -135,6 +135,20 @@ def _init_cache(root: Path, url: str, log: Path | None) -> Git:
     return g
 
 
+@contextlib.contextmanager
+def _new_cache_removed_on_failure(root: Path) -> Iterator[None]:
+    """A cache repository this fetch creates is removed when the fetch fails: an empty ``.git``
+    (no commit) is no cache, and would only hide the failure from the next run. One that existed
+    before keeps its objects. The caller holds the source lock (beside ``root``, not inside)."""
+    fresh = not (root / ".git").is_dir()
+    try:
+        yield
+    except BaseException:
+        if fresh:
+            shutil.rmtree(root, ignore_errors=True)
+        raise
+
+
 def _has_commit(g: Git, rev: str) -> bool:
     """Whether ``rev`` names a commit already in the cache (its tree comes with it in blob:none
     fetches). ``rev-list --missing=allow-any`` never lazily fetches from the promisor remote, as
@@ -143,18 +157,13 @@ def _has_commit(g: Git, rev: str) -> bool:
     return status == 0 and FULL_SHA_RE.match(out.strip()) is not None
 
 
-def _fetch_commit(g: Git, url: str, sha: str, depth: int) -> None:
+def _fetch_commit(g: Git, url: str, sha: str, depth: int, ref: str | None) -> None:
     status, _, err = g.run(
         "fetch", "--no-tags", "--no-write-fetch-head", f"--depth={depth}", "--filter=blob:none", "origin", sha,
         check=False,
     )
     if status != 0:
-        raise FetchError(
-            f"cannot fetch commit {sha} from {url}: {last_line(err)}",
-            "check the sha exists on the remote; servers that do not allow fetching by sha "
-            "(uploadpack.allowAnySHA1InWant) need a branch or tag name instead",
-            details={"url": url, "commit": sha, "git": err.strip()},
-        )
+        raise fetch_refused(url, sha, ref, err)
 
 
 def _expand_short_sha(home: Path, url: str, short: str, log: Path | None) -> str | None:
@@ -203,19 +212,8 @@ def _clean_tree(g: Git) -> None:
     g.run("clean", "-q", "-ffdx")
 
 
-def _fetch_git(recipe: Recipe, home: Path, log: Path | None) -> Checkout:
-    src = recipe.source
-    assert src.git
-    url = normalize_url(src.git)
-    root = src_dir(home) / remote_key(url)
-    ui.info(f"fetching {url} ({src.ref or 'HEAD'}) into {root}")
-    g = _init_cache(root, url, log)
-    commit = _resolve_for_fetch(home, g, url, src.ref, log)
-    if _has_commit(g, commit):
-        ui.info(f"commit {commit[:12]} already in the source cache")
-    else:
-        _fetch_commit(g, url, commit, depth=1)
-
+def _check_out(g: Git, root: Path, url: str, commit: str, src) -> None:
+    """A clean, sparse (``subdir`` + ``sparse``) checkout of ``commit``."""
     _clean_tree(g)
     cone = [p for p in ([src.subdir] if src.subdir else []) + list(src.sparse)]
     if cone:
@@ -225,8 +223,26 @@ def _fetch_git(recipe: Recipe, home: Path, log: Path | None) -> Checkout:
     try:
         g.run("checkout", "-q", "--force", "--detach", commit)
     except GitFailed as exc:
+        if missing_objects(exc.output):  # the lazy fetch of the commit's files failed: the remote lacks them
+            raise fetch_refused(url, commit, src.ref, exc.output) from exc
         raise FetchError(f"cannot check out {commit} from {url}: {last_line(exc.output)}",
                          f"the cache repo may be damaged: delete {root} and try again") from exc
+
+
+def _fetch_git(recipe: Recipe, home: Path, log: Path | None) -> Checkout:
+    src = recipe.source
+    assert src.git
+    url = normalize_url(src.git)
+    root = src_dir(home) / remote_key(url)
+    ui.info(f"fetching {url} ({src.ref or 'HEAD'}) into {root}")
+    with _new_cache_removed_on_failure(root):
+        g = _init_cache(root, url, log)
+        commit = _resolve_for_fetch(home, g, url, src.ref, log)
+        if _has_commit(g, commit):
+            ui.info(f"commit {commit[:12]} already in the source cache")
+        else:
+            _fetch_commit(g, url, commit, depth=1, ref=src.ref)
+        _check_out(g, root, url, commit, src)
     _clean_tree(g)
 
     picks = tuple(_cherry_pick(home, g, url, c, log) for c in src.cherry_pick)
@@ -246,7 +262,7 @@ def _fetch_git(recipe: Recipe, home: Path, log: Path | None) -> Checkout:
 def _cherry_pick(home: Path, g: Git, url: str, ref: str, log: Path | None) -> str:
     sha = _resolve_for_fetch(home, g, url, ref, log)
     if not (_has_commit(g, sha) and _has_commit(g, f"{sha}^1")):
-        _fetch_commit(g, url, sha, depth=2)
+        _fetch_commit(g, url, sha, depth=2, ref=ref)
     ui.info(f"cherry-picking {sha[:12]}")
     # --keep-redundant-commits: a fix that upstream already contains is a no-op, not a failure
     status, out, err = g.run("cherry-pick", "--keep-redundant-commits", sha, check=False, env=COMMITTER)

@@ -1,9 +1,12 @@
 """rocmbuild: build GPU libraries from recipes and swap them into PyTorch environments.
 
-``main`` parses the command line (verbs.py lists every verb), runs the verb and prints its result:
-with ``--json`` exactly one JSON object on stdout, ``{"ok", "verb", "exit_code", ...}`` plus
-``"error": {"message", "hint", ...}`` on failure (docs/json.md); otherwise the text render.py makes,
-on stdout. Progress and messages go to stderr; nothing ever prompts. Errors are
+``main`` parses the command line (verbs.py lists every verb; ``completion`` is added here, since
+it reads the parser itself), runs the verb and prints its result once: with ``--json`` exactly
+one JSON object on stdout, ``{"ok", "verb", "exit_code", ...}`` plus ``"error": {"message", "hint",
+...}`` on failure (docs/json.md); otherwise the text render.py makes, on stdout. An error is
+printed once, on stderr (also with ``--json``, for the human watching a log), and a result that
+carries one (a failed doctor, a refused dry run) does not repeat it in its text. Progress and
+notes go to stderr; nothing ever prompts. Errors are
 :class:`RocmbuildError` subclasses, caught once here: message and hint are printed (a traceback only
 with ``--debug``) and the process exits with the error's code (rocmbuild.errors). SIGINT, SIGTERM
 and SIGHUP raise ``rocmbuild.stop.Stop`` while a verb runs; it is reported as the error
@@ -17,25 +20,32 @@ import sys
 import traceback
 from typing import Callable
 
-from rocmbuild import __version__, stop, ui
-from rocmbuild.cli import render
+from rocmbuild import stop, ui
+from rocmbuild.cli import args as a
+from rocmbuild.cli import completion, help, render
 from rocmbuild.cli.args import Parser, UsageError
 from rocmbuild.cli.verbs import VERBS
 from rocmbuild.errors import EXIT_INPUT, EXIT_INTERNAL, EXIT_OK, InputError, RocmbuildError, from_os_error
 from rocmbuild.results import VerbResult
 
-# the first line of --help (as it has always read)
-DESCRIPTION = "Command line: argparse, one ``_add_<verb>`` / ``_cmd_<verb>`` pair per verb."
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Callable]]:
-    parser = Parser(prog="rocmbuild", description=DESCRIPTION)
-    parser.add_argument("--version", action="version", version=f"rocmbuild {__version__}")
+    parser = Parser(prog="rocmbuild", description=help.DESCRIPTION, epilog=help.epilog())
+    parser.add_argument("--version", action="version", version=help.version_text())
+    a.common(parser, top=True)
     sub = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=Parser)
     handlers: dict[str, Callable] = {}
     for add, cmd in VERBS:
         add(sub)
         handlers[cmd.__name__.removeprefix("_cmd_")] = cmd
+    completion.add(sub)
+    handlers["completion"] = lambda args: completion.command(args, parser)
+    for name, p in sub.choices.items():
+        for each in completion.parsers_under(p):  # a verb's own sub-verbs too
+            a.common(each)
+        if p.epilog is None:
+            p.epilog = help.examples(name)
     return parser, handlers
 
 
@@ -45,12 +55,16 @@ def _run(argv: list[str], want_json: bool, debug: bool) -> tuple[str | None, Ver
     parser, handlers = build_parser()
     verb = next((a for a in argv if a in handlers), None)  # known even when parsing fails
     try:
-        args = parser.parse_args(argv)
+        args = a.merge_globals(parser.parse_args(argv))
         verb = args.verb
         if verb is None:
             parser.print_help(sys.stderr)
+            if want_json:  # still exactly one object on stdout
+                return verb, _fail(verb, True, InputError("no verb given", parser.format_usage().strip()), EXIT_INPUT), None
             return verb, EXIT_INPUT, None
         ui.set_quiet(args.json or args.quiet)
+        ui.set_verbose(bool(args.verbose))
+        a.resolve_env_name(args)
         result = handlers[verb](args)
         return verb, result, (result.to_json() if want_json else render.text(result))
     except UsageError as exc:
@@ -114,7 +128,7 @@ def _main(argv: list[str]) -> int:
     code = error.exit_code if error is not None else EXIT_OK
     try:
         if error is not None:
-            ui.error(error.message, error.hint)
+            ui.error(error.message, error.hint)  # once, on stderr: the text render does not repeat it
         if want_json:
             out = {**rendered, "ok": code == EXIT_OK, "verb": verb, "exit_code": code}  # type: ignore[dict-item]
             if error is not None:

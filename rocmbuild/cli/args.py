@@ -1,6 +1,11 @@
 """Argument types and the option groups the verbs share.
 
 Usage errors raise instead of exiting (:class:`Parser`), so they honour ``--json`` and exit 2.
+
+Decision: the global flags (:data:`GLOBAL_FLAGS`) are accepted before and after the verb. The
+top-level parser stores them as ``<dest>_before``; every verb's parser (``app.build_parser`` adds
+them to each, so a verb added later needs nothing) defaults them to ``SUPPRESS``, so a flag given
+only before the verb is not reset by the verb's parser; :func:`merge_globals` joins the two.
 """
 
 from __future__ import annotations
@@ -49,7 +54,14 @@ class UsageError(Exception):
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse that raises instead of exiting, so usage errors honour --json and exit 2."""
+    """argparse that raises instead of exiting, so usage errors honour --json and exit 2; help
+    text keeps its line breaks (the examples)."""
+
+    has_globals = False
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(message, self.format_usage().strip())
@@ -59,10 +71,46 @@ class Parser(argparse.ArgumentParser):
 # shared option groups
 
 
-def common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
-    p.add_argument("--debug", action="store_true", help="show tracebacks")
-    p.add_argument("-q", "--quiet", action="store_true", help="only errors on stderr")
+#: the global flags: (option strings, argparse keywords); accepted before or after the verb
+GLOBAL_FLAGS: tuple[tuple[tuple[str, ...], dict], ...] = (
+    (("--json",), {"action": "store_true", "help": "print exactly one JSON object on stdout"}),
+    (("-q", "--quiet"), {"action": "store_true", "help": "only errors and warnings on stderr"}),
+    (("-v", "--verbose"), {"action": "count", "help": "more detail on stderr: each command run (-q wins)"}),
+    (("--debug",), {"action": "store_true", "help": "show tracebacks"}),
+)
+
+
+def _dest(names: tuple[str, ...]) -> str:
+    return names[-1].lstrip("-").replace("-", "_")
+
+
+def common(p: argparse.ArgumentParser, *, top: bool = False) -> None:
+    """The global flags (idempotent: ``app.build_parser`` calls it for every verb's parser)."""
+    if getattr(p, "has_globals", False):
+        return
+    g = p.add_argument_group("global options") if top else p
+    for names, kw in GLOBAL_FLAGS:
+        dest = _dest(names)
+        if top:
+            g.add_argument(*names, dest=f"{dest}_before", default=0 if kw["action"] == "count" else False, **kw)
+        else:
+            g.add_argument(*names, dest=dest, default=argparse.SUPPRESS, **kw)
+    p.has_globals = True  # type: ignore[attr-defined]
+
+
+def merge_globals(args: argparse.Namespace) -> argparse.Namespace:
+    """One value per global flag from its two places (counts add up)."""
+    for names, kw in GLOBAL_FLAGS:
+        dest = _dest(names)
+        before, after = getattr(args, f"{dest}_before", None), getattr(args, dest, None)
+        if kw["action"] == "count":
+            value: object = (before or 0) + (after or 0)
+        else:
+            value = bool(before or after)
+        setattr(args, dest, value)
+        if hasattr(args, f"{dest}_before"):
+            delattr(args, f"{dest}_before")
+    return args
 
 
 def recipe_dirs(p: argparse.ArgumentParser) -> None:
@@ -92,6 +140,8 @@ def recipe_options(p: argparse.ArgumentParser) -> None:
 def target(p: argparse.ArgumentParser) -> None:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--env", metavar="PREFIX", help="the environment prefix (conda env or venv)")
+    g.add_argument("-n", "--name", dest="env_name", metavar="NAME",
+                   help="a conda environment by name (as `conda activate NAME`)")
     g.add_argument("--python", metavar="EXE", help="the target's Python executable")
     p.add_argument("--probe-timeout", type=positive_float, default=300.0, metavar="SECONDS",
                    help="how long the probe may run in the target Python (default 300)")
@@ -134,3 +184,15 @@ def check_one_source(args: argparse.Namespace) -> None:
     if args.from_lock and any(overrides_from(args).as_dict().values()):
         raise InputError("--from-lock pins every build override; do not combine it with --ref, -D, ...",
                          "write a new lock with the overrides you want: `rocmbuild lock RECIPE ... -o FILE`")
+
+
+def resolve_env_name(args: argparse.Namespace) -> None:
+    """``-n NAME`` (any verb with --env): the conda env's prefix becomes ``args.env``."""
+    name = getattr(args, "env_name", None)
+    if name is None:
+        return
+    from rocmbuild import ui
+    from rocmbuild.target import envs
+
+    args.env = str(envs.find(name))
+    ui.info(f"environment {name}: {args.env}")

@@ -19,6 +19,7 @@ from rocmbuild.results import (
     CacheListResult,
     CacheVerifyResult,
     DemoResult,
+    CompletionResult,
     DoctorResult,
     DryRunResult,
     ExportResult,
@@ -246,10 +247,8 @@ def _dry_run(d: DryRunResult) -> str:
         lines.append(gpu_arch_line(d.gpu_arch))
     if d.target_plan is not None:
         lines.append(d.target_plan.plan.render())
-    elif d.target_error is not None:
-        lines.append(f"target: {d.target_error.message}")
-        if d.target_error.hint:
-            lines.append(f"  hint: {d.target_error.hint}")
+    elif d.target_error is not None:  # the error itself is printed once, on stderr
+        lines.append(f"target: the apply would be refused ({type(d.target_error).__name__}); nothing would change")
     elif d.target_note:
         lines.append(f"target: {d.target_note}")
     return "\n".join(lines)
@@ -264,6 +263,9 @@ def _rollback(r: RollbackResult) -> str:
            f"{p.version_after or '?'} in {p.prefix}"]
     out += [f"  {a.path}" for a in p.pending]
     out += [f"  {n}" for n in r.forced_drift]
+    warnings = r.warnings
+    out.append(f"verified {p.library} ({p.version_after or '?'})" + (
+        f" with {len(warnings)} warning(s): " + ", ".join(w["name"] for w in warnings) if warnings else ""))
     return "\n".join(out)
 
 
@@ -308,3 +310,8 @@ def _demo(r: DemoResult) -> str:
     where = f"kept in {r.scratch}" if r.kept else f"{r.scratch} removed"
     verdict = "demo passed" if r.error is None else f"demo FAILED at {r.failed.name if r.failed else '?'}"
     return "\n".join(["demo steps:", *lines, f"{verdict} in {r.seconds:.1f} s; {where}"])
+
+
+@text.register
+def _completion(r: CompletionResult) -> str:
+    return r.script.rstrip("\n")

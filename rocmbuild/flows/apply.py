@@ -204,7 +204,6 @@ def _swap(art: Artifact, t: Target, recovered: tuple, options: ApplyOptions) -> 
         ui.info(f"applying {m.recipe} {m.version or ''} to {the_plan.prefix} ({len(the_plan.pending)} path(s))")
         out = _txn.execute(the_plan, verify=verify, verify_restored=verify, keep=options.keep,
                            meta={"python": str(t.python), "artifact_path": str(art.path)})
-    ui.info(f"applied {out.id}: {the_plan.library} verified ({m.version or '?'}); `rocmbuild rollback` undoes it")
     return ApplyResult(the_plan, already_applied=False, txn=out.id, verdict=out.verdict, artifact=str(art.path),
                        recovered=recovered, pruned=tuple(out.pruned), copy_bytes=copy_bytes)
 
@@ -239,8 +238,6 @@ def _already(art: Artifact, t: Target, the_plan: _plan.Plan, verify, recovered: 
             "nothing was changed; `rocmbuild status` shows what the environment loads",
             details={"failures": fails, "verdict": verdict.to_json()})
     _remember(art, the_plan)
-    m = art.manifest
-    ui.info(f"already applied: {m.recipe} {m.version or ''} is in place in {the_plan.prefix}; nothing changed")
     return ApplyResult(the_plan, already_applied=True, txn=None, verdict=verdict, artifact=str(art.path),
                        recovered=recovered, pruned=())
 

@@ -168,7 +168,7 @@ def build_plan(name: str, recipes_dirs: Sequence[str] = (), overrides: Overrides
     r, gpu_targets = _soft_gpu_targets(load_recipe(name, recipes_dirs, overrides, resolve_auto=False), notes)
     home = cache_home()
     commit, ref_error = _soft_commit(r, offline)
-    inp = cache.inputs(r, commit=commit, home=home)
+    inp = cache.inputs(r, commit=commit, home=home, remember=False)  # plan writes nothing
     key = cache.cache_key(inp) if (commit or r.source.tarball) else None
     src_dir = source.checkout_path(r, home) / (r.source.subdir or "")
     build_dir = home_layout.build_dir(home) / (key or "<key>")

@@ -51,7 +51,6 @@ def export(what: str, out: str, recipes_dirs: Sequence[str] = (), overrides: Ove
            wait: bool | LockWait = False) -> ExportResult:
     art = find_cached(what) or build.build(what, recipes_dirs, overrides, wait=wait)
     info = bundle.export(art, Path(out))
-    ui.info(f"exported {info.recipe} {info.version or ''} ({info.key[:16]}) to {info.file}")
     return ExportResult(info)
 
 
@@ -61,7 +60,6 @@ def lock(name: str, out: str | None, recipes_dirs: Sequence[str] = (), overrides
     data = lockfile.create(name, recipes_dirs, overrides, commit)
     path = Path(out) if out else Path.cwd() / f"{data.recipe}.lock.json"
     lockfile.write(data, path)
-    ui.info(f"locked {data.recipe} at {commit or 'its tarball'} in {path}")
     return LockResult(str(path), data.to_json())
 
 

@@ -39,11 +39,11 @@ from rocmbuild.build.artifact import Artifact
 from rocmbuild.disk import nearest_existing
 from rocmbuild.errors import InputError, StateError, TargetError
 from rocmbuild.locks import LockWait
-from rocmbuild import recipe as _recipe
 from rocmbuild.recipe import arch
 from rocmbuild.swap import plan as _plan
 from rocmbuild.swap import state
 from rocmbuild import swap as _txn
+from rocmbuild.target import verify as verify_mod
 from rocmbuild.target.verify import Check, Verdict
 
 RESTORED_WARN_ONLY = ("compatibility",)
@@ -118,11 +118,7 @@ def compat_refusal(check: Check, report, encoding: str) -> InputError:
             else "the same major.minor")
     hint = f"use a {lib} with {rule} as the torch's compile-time version, or a torch built against the artifact's"
     if cv:
-        stem = f"cudnn-{cv[0]}." if encoding == "cudnn" else f"miopen-{cv[0]}.{cv[1]}"
-        try:
-            names = [n for n, _ in _recipe.available(()) if n.startswith(stem)]
-        except Exception:  # noqa: BLE001 - a broken recipe dir must not hide the refusal
-            names = []
+        names = verify_mod.recipes_for(encoding, cv)
         hint = (f"this torch was compiled against {lib} {'.'.join(map(str, cv))}: use a {lib} with {rule}"
                 + (f", e.g. the recipe {names[-1]} (`rocmbuild apply {names[-1]}`)" if names else "")
                 + ", or install a torch built against the artifact's version")

@@ -96,9 +96,6 @@ def rollback(*, env: str | None = None, python: str | None = None, to: str | Non
         out = _txn.execute(p, verify=verify, verify_restored=verify, keep=keep, meta={"python": str(py)})
     result = RollbackResult(p, txn=out.id, undoes=tuple(p.undoes), verdict=out.verdict, pruned=tuple(out.pruned),
                             recovered=tuple(recovered), forced_drift=tuple(p.notes))
-    warnings = result.warnings
-    ui.info(f"rolled back {', '.join(p.undoes)} as {out.id}; {p.library} ({p.version_after or '?'}) verified"
-            + (f" (with {len(warnings)} warning(s): " + ", ".join(w["name"] for w in warnings) + ")" if warnings else ""))
     return result
 
 

@@ -18,6 +18,7 @@ from rocmbuild.results.cache import CacheGcResult, CacheListResult
 from rocmbuild.results.base import BACKUP_BYTES_NOTE, Json, Record, VerbResult
 from rocmbuild.results.build import BuildPlan, BuildResult, RecipeEntry, RecipesResult, ShowResult, SourcePlan
 from rocmbuild.results.demo import DemoCheck, DemoFailed, DemoResult, DemoStep
+from rocmbuild.results.shell import CompletionResult
 from rocmbuild.results.state import (
     DoctorResult,
     HistoryResult,
@@ -42,7 +43,7 @@ from rocmbuild.results.txn import (
 __all__ = [
     "CacheGcResult", "CacheListResult",
     "BACKUP_BYTES_NOTE", "ApplyResult", "BuildPlan", "BuildResult", "BundleSummary", "CacheVerifyResult",
-    "DemoCheck", "DemoFailed", "DemoResult", "DemoStep",
+    "CompletionResult", "DemoCheck", "DemoFailed", "DemoResult", "DemoStep",
     "DoctorResult", "DryRunResult", "ExportResult", "HistoryResult", "InEffect", "Json", "LibraryStatus",
     "LockResult", "RecipeEntry", "RecipesResult", "Record", "RecoverResult", "RollbackResult", "ShowResult",
     "SourcePlan", "StatusChanges", "StatusResult", "TargetPlan", "Unfinished", "VerbResult", "VerifyResult",

@@ -85,14 +85,15 @@ def incompatibility_message(runtime, compiled, report: ProbeReport, encoding: st
     cmm_s = f"{cmm[0]}.{cmm[1]}" if cmm else "?"
     torch_s = f"torch {report.torch_version}" if report.torch_version else "torch"
     if encoding == "miopen":
-        recipe = "miopen-3.5.1" if cmm == (3, 5) else f"a recipe for MIOpen {cmm_s}.x"
+        names = recipes_for("miopen", compiled)
+        fits = (f"e.g. the recipe {names[-1]}: `rocmbuild apply {names[-1]}`" if names
+                else f"none of the recipes found builds one: write a recipe for MIOpen {cmm_s}.x, see docs/recipes.md")
         return (
             f"{torch_s} was compiled against MIOpen {ct} but would load {rt}: PyTorch for ROCm requires the same "
             "major.minor, so the first torch.backends.cudnn.version() call (made by every convolution and "
             "batchnorm) raises RuntimeError \"cuDNN version incompatibility: PyTorch was compiled against "
             f"{as_tuple(compiled)} but found runtime version {as_tuple(runtime)}\" (later calls return the number "
-            f"quietly). To avoid it, build the MIOpen release whose major.minor matches ({cmm_s}.x, e.g. recipe "
-            f"{recipe}), or use a torch built against MIOpen {rmm_s}."
+            f"quietly). To avoid it, build an MIOpen {cmm_s}.x ({fits}), or use a torch built against MIOpen {rmm_s}."
         )
     return (
         f"{torch_s} was compiled against cuDNN {ct} but would load {rt}: PyTorch requires the same major and a "
@@ -100,6 +101,24 @@ def incompatibility_message(runtime, compiled, report: ProbeReport, encoding: st
         f"RuntimeError \"cuDNN version incompatibility\". Install cuDNN {cmm_s} or a newer {cmm[0] if cmm else '?'}.x, "
         f"or use a torch built against cuDNN {rmm_s}."
     )
+
+
+def recipes_for(encoding: str, compiled) -> list[str]:
+    """The recipes found on the default search path whose name says they build a library this
+    torch loads (``miopen-M.m...``; ``cudnn-M....``), sorted: a message names only recipes that
+    exist. An unreadable recipe directory gives none rather than hiding the refusal."""
+    import re
+
+    from rocmbuild import recipe
+
+    mm = major_minor(compiled)
+    if mm is None:
+        return []
+    pattern = (rf"cudnn-{mm[0]}\." if encoding == "cudnn" else rf"miopen-{mm[0]}\.{mm[1]}(\.|-|$)")
+    try:
+        return sorted(name for name, _ in recipe.available(()) if re.match(pattern, name))
+    except OSError:
+        return []
 
 
 # --------------------------------------------------------------------------------------------

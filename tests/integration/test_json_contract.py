@@ -58,7 +58,7 @@ def _doc_tables() -> dict[str, dict[str, bool]]:
 TABLES = _doc_tables()
 COMMON = set(TABLES["common"])
 VERBS = ["recipes", "show", "plan", "build", "status", "verify", "doctor", "cache", "export", "lock", "apply",
-         "rollback", "history", "recover", "demo"]
+         "rollback", "history", "recover", "demo", "completion"]
 
 
 def test_the_doc_documents_every_verb_and_the_error_object():
@@ -421,3 +421,10 @@ def test_demo(tmp_path):
     assert d["failed_step"] is None and d["kept"] is False and not Path(d["scratch"]).exists()
     assert all(set(s) == {"name", "command", "env", "exit_code", "expected_exit_code", "ok", "seconds", "checks"}
                for s in d["steps"])
+
+
+def test_completion_and_global_flags_before_the_verb():
+    for shell in ("bash", "zsh"):
+        data = ok(rb("--json", "completion", shell), "completion")
+        assert data["shell"] == shell and "_rocmbuild" in data["script"]
+    fail(rb("--json", "completion", "fish"), "completion", 2, "InputError")

@@ -1,0 +1,13 @@
+"""What the verbs about the command line itself return (``completion``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rocmbuild.results.base import Record, VerbResult
+
+
+@dataclass(frozen=True)
+class CompletionResult(Record, VerbResult):
+    shell: str  # "bash" or "zsh"
+    script: str  # the completion script, exactly what text mode prints

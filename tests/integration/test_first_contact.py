@@ -1,0 +1,283 @@
+"""First contact: --help, --version, global flags anywhere, -v, -n NAME, shell completion.
+
+Every test runs the real ``rocmbuild`` as a process (tests/support/cli.py); completion scripts
+are sourced into a real bash (and zsh when installed) and their completion function is called
+as the shell would call it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rocmbuild.errors import EXIT_CODES
+from tests.support.cli import REPO, rb
+from tests.support.envs import make_env
+from tests.support.recipes import write_fixture_recipe
+
+
+# --------------------------------------------------------------------------------------------
+# --help and --version
+
+
+def test_help_says_what_the_tool_does_with_examples_exit_codes_and_environment():
+    r = rb("--help")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "argparse" not in out and "_add_<verb>" not in out  # no source docstring
+    assert out.splitlines()[2].startswith("rocmbuild builds GPU libraries")
+    for cmd in ("rocmbuild apply ", "rocmbuild status ", "rocmbuild rollback "):
+        assert cmd in out, cmd
+    for code, meaning in EXIT_CODES:  # the table comes from errors.py, not a copy
+        assert re.search(rf"^\s+{re.escape(code)}\s+{re.escape(meaning.split()[0])}", out, re.M), code
+    for var in ("ROCMBUILD_HOME", "ROCMBUILD_RECIPES", "ROCM_PATH", "CONDA_PREFIX", "VIRTUAL_ENV", "NO_COLOR"):
+        assert var in out, var
+
+
+def test_help_names_every_ROCMBUILD_variable_the_code_reads():
+    read = set()
+    for f in (REPO / "rocmbuild").rglob("*.py"):
+        read |= set(re.findall(r"ROCMBUILD_[A-Z_]+[A-Z]", f.read_text()))
+    out = rb("--help").stdout
+    assert read and read <= set(re.findall(r"ROCMBUILD_[A-Z_]+[A-Z]", out)), sorted(read)
+
+
+def test_every_verb_help_has_an_example():
+    from rocmbuild.cli import app
+
+    _parser, handlers = app.build_parser()
+    for verb in handlers:
+        r = rb(verb, "--help")
+        assert r.returncode == 0, (verb, r.stderr)
+        assert f"examples:\n  rocmbuild {verb}" in r.stdout, verb
+
+
+def test_version_names_python_and_the_install_path():
+    r = rb("--version")
+    assert r.returncode == 0, r.stderr
+    from rocmbuild import __version__
+
+    lines = r.stdout.splitlines()
+    assert lines[0] == f"rocmbuild {__version__}"
+    assert lines[1].startswith(f"Python {sys.version.split()[0]} (") and sys.executable in lines[1]
+    assert lines[2] == f"installed at {REPO / 'rocmbuild'}"
+
+
+# --------------------------------------------------------------------------------------------
+# global flags
+
+
+@pytest.mark.parametrize("argv", [("--json", "recipes"), ("recipes", "--json"), ("--json", "-q", "recipes"),
+                                  ("-q", "recipes", "--json", "--debug"), ("--debug", "--json", "recipes", "-v")])
+def test_global_flags_before_or_after_the_verb(argv):
+    r = rb(*argv)
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["verb"] == "recipes" and data["ok"] is True
+
+
+def test_global_flags_on_a_usage_error_keep_the_json_contract():
+    r = rb("--json", "recipes", "--no-such-flag")
+    assert r.returncode == 2
+    assert json.loads(r.stdout)["error"]["type"] == "InputError"
+
+
+def test_verbose_shows_the_commands_run_and_quiet_wins(target_env):
+    env = target_env("3.5.1")
+    r = rb("-v", "status", "--env", env.prefix)
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"^running: .*python.* -c ", r.stderr, re.M), r.stderr  # the resolve step
+    plain = rb("status", "--env", env.prefix)
+    assert plain.returncode == 0 and "running:" not in plain.stderr
+    quiet = rb("status", "--env", env.prefix, "-v", "-q")
+    assert quiet.returncode == 0 and "running:" not in quiet.stderr, quiet.stderr
+
+
+# --------------------------------------------------------------------------------------------
+# -n NAME: a conda env by name
+
+
+def _conda_env(root: Path, fixture_libs) -> Path:
+    env = make_env(root, layout="conda", lib_dir=fixture_libs("3.5.1"))
+    (Path(env.prefix) / "conda-meta").mkdir()
+    return Path(env.prefix)
+
+
+def _no_conda_path(tmp_path: Path) -> str:
+    """PATH without any conda (this machine has none; make sure)."""
+    dirs = [d for d in os.environ["PATH"].split(os.pathsep) if d and not (Path(d) / "conda").exists()]
+    return os.pathsep.join(dirs)
+
+
+def test_name_finds_the_env_through_conda(tmp_path, fixture_libs):
+    prefix = _conda_env(tmp_path / "somewhere" / "torch-rocm", fixture_libs)
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    listing = {"envs": [str(tmp_path / "root"), str(prefix)], "root_prefix": str(tmp_path / "root")}
+    conda = bindir / "conda"
+    conda.write_text(f"#!{sys.executable}\nimport json, sys\n"
+                     "assert sys.argv[1:] == ['info', '--envs', '--json'], sys.argv\n"
+                     f"print(json.dumps({listing!r}))\n")
+    conda.chmod(0o755)
+    env = {"PATH": f"{bindir}{os.pathsep}{_no_conda_path(tmp_path)}", "HOME": str(tmp_path / "home")}
+    r = rb("status", "-n", "torch-rocm", "--json", env=env)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["target"]["prefix"] == str(prefix)
+    bad = rb("status", "--name", "nope", "--json", env=env)
+    assert bad.returncode == 2
+    err = json.loads(bad.stdout)["error"]
+    assert err["type"] == "TargetError" and "'nope'" in err["message"]
+    assert "torch-rocm" in err["message"] and "base" in err["message"]  # the names found
+
+
+def test_name_without_conda_searches_the_usual_envs_dirs(tmp_path, fixture_libs):
+    home = tmp_path / "home"
+    prefix = _conda_env(home / "miniforge3" / "envs" / "yolo", fixture_libs)
+    other = _conda_env(tmp_path / "extra-envs" / "other", fixture_libs)
+    (home / "miniforge3" / "envs" / "not-an-env").mkdir()  # no conda-meta: not listed
+    env = {"PATH": _no_conda_path(tmp_path), "HOME": str(home), "CONDA_ENVS_PATH": str(tmp_path / "extra-envs")}
+    for name, want in (("yolo", prefix), ("other", other)):
+        r = rb("status", "-n", name, "--json", env=env)
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["target"]["prefix"] == str(want)
+    bad = rb("history", "-n", "missing", env=env)
+    assert bad.returncode == 2
+    assert "found: other, yolo" in bad.stderr and "not-an-env" not in bad.stderr, bad.stderr
+
+
+@pytest.mark.parametrize("name", ["..", "../yolo", "/etc", "a/../../b", "."])
+def test_name_that_is_a_path_is_refused_before_any_search(tmp_path, fixture_libs, name):
+    home = tmp_path / "home"
+    _conda_env(home / "miniconda3" / "envs" / "yolo", fixture_libs)
+    canary = _conda_env(home / "miniconda3" / "canary", fixture_libs)  # ../canary from envs/
+    before = sorted(p.name for p in canary.rglob("*"))
+    r = rb("apply", "mini", "-n", name, "--json", env={"PATH": _no_conda_path(tmp_path), "HOME": str(home)})
+    assert r.returncode == 2
+    assert "not an environment name" in json.loads(r.stdout)["error"]["message"]
+    assert sorted(p.name for p in canary.rglob("*")) == before
+
+
+def test_name_and_env_are_exclusive():
+    r = rb("status", "-n", "x", "--env", "/tmp", "--json")
+    assert r.returncode == 2 and "not allowed with" in json.loads(r.stdout)["error"]["message"]
+
+
+# --------------------------------------------------------------------------------------------
+# completion
+
+
+def _script(tmp_path: Path, shell: str, env: dict) -> Path:
+    r = rb("completion", shell, env=env)
+    assert r.returncode == 0, r.stderr
+    path = tmp_path / f"rocmbuild.{shell}"
+    path.write_text(r.stdout)
+    return path
+
+
+BASH_DRIVER = r'''
+source "$1"; shift
+line="$1"
+read -ra COMP_WORDS <<< "$line"
+[[ "$line" == *" " ]] && COMP_WORDS+=("")
+COMP_CWORD=$((${#COMP_WORDS[@]} - 1))
+COMP_LINE="$line"; COMP_POINT=${#line}
+_rocmbuild
+printf '%s\n' "${COMPREPLY[@]}"
+'''
+
+
+def _bash(script: Path, line: str, cwd: Path, env: dict) -> list[str]:
+    done = subprocess.run(["bash", "--norc", "--noprofile", "-c", BASH_DRIVER, "bash", str(script), line],
+                          capture_output=True, text=True, cwd=cwd, env={**os.environ, **env}, timeout=30)
+    assert done.returncode == 0, done.stderr
+    return [w for w in done.stdout.splitlines() if w]
+
+
+@pytest.fixture
+def completion_world(tmp_path, fixture_libs):
+    recipes = tmp_path / "recipes"
+    write_fixture_recipe(recipes, "mini-complete")
+    home = tmp_path / "home"
+    _conda_env(home / "miniconda3" / "envs" / "torch-env", fixture_libs)
+    work = tmp_path / "work"
+    (work / "envs-here").mkdir(parents=True)
+    (work / "local.toml").write_text("name = 'x'\n")
+    (work / "notes.txt").write_text("")
+    return {"ROCMBUILD_RECIPES": str(recipes), "HOME": str(home)}, work
+
+
+def test_bash_completion_from_the_real_parser(tmp_path, completion_world):
+    env, work = completion_world
+    script = _script(tmp_path, "bash", env)
+    assert subprocess.run(["bash", "-n", str(script)], timeout=30).returncode == 0
+
+    def c(line):
+        return _bash(script, line, work, env)
+
+    assert c("rocmbuild ") == ["recipes", "show", "plan", "build", "status", "verify", "doctor", "cache", "export",
+                               "lock", "apply", "rollback", "history", "recover", "completion"]
+    assert c("rocmbuild ro") == ["rollback"]
+    assert c("rocmbuild --json st") == ["status"]  # a global flag before the verb
+    assert set(c("rocmbuild apply --")) >= {"--env", "--name", "--python", "--dry-run", "--json", "--verbose",
+                                            "--allow-outside-prefix", "--wait-timeout"}
+    assert "--dry-run" not in c("rocmbuild status --")
+    assert c("rocmbuild apply --launcher ") == ["ccache", "sccache"]
+    assert c("rocmbuild verify --encoding c") == ["cudnn"]
+    assert c("rocmbuild completion ") == ["bash", "zsh"]
+    assert "verify" in c("rocmbuild cache ")
+    recipes = c("rocmbuild apply ")
+    assert "mini-complete" in recipes and "miopen-3.5.1" in recipes and "local.toml" in recipes
+    assert "notes.txt" not in recipes
+    assert c("rocmbuild apply mini-c") == ["mini-complete"]
+    assert c("rocmbuild apply x --env env") == ["envs-here"]  # a directory
+    assert c("rocmbuild status -n tor") == ["torch-env"]
+    assert c("rocmbuild apply x --expect ") == []  # a version: nothing to offer
+
+
+ZSH_DRIVER = r'''
+compdef() { : }
+source "$1"
+compadd() { [[ "$1" == -- ]] && shift; print -rl -- "$@" }
+_files() { print -r -- "<files $*>" }
+words=(${=2})
+[[ "$2" == *" " ]] && words+=("")
+CURRENT=${#words}
+_rocmbuild
+'''
+
+
+@pytest.mark.skipif(shutil.which("zsh") is None, reason="zsh is not installed")
+def test_zsh_completion_parses_and_completes(tmp_path, completion_world):
+    env, work = completion_world
+    script = _script(tmp_path, "zsh", env)
+    assert script.read_text().startswith("#compdef rocmbuild\n")
+    assert subprocess.run(["zsh", "-n", str(script)], timeout=30).returncode == 0
+
+    def c(line):
+        done = subprocess.run(["zsh", "-f", "-c", ZSH_DRIVER, "zsh", str(script), line], capture_output=True,
+                              text=True, cwd=work, env={**os.environ, **env}, timeout=30)
+        assert done.returncode in (0, 1), done.stderr
+        return [w for w in done.stdout.splitlines() if w]
+
+    assert "rollback" in c("rocmbuild ") and "completion" in c("rocmbuild ")
+    assert "--dry-run" in c("rocmbuild apply --") and "--name" in c("rocmbuild apply --")
+    assert c("rocmbuild apply --launcher ") == ["ccache", "sccache"]
+    assert "mini-complete" in c("rocmbuild apply ") and "<files -g *.toml>" in c("rocmbuild apply ")
+    assert c("rocmbuild apply x --env ") == ["<files -/>"]
+    assert c("rocmbuild status -n ") == ["torch-env"]
+
+
+def test_completion_json_is_one_object_and_an_unknown_shell_is_refused():
+    r = rb("completion", "bash", "--json")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["shell"] == "bash" and "complete -o filenames -F _rocmbuild rocmbuild" in data["script"]
+    bad = rb("completion", "fish")
+    assert bad.returncode == 2 and "invalid choice: 'fish'" in bad.stderr
