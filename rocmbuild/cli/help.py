@@ -40,6 +40,9 @@ ENVIRONMENT: tuple[tuple[str, str], ...] = (
     ("ROCMBUILD_FAILPOINTS", "die (exit 137) at the named transaction steps, for crash tests"),
     ("ROCMBUILD_PAUSEPOINTS", "pause at the named transaction steps, for tests"),
     ("ROCMBUILD_PAUSE_SECONDS", "how long such a pause lasts (default 60)"),
+    ("ROCMBUILD_DOWNLOAD_RETRIES", "how often a failed download is retried, with backoff (default 3; 0: never)"),
+    ("ROCMBUILD_HEARTBEAT_S", "off a terminal, a progress line at least this often (default 30 seconds)"),
+    ("ROCMBUILD_PROGRESS_STEP", "off a terminal, a progress line at each this many percent of the build (default 10)"),
 )
 
 MOST_USED = (

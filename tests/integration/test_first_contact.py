@@ -222,13 +222,13 @@ def test_bash_completion_from_the_real_parser(tmp_path, completion_world):
         return _bash(script, line, work, env)
 
     assert c("rocmbuild ") == ["recipes", "show", "plan", "build", "status", "verify", "doctor", "cache", "export",
-                               "lock", "apply", "rollback", "history", "recover", "completion"]
+                               "lock", "apply", "rollback", "history", "recover", "demo", "completion"]
     assert c("rocmbuild ro") == ["rollback"]
     assert c("rocmbuild --json st") == ["status"]  # a global flag before the verb
     assert set(c("rocmbuild apply --")) >= {"--env", "--name", "--python", "--dry-run", "--json", "--verbose",
                                             "--allow-outside-prefix", "--wait-timeout"}
     assert "--dry-run" not in c("rocmbuild status --")
-    assert c("rocmbuild apply --launcher ") == ["ccache", "sccache"]
+    assert c("rocmbuild apply --launcher ") == ["auto", "none", "ccache", "sccache"]
     assert c("rocmbuild verify --encoding c") == ["cudnn"]
     assert c("rocmbuild completion ") == ["bash", "zsh"]
     assert "verify" in c("rocmbuild cache ")
@@ -268,7 +268,7 @@ def test_zsh_completion_parses_and_completes(tmp_path, completion_world):
 
     assert "rollback" in c("rocmbuild ") and "completion" in c("rocmbuild ")
     assert "--dry-run" in c("rocmbuild apply --") and "--name" in c("rocmbuild apply --")
-    assert c("rocmbuild apply --launcher ") == ["ccache", "sccache"]
+    assert c("rocmbuild apply --launcher ") == ["auto", "none", "ccache", "sccache"]
     assert "mini-complete" in c("rocmbuild apply ") and "<files -g *.toml>" in c("rocmbuild apply ")
     assert c("rocmbuild apply x --env ") == ["<files -/>"]
     assert c("rocmbuild status -n ") == ["torch-env"]

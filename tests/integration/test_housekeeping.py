@@ -45,7 +45,15 @@ def own_home(txn_world, tmp_path, monkeypatch):
     """A private copy of the session's home (gc removes things), sealed again by `cache verify`;
     without the targets and uses other tests recorded in the session's home."""
     home = tmp_path / "own-home"
-    shutil.copytree(txn_world.home, home, symlinks=True, ignore=shutil.ignore_patterns("known-targets", ".used"))
+    world = {a.path.name for a in txn_world.artifacts.values()}
+
+    def ignore(d: str, names: list[str]) -> list[str]:
+        gone = [n for n in names if n in ("known-targets", ".used")]
+        if Path(d).resolve() == (txn_world.home / "artifacts").resolve():  # only the world's own artifacts
+            gone += [n for n in names if n == "imported" or (len(n) == 64 and n not in world)]
+        return gone
+
+    shutil.copytree(txn_world.home, home, symlinks=True, ignore=ignore)
     monkeypatch.setenv("ROCMBUILD_HOME", str(home))
     assert rb("cache", "verify").returncode == 0
     return home
