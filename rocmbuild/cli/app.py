@@ -17,7 +17,7 @@ import sys
 import traceback
 from typing import Callable
 
-from rocmbuild import __version__, stop, ui
+from rocmbuild import __version__, progress, stop, ui
 from rocmbuild.cli import render
 from rocmbuild.cli.args import Parser, UsageError
 from rocmbuild.cli.verbs import VERBS
@@ -51,6 +51,7 @@ def _run(argv: list[str], want_json: bool, debug: bool) -> tuple[str | None, Ver
             parser.print_help(sys.stderr)
             return verb, EXIT_INPUT, None
         ui.set_quiet(args.json or args.quiet)
+        progress.configure(json=args.json, quiet=args.quiet)
         result = handlers[verb](args)
         return verb, result, (result.to_json() if want_json else render.text(result))
     except UsageError as exc:

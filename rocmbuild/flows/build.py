@@ -10,12 +10,15 @@ running compiler. Both locks (source, artifact key) follow the one policy (``--w
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
 from typing import Callable, Sequence
 
 from rocmbuild import home as home_layout
+from rocmbuild import progress
 from rocmbuild import recipe as _recipe
 from rocmbuild import ui
-from rocmbuild.build import builder, cache, cmake, requirements, source
+from rocmbuild.build import builder, cache, cmake, logs, requirements, source
 from rocmbuild.build.artifact import Artifact
 from rocmbuild.errors import InputError, RequirementError, RocmbuildError
 from rocmbuild.home import artifacts_dir, cache_home
@@ -70,6 +73,13 @@ def build_recipe(r: Recipe, before_build: Callable[[str | None], None] | None = 
     ``before_build(version)`` is called with the version read from the fetched source (or from
     the cached artifact) before anything is compiled; it may raise to stop. ``wait`` is the lock
     policy for the source and artifact-key locks (fail at once by default, like the target's)."""
+    return build_logged(r, before_build, wait=wait)[0]
+
+
+def build_logged(r: Recipe, before_build: Callable[[str | None], None] | None = None, *,
+                 wait: bool | LockWait = False) -> tuple[Artifact, Path | None]:
+    """:func:`build_recipe`, and the log of this attempt (None: a cache hit, nothing ran). The
+    attempt's log is started before the fetch, so it holds the fetch's output too."""
     require(r)
     home = cache_home()
     commit = resolve_commit(r)
@@ -80,19 +90,22 @@ def build_recipe(r: Recipe, before_build: Callable[[str | None], None] | None = 
         ui.info(f"{r.name}: cache hit {key[:16]} (no configure, no compile)")
         if before_build is not None:
             before_build(hit.manifest.version)
-        return hit
+        return hit, None
     with source.source_lock(r, home=home, wait=wait):
-        checkout = source.fetch(r, home=home, log=cache.log_path(home, key), locked=True)
+        log = logs.start(home, key, f"# rocmbuild: fetch and build of {r.name} ({r.source.url} {r.source.ref or ''})")
+        with progress.phase("fetch", f"fetching {r.name}"):
+            checkout = source.fetch(r, home=home, log=log, locked=True)
         if checkout.commit != commit:
             # the ref moved between ls-remote and fetch: key the build on what was really fetched
             inp = cache.inputs(r, commit=checkout.commit, home=home)
             key = cache.cache_key(inp)
             hit = cache.lookup(key, home)
             if hit is not None:
-                return hit
+                return hit, log
+            log = logs.start(home, key, f"# rocmbuild: the ref moved during the fetch (its log: {log})")
         if before_build is not None:
             before_build(checkout.version)
-        return builder.build(r, checkout, home=home, key=key, inp=inp, wait=wait)
+        return builder.build(r, checkout, home=home, key=key, inp=inp, wait=wait, log=log), log
 
 
 def build(name: str, recipes_dirs: Sequence[str] = (), overrides: Overrides = Overrides(), *,
@@ -102,8 +115,10 @@ def build(name: str, recipes_dirs: Sequence[str] = (), overrides: Overrides = Ov
 
 def build_result(name: str, recipes_dirs: Sequence[str] = (), overrides: Overrides = Overrides(), *,
                  wait: bool | LockWait = False) -> BuildResult:
-    """``rocmbuild build``."""
-    return BuildResult(build(name, recipes_dirs, overrides, wait=wait))
+    """``rocmbuild build``: the artifact, how long this run took and the log it wrote."""
+    start = time.monotonic()
+    art, log = build_logged(load_recipe(name, recipes_dirs, overrides), wait=wait)
+    return BuildResult(art, duration_s=time.monotonic() - start, log=str(log) if log else None)
 
 
 # --------------------------------------------------------------------------------------------
