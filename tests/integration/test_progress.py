@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from rocmbuild.home import cache_home
+from tests.integration.test_json_contract import TABLES
 from tests.support.cli import rb
 from tests.support.recipes import write_fixture_recipe
 from tests.support.watch import Watched, make_paced_repo, screen
@@ -68,7 +69,7 @@ def test_terminal_shows_count_percent_eta_and_target_then_a_line_that_stays(pace
     assert built and re.fullmatch(r"built in \d+\.\ds \(\d+ steps\)", built[0]), final  # ... its last line stays
     for done in ("fetched in ", "configured in ", "installed in "):
         assert any(line.startswith(done) for line in final), (done, final)
-    assert "built" in w.out.decode()  # the result: stdout, once
+    assert "built" in w.out.decode() and "log: " in w.out.decode()  # the result: stdout
 
 
 def test_make_shows_a_percent_and_no_invented_count(paced, watch):
@@ -130,7 +131,8 @@ def test_json_events_on_stderr_and_one_object_on_stdout(paced, watch):
     assert progress and all(e["phase"] == "build" and isinstance(e["elapsed_s"], float) for e in progress)
     last = progress[-1]
     assert last["total"] >= 12 and last["done"] == last["total"] and last["eta_s"] == 0.0 and last["percent"] == 100.0
-    assert all(set(e) >= {"done", "total", "percent", "elapsed_s", "eta_s", "target"} for e in progress)
+    assert all(set(e) == set(TABLES["event-progress"]) for e in progress)  # docs/json.md, exactly
+    assert all(set(e) == set(TABLES["event-phase"]) for e in events if e["event"] == "phase")
     out = json.loads(w.out)  # exactly one object
     assert out["ok"] and out["cached"] is False and out["duration_s"] > 2.0
     log = Path(out["log"])
