@@ -37,7 +37,7 @@ from rich.progress import BarColumn, Progress, ProgressColumn, SpinnerColumn, Te
 from rich.table import Column
 from rich.text import Text
 
-from rocmbuild.ui import console
+from rocmbuild.ui import console, silence
 
 _NINJA = re.compile(r"^\[(\d+)/(\d+)\]\s*(.*)$")
 _MAKE = re.compile(r"^\[\s*(\d+)%\]\s*(.*)$")
@@ -111,8 +111,11 @@ def mode() -> str:
 
 def _event(obj: dict) -> None:
     with _lock:
-        sys.stderr.write(json.dumps(obj, sort_keys=True) + "\n")
-        sys.stderr.flush()
+        try:
+            sys.stderr.write(json.dumps(obj, sort_keys=True) + "\n")
+            sys.stderr.flush()
+        except (BrokenPipeError, ValueError):  # the reader left (or stderr is closed): our output ends, not our work
+            silence(sys.stderr)
 
 
 def _plain(text: str) -> None:

@@ -187,3 +187,28 @@ def test_apply_reports_phases_duration_and_no_log_for_a_cached_build(txn_home, t
     assert names.index(("verify", "done")) < names.index(("swap", "done"))  # verification is part of the swap
     text = rb("rollback", "--env", env.prefix)
     assert text.returncode == 0 and re.search(r"^verified in \d", text.stderr, re.M), text.stderr
+
+
+def test_a_reader_that_leaves_ends_the_events_not_the_build(paced):
+    """``rocmbuild build --json 2>&1 | head -1``: stderr closes after one line; the build goes on."""
+    import subprocess
+    import sys
+
+    from tests.support.cli import REPO
+
+    env = {**os.environ, "PYTHONPATH": str(REPO), "ROCMBUILD_HEARTBEAT_S": "0.3"}
+    rd, wr = os.pipe()
+    proc = subprocess.Popen([sys.executable, "-m", "rocmbuild", "build", str(paced(pace=1, steps=3)), "--json"],
+                            stdout=subprocess.PIPE, stderr=wr, env=env, cwd=str(REPO), start_new_session=True)
+    os.close(wr)
+    try:
+        with os.fdopen(rd, "rb") as f:
+            assert f.readline().startswith(b"{")
+        out, _ = proc.communicate(timeout=120)  # stderr's reader is gone from here on
+    finally:
+        try:
+            os.killpg(proc.pid, 9)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+    assert proc.returncode == 0 and json.loads(out)["cached"] is False
