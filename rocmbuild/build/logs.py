@@ -22,6 +22,12 @@ def link_path(home: Path, key: str) -> Path:
     return logs_dir(home) / f"{key}.log"
 
 
+def newest(home: Path, key: str) -> Path | None:
+    """The newest attempt's log of ``key`` (where the link points), or None."""
+    link = link_path(home, key)
+    return link.resolve() if link.is_symlink() and link.exists() else None
+
+
 def attempts(home: Path, key: str) -> list[Path]:
     """Every attempt's log of ``key``, oldest first."""
     return sorted(p for p in logs_dir(home).glob(f"{key}-*.log") if not p.is_symlink())

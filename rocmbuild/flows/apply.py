@@ -117,12 +117,13 @@ def apply(source: Source, where: TargetSpec, options: ApplyOptions = ApplyOption
     t = target.discover_at(prefix, python, timeout=options.probe_timeout)
     log = None
     if recipe is not None:
-        art, log = build.build_logged(recipe, before_build=_source_check(recipe, t), wait=options.wait)
+        art = build.build_recipe(recipe, before_build=_source_check(recipe, t), wait=options.wait)
+        log = build.log_of(art)
         if not art.cached:
             t = target.discover_at(prefix, python, timeout=options.probe_timeout)
     assert art is not None
     result = _swap(art, t, recovered, options)
-    return replace(result, duration_s=time.monotonic() - start, log=str(log) if log else None)
+    return replace(result, duration_s=time.monotonic() - start, log=log)
 
 
 def _source_check(r: Recipe, t: Target):

@@ -11,7 +11,6 @@ running compiler. Both locks (source, artifact key) follow the one policy (``--w
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Callable, Sequence
 
 from rocmbuild import home as home_layout
@@ -72,14 +71,8 @@ def build_recipe(r: Recipe, before_build: Callable[[str | None], None] | None = 
 
     ``before_build(version)`` is called with the version read from the fetched source (or from
     the cached artifact) before anything is compiled; it may raise to stop. ``wait`` is the lock
-    policy for the source and artifact-key locks (fail at once by default, like the target's)."""
-    return build_logged(r, before_build, wait=wait)[0]
-
-
-def build_logged(r: Recipe, before_build: Callable[[str | None], None] | None = None, *,
-                 wait: bool | LockWait = False) -> tuple[Artifact, Path | None]:
-    """:func:`build_recipe`, and the log of this attempt (None: a cache hit, nothing ran). The
-    attempt's log is started before the fetch, so it holds the fetch's output too."""
+    policy for the source and artifact-key locks (fail at once by default, like the target's).
+    The attempt's log is started before the fetch, so it holds the fetch's output too."""
     require(r)
     home = cache_home()
     commit = resolve_commit(r)
@@ -90,7 +83,7 @@ def build_logged(r: Recipe, before_build: Callable[[str | None], None] | None = 
         ui.info(f"{r.name}: cache hit {key[:16]} (no configure, no compile)")
         if before_build is not None:
             before_build(hit.manifest.version)
-        return hit, None
+        return hit
     with source.source_lock(r, home=home, wait=wait):
         log = logs.start(home, key, f"# rocmbuild: fetch and build of {r.name} ({r.source.url} {r.source.ref or ''})")
         with progress.phase("fetch", f"fetching {r.name}"):
@@ -101,11 +94,20 @@ def build_logged(r: Recipe, before_build: Callable[[str | None], None] | None = 
             key = cache.cache_key(inp)
             hit = cache.lookup(key, home)
             if hit is not None:
-                return hit, log
+                return hit
             log = logs.start(home, key, f"# rocmbuild: the ref moved during the fetch (its log: {log})")
         if before_build is not None:
             before_build(checkout.version)
-        return builder.build(r, checkout, home=home, key=key, inp=inp, wait=wait, log=log), log
+        return builder.build(r, checkout, home=home, key=key, inp=inp, wait=wait, log=log)
+
+
+def log_of(art: Artifact) -> str | None:
+    """The log of the build that just made ``art`` (None: a cache hit ran nothing). The source
+    lock is held from the fetch to the publish, so no other attempt at this key started after ours."""
+    if art.cached:
+        return None
+    log = logs.newest(cache_home(), art.key)
+    return str(log) if log else None
 
 
 def build(name: str, recipes_dirs: Sequence[str] = (), overrides: Overrides = Overrides(), *,
@@ -117,8 +119,8 @@ def build_result(name: str, recipes_dirs: Sequence[str] = (), overrides: Overrid
                  wait: bool | LockWait = False) -> BuildResult:
     """``rocmbuild build``: the artifact, how long this run took and the log it wrote."""
     start = time.monotonic()
-    art, log = build_logged(load_recipe(name, recipes_dirs, overrides), wait=wait)
-    return BuildResult(art, duration_s=time.monotonic() - start, log=str(log) if log else None)
+    art = build(name, recipes_dirs, overrides, wait=wait)
+    return BuildResult(art, duration_s=time.monotonic() - start, log=log_of(art))
 
 
 # --------------------------------------------------------------------------------------------

@@ -40,6 +40,7 @@ def test_each_attempt_has_its_own_log_and_the_link_follows(tmp_path):
     link = logs.link_path(home, key)
     assert link.is_symlink() and os.readlink(link) == second.name
     assert logs.attempts(home, key) == sorted([first, second])
+    assert logs.newest(home, key) == second.resolve() and logs.newest(home, "b" * 64) is None
 
 
 def test_a_log_from_before_attempts_is_kept(tmp_path):
