@@ -162,7 +162,7 @@ def _open_log(log: Path | None, argv: Sequence[str | os.PathLike]):
     if log is None:
         return None
     log.parent.mkdir(parents=True, exist_ok=True)
-    logf = open(log, "a", encoding="utf-8", errors="replace")
+    logf = open(log, "a", encoding="utf-8", errors="replace", buffering=1)  # line by line: `tail -f` follows
     logf.write(f"$ {display(argv)}\n")
     logf.flush()
     return logf

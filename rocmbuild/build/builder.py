@@ -14,16 +14,15 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
-import re
 import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rocmbuild import runner, stop, ui
-from rocmbuild.build import buildtree, cmake, retry
+from rocmbuild import progress, runner, stop, ui
+from rocmbuild.build import buildtree, cmake, logs, retry
 from rocmbuild.build.artifact import MANIFEST, TREE, Artifact, Manifest, find_libraries, scan_tree, seal
-from rocmbuild.build.cache import Inputs, key_lock, log_path, lookup
+from rocmbuild.build.cache import Inputs, key_lock, lookup
 from rocmbuild.build.extract import safe_extract
 from rocmbuild.disk import atomic_write_json, fsync_dir
 from rocmbuild.errors import BuildError, RequirementError
@@ -35,9 +34,6 @@ from rocmbuild.recipe.paths import prefix_problem
 
 if TYPE_CHECKING:
     from rocmbuild.build.source import Checkout
-
-_MAKE_PROGRESS = re.compile(r"^\[\s*(\d+)%\]")
-_NINJA_PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]")
 
 
 # --------------------------------------------------------------------------------------------
@@ -122,36 +118,22 @@ def launcher(recipe: Recipe, home: Path) -> Launcher:
 # building
 
 
-class _Progress:
-    """Turn make's ``[ 45%]`` and ninja's ``[12/300]`` lines into a progress bar."""
-
-    def __init__(self, prog, task) -> None:
-        self.prog, self.task = prog, task
-
-    def __call__(self, line: str) -> None:
-        step = parse_progress(line)
-        if step is not None:
-            self.prog.update(self.task, completed=step[0], total=step[1])
-
-
 def parse_progress(line: str) -> tuple[int, int] | None:
-    """(done, total) from a make or ninja progress line, or None."""
-    m = _NINJA_PROGRESS.match(line)
-    if m:
-        return int(m.group(1)), int(m.group(2))
-    m = _MAKE_PROGRESS.match(line)
-    if m:
-        return int(m.group(1)), 100
-    return None
+    """(done, total) from a ninja progress line, (percent, 100) from make's, or None."""
+    step = progress.parse_step(line)
+    if step is None:
+        return None
+    return (step.done, step.total) if step.done is not None and step.total is not None else (int(step.percent), 100)
 
 
 def build(recipe: Recipe, checkout: Checkout, *, home: Path, key: str, inp: Inputs,
-          wait: bool | LockWait = False) -> Artifact:
+          wait: bool | LockWait = False, log: Path | None = None) -> Artifact:
     """Configure, build and install ``checkout`` into a new artifact ``artifacts/<key>``.
 
     The caller has checked the cache; a build of the same key that finished meanwhile is reused.
     ``wait`` is the policy for the key lock (:class:`rocmbuild.disk.FileLock`) and for a build
-    tree still used by a live process (not touched: exit 5, unless waiting).
+    tree still used by a live process (not touched: exit 5, unless waiting). ``log`` is this
+    attempt's log (:func:`rocmbuild.build.logs.start`; a new one when not given).
     """
     with key_lock(home, key, wait=wait):
         hit = lookup(key, home)
@@ -161,9 +143,7 @@ def build(recipe: Recipe, checkout: Checkout, *, home: Path, key: str, inp: Inpu
         for stale in adir.glob(f".tmp-{key}-*"):
             shutil.rmtree(stale, ignore_errors=True)
         tree_dir = build_root(home) / key
-        log = log_path(home, key)
-        log.parent.mkdir(parents=True, exist_ok=True)
-        log.write_text(f"# rocmbuild build of {recipe.name} at {checkout.commit or checkout.url}\n")
+        log = attempt_log(home, key, recipe, checkout, log)
         use = launcher(recipe, home)
         _check_expected_version(recipe, checkout)
         owner, attempt = _claim_tree(recipe, checkout, tree_dir, key, inp, wait)
@@ -218,14 +198,26 @@ def _compile(recipe: Recipe, checkout: Checkout, build_dir: Path, destdir: Path,
     env = {**cmake.build_env(recipe.build), **dict(use.env)}
     hint = f"read the full log at {log}; fix the cause (missing dependency, wrong define) and run again"
     ui.info(f"configuring {recipe.name} ({recipe.build.generator}, {recipe.build.build_type})")
-    runner.run(cmake.configure_argv(recipe.build, checkout.source_dir, build_dir, use.path),
-               env=env, log=log, what="configure failed", hint=hint, on_start=started)
+    with progress.phase("configure", f"configuring {recipe.name}"):
+        runner.run(cmake.configure_argv(recipe.build, checkout.source_dir, build_dir, use.path),
+                   env=env, log=log, what="configure failed", hint=hint, on_start=started)
     ui.info(f"building with {cmake.jobs(recipe.build)} jobs (log: {log})")
-    with ui.progress(f"building {recipe.name}") as (prog, task):
+    with progress.phase("build", f"building {recipe.name}") as steps:
         runner.run(cmake.build_argv(recipe.build, build_dir), env=env, log=log,
-                   on_line=_Progress(prog, task), what="build failed", hint=hint, on_start=started)
-    runner.run(cmake.install_argv(build_dir), env=cmake.build_env(recipe.build, destdir), log=log,
-               what="install failed", hint=hint, on_start=started)
+                   on_line=steps.line, what="build failed", hint=hint, on_start=started)
+    with progress.phase("install", f"installing {recipe.name}"):
+        runner.run(cmake.install_argv(build_dir), env=cmake.build_env(recipe.build, destdir), log=log,
+                   what="install failed", hint=hint, on_start=started)
+
+
+def attempt_log(home: Path, key: str, recipe: Recipe, checkout: Checkout, log: Path | None) -> Path:
+    """This attempt's log: the one the caller started (the fetch wrote to it), else a new one."""
+    what = f"# rocmbuild build of {recipe.name} at {checkout.commit or checkout.url}"
+    if log is None:
+        return logs.start(home, key, what)
+    with open(log, "a", encoding="utf-8") as f:
+        f.write(what + "\n")
+    return log
 
 
 def _extract_prebuilt(recipe: Recipe, checkout: Checkout, tree: Path) -> None:

@@ -20,7 +20,7 @@ import sys
 import traceback
 from typing import Callable
 
-from rocmbuild import stop, ui
+from rocmbuild import progress, stop, ui
 from rocmbuild.cli import args as a
 from rocmbuild.cli import completion, help, render
 from rocmbuild.cli.args import Parser, UsageError
@@ -65,6 +65,7 @@ def _run(argv: list[str], want_json: bool, debug: bool) -> tuple[str | None, Ver
         ui.set_quiet(args.json or args.quiet)
         ui.set_verbose(bool(args.verbose))
         a.resolve_env_name(args)
+        progress.configure(json=args.json, quiet=args.quiet)
         result = handlers[verb](args)
         return verb, result, (result.to_json() if want_json else render.text(result))
     except UsageError as exc:

@@ -85,6 +85,8 @@ def _build(r: BuildResult) -> str:
     out = f"{data['recipe']} {data['version'] or ''} @ {(data['commit'] or '')[:12]}: {verb}\nartifact: {data['artifact']}"
     for lib in data["libraries"]:
         out += f"\n  {lib['name']}: {' -> '.join(lib['chain'])} (SONAME {lib['soname']})"
+    if data["log"]:
+        out += f"\nlog: {data['log']}"
     return out
 
 

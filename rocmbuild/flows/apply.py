@@ -31,12 +31,13 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterator, Union
 
-from rocmbuild import ui
+from rocmbuild import progress, ui
 from rocmbuild.build import bundle, cache
 from rocmbuild.build.artifact import Artifact
 from rocmbuild.errors import RocmbuildError, VerifyError
@@ -105,11 +106,13 @@ class ApplyOptions:
 
 
 def apply(source: Source, where: TargetSpec, options: ApplyOptions = ApplyOptions()) -> ApplyResult | DryRunResult:
-    """``rocmbuild apply`` (see the module notes for the order of the steps)."""
+    """``rocmbuild apply`` (see the module notes for the order of the steps); the result says how
+    long it took and which build log this run wrote (a recipe that was built)."""
+    start = time.monotonic()
     if isinstance(source, LockSource):
         source = source.recipe()
     if options.dry_run:
-        return _dry_run(source, where, options)
+        return replace(_dry_run(source, where, options), duration_s=time.monotonic() - start)
     recipe = art = None
     if isinstance(source, RecipeSource):
         recipe = build.load_recipe(source.name, source.recipes_dirs, source.overrides)
@@ -121,12 +124,14 @@ def apply(source: Source, where: TargetSpec, options: ApplyOptions = ApplyOption
     prefix, python = target.resolve(where.env, where.python)
     recovered = tuple(guards.recover_prefix(prefix, wait=options.wait))  # never probe a half-swapped target
     t = target.discover_at(prefix, python, timeout=options.probe_timeout)
+    log = None
     if recipe is not None:
         art = build.build_recipe(recipe, before_build=_source_check(recipe, t), wait=options.wait)
+        log = build.log_of(art)
         if not art.cached:
             t = target.discover_at(prefix, python, timeout=options.probe_timeout)
     assert art is not None
-    return replace(_swap(art, t, recovered, options), gpu_arch=gpu_arch)
+    return replace(_swap(art, t, recovered, options), gpu_arch=gpu_arch, duration_s=time.monotonic() - start, log=log)
 
 
 def _source_check(r: Recipe, t: Target):
@@ -202,8 +207,9 @@ def _swap(art: Artifact, t: Target, recovered: tuple, options: ApplyOptions) -> 
         if the_plan.already_applied:
             return _already(art, t, the_plan, verify, recovered, options)
         ui.info(f"applying {m.recipe} {m.version or ''} to {the_plan.prefix} ({len(the_plan.pending)} path(s))")
-        out = _txn.execute(the_plan, verify=verify, verify_restored=verify, keep=options.keep,
-                           meta={"python": str(t.python), "artifact_path": str(art.path)})
+        with progress.phase("swap", f"swapping {len(the_plan.pending)} path(s) in {the_plan.prefix}"):
+            out = _txn.execute(the_plan, verify=verify, verify_restored=verify, keep=options.keep,
+                               meta={"python": str(t.python), "artifact_path": str(art.path)})
     return ApplyResult(the_plan, already_applied=False, txn=out.id, verdict=out.verdict, artifact=str(art.path),
                        recovered=recovered, pruned=tuple(out.pruned), copy_bytes=copy_bytes)
 

@@ -11,13 +11,15 @@ records a use of the artifact (its last use, for ``cache gc``).
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Callable, Sequence
 
 from rocmbuild import home as home_layout
+from rocmbuild import progress
 from rocmbuild import recipe as _recipe
 from rocmbuild import ui
-from rocmbuild.build import builder, cache, cmake, housekeeping, requirements, source
+from rocmbuild.build import builder, cache, cmake, housekeeping, logs, requirements, source
 from rocmbuild.build.artifact import Artifact
 from rocmbuild.errors import InputError, RequirementError, RocmbuildError
 from rocmbuild.home import artifacts_dir, cache_home
@@ -71,7 +73,8 @@ def build_recipe(r: Recipe, before_build: Callable[[str | None], None] | None = 
 
     ``before_build(version)`` is called with the version read from the fetched source (or from
     the cached artifact) before anything is compiled; it may raise to stop. ``wait`` is the lock
-    policy for the source and artifact-key locks (fail at once by default, like the target's)."""
+    policy for the source and artifact-key locks (fail at once by default, like the target's).
+    The attempt's log is started before the fetch, so it holds the fetch's output too."""
     require(r)
     home = cache_home()
     commit = resolve_commit(r)
@@ -85,7 +88,9 @@ def build_recipe(r: Recipe, before_build: Callable[[str | None], None] | None = 
             before_build(hit.manifest.version)
         return used(hit, home)
     with source.source_lock(r, home=home, wait=wait):
-        checkout = source.fetch(r, home=home, log=cache.log_path(home, key), locked=True)
+        log = logs.start(home, key, f"# rocmbuild: fetch and build of {r.name} ({r.source.url} {r.source.ref or ''})")
+        with progress.phase("fetch", f"fetching {r.name}"):
+            checkout = source.fetch(r, home=home, log=log, locked=True)
         if checkout.commit != commit:
             # the ref moved between ls-remote and fetch: key the build on what was really fetched
             inp = cache.inputs(r, commit=checkout.commit, home=home)
@@ -93,15 +98,25 @@ def build_recipe(r: Recipe, before_build: Callable[[str | None], None] | None = 
             hit = cache.lookup(key, home)
             if hit is not None:
                 return used(builder.for_recipe(hit, r), home)
+            log = logs.start(home, key, f"# rocmbuild: the ref moved during the fetch (its log: {log})")
         if before_build is not None:
             before_build(checkout.version)
-        return used(builder.for_recipe(builder.build(r, checkout, home=home, key=key, inp=inp, wait=wait), r), home)
+        return used(builder.for_recipe(builder.build(r, checkout, home=home, key=key, inp=inp, wait=wait, log=log), r), home)
 
 
 def used(art: Artifact, home: Path) -> Artifact:
     """Record a use of ``art`` (its last use: what ``cache gc`` ages artifacts by); returns it."""
     housekeeping.touch(home, art.path)
     return art
+
+
+def log_of(art: Artifact) -> str | None:
+    """The log of the build that just made ``art`` (None: a cache hit ran nothing). The source
+    lock is held from the fetch to the publish, so no other attempt at this key started after ours."""
+    if art.cached:
+        return None
+    log = logs.newest(cache_home(), art.key)
+    return str(log) if log else None
 
 
 def build(name: str, recipes_dirs: Sequence[str] = (), overrides: Overrides = Overrides(), *,
@@ -111,8 +126,10 @@ def build(name: str, recipes_dirs: Sequence[str] = (), overrides: Overrides = Ov
 
 def build_result(name: str, recipes_dirs: Sequence[str] = (), overrides: Overrides = Overrides(), *,
                  wait: bool | LockWait = False) -> BuildResult:
-    """``rocmbuild build``."""
-    return BuildResult(build(name, recipes_dirs, overrides, wait=wait))
+    """``rocmbuild build``: the artifact, how long this run took and the log it wrote."""
+    start = time.monotonic()
+    art = build(name, recipes_dirs, overrides, wait=wait)
+    return BuildResult(art, duration_s=time.monotonic() - start, log=log_of(art))
 
 
 # --------------------------------------------------------------------------------------------

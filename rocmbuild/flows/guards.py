@@ -33,7 +33,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
-from rocmbuild import ui
+from rocmbuild import progress, ui
 from rocmbuild.build import cache
 from rocmbuild.build.artifact import Artifact
 from rocmbuild.disk import nearest_existing
@@ -94,10 +94,13 @@ def verifier(python: Path, *, timeout: float, smoke: bool) -> Callable[["_txn.Ex
 
     def verify(exp: "_txn.Expectation") -> Verdict:
         want_smoke = smoke and not exp.restored
-        report = probe.run_probe(python, timeout=timeout, smoke=want_smoke)
-        verdict = verify_mod.judge(report, library=exp.library_name, encoding=exp.encoding, expect=exp.version,
-                              expected_file=exp.expected_files(),
-                              links=() if exp.restored else tuple(Path(x) for x in exp.links), smoke=want_smoke)
+        with progress.phase("verify", "verifying the restored state" if exp.restored else "verifying the new state") as ph:
+            report = probe.run_probe(python, timeout=timeout, smoke=want_smoke)
+            verdict = verify_mod.judge(report, library=exp.library_name, encoding=exp.encoding, expect=exp.version,
+                                       expected_file=exp.expected_files(),
+                                       links=() if exp.restored else tuple(Path(x) for x in exp.links),
+                                       smoke=want_smoke)
+            ph.failed = not verdict.ok
         if not exp.restored:
             return verdict
         relaxed = verdict.relaxed(RESTORED_WARN_ONLY)

@@ -23,7 +23,7 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from rocmbuild import ui
+from rocmbuild import progress, ui
 from rocmbuild.errors import TargetError, VerifyError
 from rocmbuild.locks import LockWait
 from rocmbuild.flows import guards
@@ -93,7 +93,8 @@ def rollback(*, env: str | None = None, python: str | None = None, to: str | Non
         p = replace(_txn.rollback_plan(sdir, to=to, force=force), python=str(py))
         verify = guards.verifier(py, timeout=probe_timeout, smoke=False)
         ui.info(f"rolling back {', '.join(p.undoes)} on {prefix} ({len(p.pending)} path(s))")
-        out = _txn.execute(p, verify=verify, verify_restored=verify, keep=keep, meta={"python": str(py)})
+        with progress.phase("swap", f"swapping {len(p.pending)} path(s) back in {prefix}"):
+            out = _txn.execute(p, verify=verify, verify_restored=verify, keep=keep, meta={"python": str(py)})
     result = RollbackResult(p, txn=out.id, undoes=tuple(p.undoes), verdict=out.verdict, pruned=tuple(out.pruned),
                             recovered=tuple(recovered), forced_drift=tuple(p.notes))
     return result

@@ -19,6 +19,11 @@ def records_json(items) -> list[dict[str, Any]]:
     return [x.to_json() for x in items]
 
 
+def seconds_json(seconds: float | None) -> float | None:
+    """A duration in the JSON: seconds, to the millisecond (None stays null)."""
+    return round(seconds, 3) if seconds is not None else None
+
+
 def verdict_json(v: "Verdict | None") -> dict[str, Any] | None:
     return v.to_json() if v is not None else None
 

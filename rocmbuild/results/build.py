@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from rocmbuild.results.base import Json, Record, VerbResult
+from rocmbuild.results.base import Json, Record, VerbResult, seconds_json
 
 if TYPE_CHECKING:
     from rocmbuild.build.artifact import Artifact
@@ -98,12 +98,15 @@ class BuildPlan(VerbResult):
 @dataclass(frozen=True)
 class BuildResult(VerbResult):
     artifact: "Artifact"
+    duration_s: float | None = None  # this run, start to end
+    log: str | None = None  # this attempt's build log (None: a cache hit ran nothing)
 
     def to_json(self) -> dict[str, Any]:
         art, m = self.artifact, self.artifact.manifest
         return {
             "cached": art.cached, "artifact": str(art.path), "key": m.key, "recipe": m.recipe,
-            "commit": m.commit, "version": m.version,
+            "commit": m.commit, "version": m.version, "log": self.log,
+            "duration_s": seconds_json(self.duration_s),
             "libraries": [{"name": lib.name, "file": lib.file, "soname": lib.soname, "chain": list(lib.chain)}
                           for lib in m.libraries],
         }

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rocmbuild.errors import RocmbuildError
-from rocmbuild.results.base import Json, Record, VerbResult, plan_target, records_json, verdict_json
+from rocmbuild.results.base import Json, Record, VerbResult, plan_target, records_json, seconds_json, verdict_json
 from rocmbuild.results.build import BuildPlan
 
 if TYPE_CHECKING:
@@ -47,11 +47,14 @@ class ApplyResult(VerbResult):
     pruned: tuple["Pruned", ...] = ()
     copy_bytes: int | None = None  # None (absent in the JSON) when already applied
     gpu_arch: "ArchMatch | None" = None  # the artifact's GPU targets against this machine's
+    duration_s: float | None = None  # the whole apply, start to end
+    log: str | None = None  # the build log this run wrote (None: nothing was built)
 
     def to_json(self) -> dict[str, Any]:
         out = {"target": plan_target(self.plan), "plan": self.plan.to_json(), "already_applied": self.already_applied,
                "txn": self.txn, "verdict": verdict_json(self.verdict), "recovered": records_json(self.recovered),
-               "artifact": self.artifact, "pruned": records_json(self.pruned)}
+               "artifact": self.artifact, "pruned": records_json(self.pruned), "log": self.log,
+               "duration_s": seconds_json(self.duration_s)}
         if self.copy_bytes is not None:
             out["copy_bytes"] = self.copy_bytes
         out["gpu_arch"] = self.gpu_arch.to_json() if self.gpu_arch is not None else None
@@ -84,6 +87,7 @@ class DryRunResult(VerbResult):
     target_error: RocmbuildError | None = None
     target_note: str | None = None
     gpu_arch: "ArchMatch | None" = None
+    duration_s: float | None = None  # the dry run, start to end
 
     @property
     def already_applied(self) -> bool:
@@ -106,6 +110,7 @@ class DryRunResult(VerbResult):
             out["target_note"] = self.target_note
         out["already_applied"] = self.already_applied
         out["gpu_arch"] = self.gpu_arch.to_json() if self.gpu_arch is not None else None
+        out["duration_s"] = seconds_json(self.duration_s)
         return out
 
 

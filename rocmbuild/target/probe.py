@@ -37,7 +37,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from rocmbuild import runner
+from rocmbuild import progress, runner
 from rocmbuild.build.artifact import read_soname
 from rocmbuild.errors import RequirementError, TargetError
 from rocmbuild.target.versions import decode_version, encode_version
@@ -233,7 +233,8 @@ def run_probe(python: Path, *, timeout: float = 300, want_hash: bool = False, sm
         argv.append("--hash")
     if smoke:
         argv.append("--smoke")
-    done = _capture(argv, python, timeout)
+    with progress.phase("probe", f"probing {python} (importing torch)"):
+        done = _capture(argv, python, timeout)
     raw = parse_output(done.stdout)
     if raw is None:
         tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-15:])

@@ -1,0 +1,336 @@
+"""What a user sees while rocmbuild works: phases with their durations, the build's steps, heartbeats.
+
+A phase (fetch, configure, build, install, probe, swap, verify) is a ``with phase(name, label):``
+block; the build feeds its output lines to :meth:`Phase.line`, which reads ninja's ``[12/300]``
+and make's ``[ 44%]`` prefixes. Where it goes depends on the mode (:func:`configure`):
+
+* ``tty`` (stderr a terminal, not ``TERM=dumb``): a rich display on stderr, a spinner per running
+  phase and, for the build, a bar with N/M (ninja only: make gives a percent and no count is
+  invented), percent, elapsed, ETA and the current target. It vanishes when the phase ends; the
+  line "built in 2h13m" that replaces it stays.
+* ``plain`` (stderr a pipe, a file, a dumb terminal): the same "configured in 3.2s" lines, plus one
+  line at each :data:`STEP_PERCENT` step of a build and a heartbeat at least every
+  :data:`HEARTBEAT_S` seconds while any phase runs (a 20-minute link prints something).
+* ``json`` (``--json``): the same events, as one JSON object per line on stderr (docs/json.md).
+* ``quiet`` (``-q``): nothing.
+
+Decisions: progress is on stderr only, never in the result; ``--json`` events follow the plain
+cadence (steps of 10 %, heartbeats), not every compile line; the ETA is linear from the phase's
+start (elapsed * what is left / what is done), the same number in every mode. The two cadences
+may be shortened through ``ROCMBUILD_HEARTBEAT_S`` and ``ROCMBUILD_PROGRESS_STEP`` (tests: a
+fixture build sees a heartbeat within seconds).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterator
+
+from rich.progress import BarColumn, Progress, ProgressColumn, SpinnerColumn, TextColumn
+from rich.table import Column
+from rich.text import Text
+
+from rocmbuild.ui import console, silence
+
+_NINJA = re.compile(r"^\[(\d+)/(\d+)\]\s*(.*)$")
+_MAKE = re.compile(r"^\[\s*(\d+)%\]\s*(.*)$")
+
+DONE = {"fetch": "fetched", "configure": "configured", "build": "built", "install": "installed",
+        "probe": "probed", "swap": "swapped", "verify": "verified"}
+
+
+def _env_float(name: str, default: float) -> float:
+    try:
+        value = float(os.environ.get(name, ""))
+    except ValueError:
+        return default
+    return value if value > 0 else default
+
+
+HEARTBEAT_S = _env_float("ROCMBUILD_HEARTBEAT_S", 30.0)  # at most this long without a line (plain, json)
+STEP_PERCENT = _env_float("ROCMBUILD_PROGRESS_STEP", 10.0)  # one line per this many percent (plain, json)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One progress line of a build tool: ``done``/``total`` from ninja, only ``percent`` from make."""
+
+    percent: float
+    done: int | None
+    total: int | None
+    target: str
+
+
+def parse_step(line: str) -> Step | None:
+    """The step a ninja (``[12/300] Building ...``) or make (``[ 44%] Building ...``) line reports."""
+    m = _NINJA.match(line)
+    if m:
+        done, total = int(m.group(1)), int(m.group(2))
+        return Step(100.0 * done / total if total else 0.0, done, total, m.group(3).strip())
+    m = _MAKE.match(line)
+    if m:
+        return Step(float(m.group(1)), None, None, m.group(2).strip())
+    return None
+
+
+def duration(seconds: float) -> str:
+    """``3.2s``, ``2m05s``, ``2h13m``: what a phase line says."""
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    s = int(seconds)
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+# --------------------------------------------------------------------------------------------
+# the mode
+
+
+_mode: str | None = None  # None: chosen from the console each time (tty or plain)
+
+
+def configure(*, json: bool = False, quiet: bool = False) -> None:
+    """Set by the command line: ``--json`` events, ``-q`` nothing, else the terminal decides."""
+    global _mode
+    _mode = "json" if json else "quiet" if quiet else None
+
+
+def mode() -> str:
+    if _mode is not None:
+        return _mode
+    return "tty" if console.is_terminal and not console.is_dumb_terminal else "plain"
+
+
+def _event(obj: dict) -> None:
+    with _lock:
+        try:
+            sys.stderr.write(json.dumps(obj, sort_keys=True) + "\n")
+            sys.stderr.flush()
+        except (BrokenPipeError, ValueError):  # the reader left (or stderr is closed): our output ends, not our work
+            silence(sys.stderr)
+
+
+def _plain(text: str) -> None:
+    with _lock:
+        console.print(Text(text), soft_wrap=True)
+
+
+_lock = threading.RLock()
+
+
+# --------------------------------------------------------------------------------------------
+# a phase
+
+
+class Phase:
+    """A running phase: its clock, its last step, and when it last said something."""
+
+    def __init__(self, name: str, label: str) -> None:
+        self.name, self.label = name, label
+        self.start = time.monotonic()
+        self.step: Step | None = None
+        self.said = self.start  # when the last line (plain/json) was written
+        self.said_percent = 0.0
+        self.task = None  # the rich task (tty)
+        self.failed = False  # set by the caller: the phase ran to its end, but its outcome is a failure
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self.start
+
+    def eta(self) -> float | None:
+        """Seconds left, linear from the phase's start; None before the first step."""
+        if self.step is None or self.step.percent <= 0:
+            return None
+        return max(0.0, self.elapsed * (100.0 - self.step.percent) / self.step.percent)
+
+    def line(self, text: str) -> None:
+        """A line of the build tool's output: a step moves the bar (and, off a terminal, says so
+        at each :data:`STEP_PERCENT`)."""
+        step = parse_step(text)
+        if step is None:
+            return
+        self.step = step
+        m = mode()
+        if m == "tty":
+            _display.update(self)
+        elif m in ("plain", "json") and step.percent >= self.said_percent + STEP_PERCENT:
+            self.said_percent = step.percent - step.percent % STEP_PERCENT
+            self.report()
+
+    def report(self) -> None:
+        """Say where the phase is (a step line or a heartbeat), off a terminal."""
+        self.said = time.monotonic()
+        s, eta = self.step, self.eta()
+        if mode() == "json":
+            _event({"event": "progress", "phase": self.name, "done": s.done if s else None,
+                    "total": s.total if s else None, "percent": round(s.percent, 1) if s else None,
+                    "elapsed_s": round(self.elapsed, 3), "eta_s": round(eta, 1) if eta is not None else None,
+                    "target": s.target if s else None})
+        elif mode() == "plain":
+            _plain(self.status())
+
+    def status(self) -> str:
+        """``build: 12/300 (4%), 1m02s elapsed, ETA 25m10s: Building CXX object src/foo.o``."""
+        s, eta = self.step, self.eta()
+        if s is None:
+            return f"{self.name}: {self.label or 'running'}, {duration(self.elapsed)} elapsed"
+        count = f"{s.done}/{s.total} ({s.percent:.0f}%)" if s.done is not None else f"{s.percent:.0f}%"
+        left = f", ETA {duration(eta)}" if eta is not None else ""
+        return f"{self.name}: {count}, {duration(self.elapsed)} elapsed{left}: {s.target}"
+
+
+_active: list[Phase] = []
+
+
+@contextmanager
+def phase(name: str, label: str = "") -> Iterator[Phase]:
+    """Run a phase: announced (json), shown while it runs (tty: a spinner or a bar), and closed
+    with "<done> in <duration>" (or "<name> failed after ..."), which stays."""
+    p = Phase(name, label)
+    m = mode()
+    if m == "json":
+        _event({"event": "phase", "phase": name, "state": "start", "elapsed_s": 0.0, "label": label})
+    with _lock:
+        _active.append(p)
+    if m == "tty":
+        _display.add(p)
+    elif m in ("plain", "json"):
+        _heartbeat.ensure()
+    ok = False
+    try:
+        yield p
+        ok = not p.failed
+    finally:
+        with _lock:
+            _active.remove(p)
+        _close(p, m, ok)
+
+
+def _close(p: Phase, m: str, ok: bool) -> None:
+    if m == "tty":
+        _display.remove(p)
+    done = f"{DONE.get(p.name, p.name)} in {duration(p.elapsed)}" if ok else \
+        f"{p.name} failed after {duration(p.elapsed)}"
+    if p.step is not None and p.step.done is not None and ok:
+        done += f" ({p.step.total} steps)"
+    if m == "json":
+        _event({"event": "phase", "phase": p.name, "state": "done" if ok else "failed",
+                "elapsed_s": round(p.elapsed, 3), "label": p.label})
+    elif m in ("tty", "plain"):
+        _plain(done)
+
+
+# --------------------------------------------------------------------------------------------
+# off a terminal: the heartbeat
+
+
+class _Heartbeat:
+    """A daemon thread that, while any phase runs, reports each one that said nothing for
+    :data:`HEARTBEAT_S` seconds; it ends when no phase is left."""
+
+    def __init__(self) -> None:
+        self.thread: threading.Thread | None = None
+
+    def ensure(self) -> None:
+        with _lock:
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = threading.Thread(target=self._run, name="rocmbuild-heartbeat", daemon=True)
+                self.thread.start()
+
+    def _run(self) -> None:
+        tick = min(1.0, HEARTBEAT_S / 4)
+        while True:
+            time.sleep(tick)
+            with _lock:
+                if not _active:
+                    self.thread = None
+                    return
+                due = [p for p in _active if time.monotonic() - p.said >= HEARTBEAT_S]
+                for p in due:
+                    p.report()
+
+
+_heartbeat = _Heartbeat()
+
+
+# --------------------------------------------------------------------------------------------
+# on a terminal: one rich display, a row per running phase
+
+
+class _Count(ProgressColumn):
+    """``12/300`` for a counted build (ninja); nothing for make or a phase without steps."""
+
+    def render(self, task) -> Text:
+        step = task.fields.get("step")
+        return Text(f"{step.done}/{step.total}" if step and step.done is not None else "", style="progress.download")
+
+
+class _Percent(ProgressColumn):
+    def render(self, task) -> Text:
+        step = task.fields.get("step")
+        return Text(f"{step.percent:3.0f}%" if step else "", style="progress.percentage")
+
+
+class _Elapsed(ProgressColumn):
+    def render(self, task) -> Text:
+        phase = task.fields["phase"]
+        return Text(duration(phase.elapsed), style="progress.elapsed")
+
+
+class _Eta(ProgressColumn):
+    def render(self, task) -> Text:
+        eta = task.fields["phase"].eta()
+        return Text(f"ETA {duration(eta)}" if eta is not None else "", style="progress.remaining")
+
+
+class _Bar(BarColumn):
+    """The bar, for a phase with steps; a phase without steps has only its spinner."""
+
+    def render(self, task):
+        return super().render(task) if task.fields.get("step") else Text("")
+
+
+class _Display:
+    """The one rich Progress of a terminal, started with the first phase and stopped (it is
+    transient) with the last; phase lines are printed above it and stay."""
+
+    def __init__(self) -> None:
+        self.progress: Progress | None = None
+
+    def add(self, p: Phase) -> None:
+        with _lock:
+            if self.progress is None:
+                self.progress = Progress(
+                    SpinnerColumn(), TextColumn("{task.description}", markup=False), _Bar(bar_width=30),
+                    _Count(), _Percent(), _Elapsed(), _Eta(),
+                    TextColumn("{task.fields[target]}", markup=False,
+                               table_column=Column(no_wrap=True, overflow="ellipsis", ratio=1)),
+                    console=console, transient=True, refresh_per_second=4)
+                self.progress.start()
+            p.task = self.progress.add_task(p.label or p.name, total=100, phase=p, step=None, target="")
+
+    def update(self, p: Phase) -> None:
+        with _lock:
+            if self.progress is not None and p.task is not None and p.step is not None:
+                self.progress.update(p.task, completed=p.step.percent, step=p.step, target=p.step.target)
+
+    def remove(self, p: Phase) -> None:
+        with _lock:
+            if self.progress is None or p.task is None:
+                return
+            self.progress.remove_task(p.task)
+            if not self.progress.tasks:
+                self.progress.stop()
+                self.progress = None
+
+
+_display = _Display()
