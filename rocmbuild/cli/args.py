@@ -133,3 +133,14 @@ def check_one_source(args: argparse.Namespace) -> None:
     if args.from_lock and any(overrides_from(args).as_dict().values()):
         raise InputError("--from-lock pins every build override; do not combine it with --ref, -D, ...",
                          "write a new lock with the overrides you want: `rocmbuild lock RECIPE ... -o FILE`")
+
+
+def positive(text: str) -> int:
+    """A count of 1 or more (``history --limit``)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
+    return value
