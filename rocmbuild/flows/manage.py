@@ -6,6 +6,9 @@ Decisions:
 * A journal or history line that cannot be read is listed by ``status`` and ``history``
   (``unreadable``: its path, what it still tells, where its backups are); the changing verbs refuse
   while a journal is unreadable (guards.refuse_unreadable), ``recover`` included (exit 2).
+* ``history --limit N`` keeps the newest N (default: all; the JSON stays oldest first, ``total``
+  counts every one). ``status`` hands the loaded libraries' (device, inode) -> version to drift,
+  so a drifted file torch loads is named with the version torch reports for it.
 * ``history`` marks the state found in another prefix: ``origins`` (``copied`` after a ``cp -a``,
   ``moved`` after a ``mv``) and each line's ``origin``; its paths are this prefix's, rebased.
 * ``rollback`` undoes the latest apply in effect (or everything from ``--to`` on) as its own

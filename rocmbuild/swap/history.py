@@ -7,6 +7,8 @@ Decisions (the rollback model in full: docs/transactions.md, "Rollback"):
   included, restoring for each path the state before the earliest one that touched it;
 * a backup pruned by ``--keep`` is looked for by identity in every other transaction's backups;
 * the history line is written once: it is only appended when no line with that id exists.
+* "stock" is what the first transaction recorded here found (the oldest journal, else the oldest
+  history line): journals are never pruned, only backups, so it survives ``--keep``.
 """
 
 from __future__ import annotations
