@@ -73,7 +73,7 @@ def build_plan(plan: BuildPlan) -> str:
     lines.append(f"  tools    {tools['cmake']}; {tools['cc']}; {tools['cxx']}")
     lines += [f"  MISSING  {c.name}: {c.detail}" + (f" ({c.fix})" if c.fix else "") for c in plan.missing]
     lines += [f"  note     {n}" for n in plan.notes]
-    return "\n".join(lines)
+    return layout.short_keys("\n".join(lines))  # the key and the paths named after it: 16 digits
 
 
 @text.register

@@ -81,7 +81,9 @@ def summary(changes: StatusChanges, version_now: str | None) -> str:
     stock = changes.stock
     stock_v = (stock.version or "unknown") if stock else None
     top = changes.latest_apply()
-    if stock is None:
+    if stock is None and changes.unreadable:  # the records that would say it cannot be read
+        line = f"{version_now or 'unknown version'} loaded now; what rocmbuild changed here is unknown"
+    elif stock is None:
         line = f"stock {version_now or 'unknown'}: rocmbuild has changed nothing in this target"
     elif top is not None:
         line = f"{top.recipe or '?'} {top.version_after or '?'} (txn {short_txn(top.id)}) over stock {stock_v}"

@@ -172,6 +172,8 @@ def test_dry_run_is_a_before_after_tree_with_versions_and_the_verdict(txn_home, 
     tp = j["target_plan"]
     assert tp["compatibility"]["ok"] is True and tp["artifact_version"] == "3.5.1"
     assert len(tp["plan"]["artifact"]) == 64 and len(j["build"]["cache"]["key"]) == 64  # full in JSON
+    plan = _ok("plan", txn_home.recipe("mini"))  # the build plan alone: its key and build dirs shortened too
+    assert not HEX64.search(plan.stdout) and f"cache    {j['build']['cache']['key'][:16]}…" in plan.stdout
     # an incompatible artifact: the refusal, no 64-hex either
     bad = rb("apply", txn_home.recipe("mini-develop"), "--env", p, "--dry-run")
     assert bad.returncode == 2 and not HEX64.search(bad.stdout + bad.stderr)

@@ -29,6 +29,9 @@ def test_summary_names_the_latest_apply_across_state_dirs_and_appends_what_is_wr
     assert summary(c, None) == ("b ? (txn 0001) over stock 3.5.0; DRIFT: 1 path(s) changed since rocmbuild "
                                 "placed them; 1 state file(s) cannot be read")
     assert summary(StatusChanges(), None) == "stock unknown: rocmbuild has changed nothing in this target"
+    torn = StatusChanges(unreadable=(Unreadable("journal", "/p/.rocmbuild/journal/1.json", "torn"),))
+    assert summary(torn, "3.5.1") == ("3.5.1 loaded now; what rocmbuild changed here is unknown; "
+                                      "1 state file(s) cannot be read")  # never "changed nothing"
 
 
 def test_short_keys_shortens_every_64_hex_run_and_nothing_shorter():
