@@ -10,12 +10,14 @@ Decisions:
   ellipsis; prose wraps at spaces and, inside a path longer than the line, after a ``/``.
 * A 64-hex run (a cache key, a sha256) reads as its first :data:`KEY_DIGITS` digits and an
   ellipsis in text; JSON keeps it whole.
+* Where stdout is not UTF-8 (``PYTHONIOENCODING=ascii``), trees and ellipses are drawn in ASCII.
 """
 
 from __future__ import annotations
 
 import re
 import shutil
+import sys
 import textwrap
 from io import StringIO
 from typing import Iterable, Sequence
@@ -35,18 +37,31 @@ def width() -> int:
     return max(20, shutil.get_terminal_size((OFF_TERMINAL, 24)).columns)
 
 
+def _utf8() -> bool:
+    return "utf" in (getattr(sys.stdout, "encoding", None) or "utf-8").lower()
+
+
 def short_keys(text: str) -> str:
     """Every 64-hex run in ``text`` as its first 16 digits and an ellipsis."""
-    return _KEY.sub(lambda m: m.group(1) + "…", text)
+    mark = "…" if _utf8() else "..."
+    return _KEY.sub(lambda m: m.group(1) + mark, text)
 
 
 def short(hexdigits: str | None) -> str | None:
     return hexdigits[:KEY_DIGITS] if hexdigits else hexdigits
 
 
+class _Buffer(StringIO):
+    """Text rich writes as for stdout: ASCII tree guides and ellipses where stdout is not UTF-8."""
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return "utf-8" if _utf8() else "ascii"
+
+
 def to_text(renderable, cols: int | None = None) -> str:
     """A rich renderable as plain text at ``cols`` columns (trailing spaces dropped)."""
-    out = StringIO()
+    out = _Buffer()
     Console(file=out, width=cols or width(), color_system=None, markup=False, highlight=False, emoji=False,
             soft_wrap=False, legacy_windows=False).print(renderable)
     return "\n".join(line.rstrip() for line in out.getvalue().splitlines()).strip("\n")
