@@ -115,5 +115,6 @@ def plan_tree(tp) -> str:
              f"verification after the swap expects {plan.version_after or 'no particular version'}",
              ("already applied: nothing would change" if not pending else
               f"{pending} path(s) would change, {len(plan.actions) - pending} already as wanted")]
+    lines += [f"name: {n.describe()}" for n in plan.names]  # which artifact name lands where, and why
     lines += [f"note: {n}" for n in plan.notes]
     return "\n".join(lines)

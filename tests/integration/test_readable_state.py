@@ -137,6 +137,11 @@ def test_history_is_a_table_that_fits_the_terminal_newest_first(txn_home, env350
     assert "apply" in rows[2] and "mini-fix" in rows[2] and "3.5.1 -> 3.5.1" in rows[2] and "undone" in rows[2]
     assert max(len(line) for line in wide.splitlines()) <= 200
     assert not HEX64.search(narrow + wide)
+    # too narrow for the table's longest words: one wrapped block per transaction, newest first
+    tiny = _ok("history", "--env", p, env={"COLUMNS": "40"}).stdout
+    assert max(len(line) for line in tiny.splitlines()) <= 40, tiny
+    blocks = [line.split()[0] for line in tiny.splitlines() if re.match(r"^  000\d ", line)]
+    assert blocks == ["0004", "0003", "0002", "0001"], tiny
 
 
 def test_history_limit_shows_the_newest_n(txn_home, env350):
