@@ -28,13 +28,7 @@ def positive_float(text: str) -> float:
 
 
 def at_least_one(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1 (the backups of the newest transaction are always kept), got {text}")
-    return value
+    return positive(text, " (the backups of the newest transaction are always kept)")
 
 
 def version(text: str) -> str:
@@ -196,3 +190,14 @@ def resolve_env_name(args: argparse.Namespace) -> None:
 
     args.env = str(envs.find(name))
     ui.info(f"environment {name}: {args.env}")
+
+
+def positive(text: str, why: str = "") -> int:
+    """A count of 1 or more (``--keep``, ``history --limit``); ``why``: said when it is not."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1{why}, got {text}")
+    return value

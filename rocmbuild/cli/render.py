@@ -11,6 +11,8 @@ from functools import singledispatch
 from typing import Any
 
 from rocmbuild import runner
+from rocmbuild.cli import layout
+from rocmbuild.cli.statetext import HISTORY_HEADERS, drift_text, history_row, plan_tree, rel
 from rocmbuild.results import (
     ApplyResult,
     BuildPlan,
@@ -75,7 +77,7 @@ def build_plan(plan: BuildPlan) -> str:
     lines.append(f"  tools    {tools['cmake']}; {tools['cc']}; {tools['cxx']}")
     lines += [f"  MISSING  {c.name}: {c.detail}" + (f" ({c.fix})" if c.fix else "") for c in plan.missing]
     lines += [f"  note     {n}" for n in plan.notes]
-    return "\n".join(lines)
+    return layout.short_keys("\n".join(lines))  # the key and the paths named after it: 16 digits
 
 
 @text.register
@@ -114,13 +116,18 @@ def _loaded(data: dict[str, Any]) -> str:
 
 
 @text.register
-def status_changes(c: StatusChanges) -> str:
-    lines = [f"rocmbuild {t.verb} {t.id}: {t.recipe or '-'} {t.version_before or '?'} -> "
-             f"{t.version_after or '?'} ({len(t.files)} path(s))" for t in c.in_effect]
+def status_changes(c: StatusChanges, prefix: str | None = None) -> str:
+    lines = []
+    if c.in_effect:
+        lines.append("in effect (oldest first):")
+    for t in c.in_effect:
+        commit = f" @ {t.commit[:12]}" if t.commit else ""
+        lines.append(f"  txn {t.id}  {t.verb} {t.recipe or '-'}{commit}: {t.version_before or '?'} -> "
+                     f"{t.version_after or '?'}")
+        lines.append(f"    {len(t.files)} path(s): " + ", ".join(rel(f, prefix) for f in t.files))
     lines += [f"UNFINISHED {u.verb} {u.id} (stopped at '{u.state}'): the next rocmbuild command "
               "that changes this target rolls it back; `rocmbuild recover` does only that" for u in c.unfinished]
-    lines += [f"DRIFT {d['path']}: rocmbuild left {d['expected']}, found {d['found']} (changed since "
-              f"{d['txn']}; `rocmbuild rollback` refuses without --force)" for d in c.drift]
+    lines += [drift_text(d, prefix) + " (`rocmbuild rollback` refuses without --force)" for d in c.drift]
     lines += [f"UNREADABLE {u.describe()}" + (": rocmbuild changes nothing here until it is dealt with "
               "(`rocmbuild recover` says how)" if u.kind == "journal" else "") for u in c.unreadable]
     return "\n".join(lines or ["rocmbuild has changed nothing in this target"])
@@ -128,7 +135,10 @@ def status_changes(c: StatusChanges) -> str:
 
 @text.register
 def _status(r: StatusResult) -> str:
-    return _loaded(r.to_json()) + "\n" + status_changes(r.changes)
+    """The summary line first, then what is loaded, then rocmbuild's changes grouped per transaction."""
+    prefix = str(r.target.prefix)
+    body = r.summary + "\n" + _loaded(r.to_json()) + "\n" + status_changes(r.changes, prefix)
+    return layout.short_keys(body)
 
 
 @text.register
@@ -248,12 +258,12 @@ def _dry_run(d: DryRunResult) -> str:
     if d.gpu_arch is not None:
         lines.append(gpu_arch_line(d.gpu_arch))
     if d.target_plan is not None:
-        lines.append(d.target_plan.plan.render())
+        lines.append(plan_tree(d.target_plan))
     elif d.target_error is not None:  # the error itself is printed once, on stderr
         lines.append(f"target: the apply would be refused ({type(d.target_error).__name__}); nothing would change")
     elif d.target_note:
         lines.append(f"target: {d.target_note}")
-    return "\n".join(lines)
+    return layout.short_keys("\n".join(lines))
 
 
 @text.register
@@ -273,26 +283,29 @@ def _rollback(r: RollbackResult) -> str:
 
 @text.register
 def _history(h: HistoryResult) -> str:
-    lines = [f"history of {h.prefix}"]
-    lines += [f"  this state was {o['relation']} from {o['from']} ({o['state_dir']}): its transactions ran "
-              "there; rollback and recover act on this prefix only" for o in h.origins]
-    for r in h.transactions:
-        ver = f"{r.get('version_before') or '?'} -> {r.get('version_after') or '?'}"
-        what = r.get("recipe") or "-"
-        if r.get("undoes"):
-            what += f" (undoes {', '.join(r['undoes'])})"
-        flag = " [in effect]" if r.get("in_effect") else ""
-        flag += " [backups pruned]" if r.get("backups_pruned") else ""
-        flag += f" [{r['origin']} from {r['prefix_identity'].get('path')}]" if r.get("origin") in ("copied", "moved") else ""
-        lines.append(f"  {r['id']}  {r.get('time')}  {r['verb']:8} {what} @ {(r.get('commit') or '-')[:12]}  "
-                     f"{ver}  {len(r.get('files') or [])} file(s)  {r.get('outcome')}{flag}")
+    """A table at the terminal's width, newest first (a narrow terminal: one block per transaction)."""
+    cols = layout.width()
+    rows = [history_row(r) for r in reversed(h.transactions)]
+    out = [layout.wrap(f"history of {h.prefix} (newest first)", cols)]
+    out += [layout.wrap(f"this state was {o['relation']} from {o['from']} ({o['state_dir']}): its transactions "
+                        "ran there; rollback and recover act on this prefix only", cols) for o in h.origins]
+    table = layout.table(HISTORY_HEADERS, rows, cols) if rows else None
+    if table is not None:
+        out.append(table)
+    else:
+        out += [layout.wrap("  ".join(c.replace("\n", ", ") for c in row), cols, "  ") for row in rows]
     if not h.transactions:
-        lines.append("  no transactions" + (" that can be read" if h.unreadable else ""))
-    lines += [f"  UNFINISHED {u.id} {u.verb} (stopped at '{u.state}'): run `rocmbuild recover`" for u in h.unfinished]
-    lines += [f"  UNREADABLE {u.describe()}" for u in h.unreadable]
-    lines.append(f"backups hold {h.backup_bytes} bytes on disk that nothing else keeps alive "
-                 "(backups hardlinked to files still in use cost nothing)")
-    return "\n".join(lines)
+        out.append("  no transactions" + (" that can be read" if h.unreadable else ""))
+    shown, total = len(h.transactions), h.to_json()["total"]
+    if total > shown:
+        out.append(layout.wrap(f"the newest {shown} of {total} transactions (--limit {h.limit}); "
+                               "`rollback --to` takes a txn number", cols))
+    out += [layout.wrap(f"UNFINISHED {u.id} {u.verb} (stopped at '{u.state}'): run `rocmbuild recover`", cols)
+            for u in h.unfinished]
+    out += [layout.wrap(f"UNREADABLE {u.describe()}", cols) for u in h.unreadable]
+    out.append(layout.wrap(f"backups hold {h.backup_bytes} bytes on disk that nothing else keeps alive "
+                           "(backups hardlinked to files still in use cost nothing)", cols))
+    return layout.short_keys("\n".join(out))
 
 
 @text.register

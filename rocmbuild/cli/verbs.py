@@ -261,12 +261,14 @@ def _add_history(sub) -> None:
     p = sub.add_parser("history", help="list the transactions on the target and the space backups hold")
     a.common(p)
     a.target(p)
+    p.add_argument("--limit", type=a.positive, default=None, metavar="N",
+                   help="only the newest N transactions (default: all; the table lists the newest first)")
 
 
 def _cmd_history(args) -> VerbResult:
     from rocmbuild.flows import manage
 
-    return manage.history(env=args.env, python=args.python)
+    return manage.history(env=args.env, python=args.python, limit=args.limit)
 
 
 def _add_recover(sub) -> None:

@@ -328,4 +328,7 @@ def _dry_run(source: RecipeSource | BundleSource, where: TargetSpec, options: Ap
             _facts, the_plan = _plan_on(art, t, replace(options, expect=None), obs)  # planned without --expect
         except RocmbuildError as exc:
             return DryRunResult(build=bp, artifact=summary, target_error=exc, gpu_arch=gpu_arch)
-        return DryRunResult(build=bp, artifact=summary, target_plan=TargetPlan(the_plan), gpu_arch=gpu_arch)
+        m = art.manifest
+        version = m.version or m.expect_version
+        check = verify_mod.compatible(version, t.report, m.encoding) if version and m.encoding else None
+        return DryRunResult(build=bp, artifact=summary, target_plan=TargetPlan(the_plan, check, version), gpu_arch=gpu_arch)

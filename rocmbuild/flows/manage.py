@@ -6,6 +6,9 @@ Decisions:
 * A journal or history line that cannot be read is listed by ``status`` and ``history``
   (``unreadable``: its path, what it still tells, where its backups are); the changing verbs refuse
   while a journal is unreadable (guards.refuse_unreadable), ``recover`` included (exit 2).
+* ``history --limit N`` keeps the newest N (default: all; the JSON stays oldest first, ``total``
+  counts every one). ``status`` hands the loaded libraries' (device, inode) -> version to drift,
+  so a drifted file torch loads is named with the version torch reports for it.
 * ``history`` marks the state found in another prefix: ``origins`` (``copied`` after a ``cp -a``,
   ``moved`` after a ``mv``) and each line's ``origin``; its paths are this prefix's, rebased.
 * ``rollback`` undoes the latest apply in effect (or everything from ``--to`` on) as its own
@@ -35,11 +38,15 @@ from rocmbuild.results import (
     RollbackResult,
     StatusChanges,
     StatusResult,
+    Stock,
     Unfinished,
     VerifyResult,
+    txn_order,
 )
 from rocmbuild.swap import state
 from rocmbuild.swap.mapping import layout_of
+from rocmbuild.swap.observe import observe
+from rocmbuild.swap.records import Drift
 from rocmbuild.swap.paths import origin
 from rocmbuild import swap as _txn
 from rocmbuild.target import target, versions
@@ -113,8 +120,9 @@ def _unfinished(d: Path) -> list[Unfinished]:
     return [Unfinished(j.id, j.data["verb"], j.state) for j in _txn.pending(d)]
 
 
-def history(*, env: str | None = None, python: str | None = None) -> HistoryResult:
-    """``rocmbuild history``: every transaction (read-only; unfinished ones are listed, not recovered)."""
+def history(*, env: str | None = None, python: str | None = None, limit: int | None = None) -> HistoryResult:
+    """``rocmbuild history``: every transaction (read-only; unfinished ones are listed, not recovered);
+    ``limit``: only the newest N (still oldest first in the JSON; ``total`` counts them all)."""
     prefix, _py = target.resolve(env, python)
     rows: list[dict] = []
     unfinished: list[Unfinished] = []
@@ -131,14 +139,17 @@ def history(*, env: str | None = None, python: str | None = None) -> HistoryResu
         origins += [{"state_dir": str(d), "relation": rel, "from": where} for rel, where in _txn.foreign(d)]
         total += _txn.backup_bytes(d)
     rows.sort(key=lambda r: (r.get("time") or "", r["id"]))
-    return HistoryResult(str(prefix), tuple(rows), tuple(unfinished), total,
-                         tuple(guards.unreadable_state(prefix)), tuple(origins))
+    shown = rows[-limit:] if limit is not None else rows
+    return HistoryResult(str(prefix), tuple(shown), tuple(unfinished), total,
+                         tuple(guards.unreadable_state(prefix)), tuple(origins), limit=limit, total=len(rows))
 
 
-def status_changes(prefix: Path) -> StatusChanges:
+def status_changes(prefix: Path, loaded: dict[tuple[int, int], str | None] | None = None) -> StatusChanges:
     """What rocmbuild changed in this target (transactions in effect), unfinished journals, drift
-    (paths rocmbuild placed that are no longer what it left) and backup bytes."""
-    dirs, in_effect, unfinished, drift, total = [], [], [], [], 0
+    (paths rocmbuild placed that are no longer what it left), backup bytes and the stock version.
+    ``loaded``: (device, inode) -> version of each library the target's torch loads now: a drifted
+    file that is one of them gets that version (the process vouches for it; nothing is dlopened here)."""
+    dirs, in_effect, unfinished, drift, total, stocks = [], [], [], [], 0, []
     for d in state.state_dirs_for(Path(prefix)):
         dirs.append(str(d))
         for j in _txn.active(d):
@@ -146,10 +157,19 @@ def status_changes(prefix: Path) -> StatusChanges:
             in_effect.append(InEffect(j.id, j.data["verb"], p.recipe, p.commit, p.version_before, p.version_after,
                                       tuple(p.actions[s["index"]].path for s in j.data["steps"])))
         unfinished += _unfinished(d)
-        drift += _txn.drift(d)
+        drift += [_found_version(x, loaded or {}) for x in _txn.drift(d)]
         total += _txn.backup_bytes(d)
+        stocks += [s for s in [_txn.stock_version(d)] if s]
+    first = min(stocks, key=lambda s: txn_order(s[0])) if stocks else None
+    in_effect.sort(key=lambda t: txn_order(t.id))
     return StatusChanges(tuple(dirs), tuple(in_effect), tuple(unfinished), tuple(drift), total,
-                         tuple(guards.unreadable_state(Path(prefix))))
+                         tuple(guards.unreadable_state(Path(prefix))), Stock(*first) if first else None)
+
+
+def _found_version(d: Drift, loaded: dict[tuple[int, int], str | None]) -> Drift:
+    now = observe(d.path)
+    version = loaded.get((now.dev, now.inode)) if now.kind == "file" else None
+    return replace(d, found_version=version, found_version_from="process") if version else d
 
 
 def _library_status(t, lib) -> LibraryStatus:
@@ -167,7 +187,8 @@ def status(*, env: str | None = None, python: str | None = None, probe_timeout: 
     """``rocmbuild status``: what the target loads now, and what rocmbuild changed there."""
     t = target.discover(env, python, timeout=probe_timeout, want_hash=want_hash)
     libs = tuple(_library_status(t, lib) for lib in t.report.libraries)
-    return StatusResult(t, libs, status_changes(t.prefix))
+    loaded = {(s.library.dev, s.library.inode): s.version for s in libs if not s.library.deleted}
+    return StatusResult(t, libs, status_changes(t.prefix, loaded))
 
 
 def verify(*, env: str | None = None, python: str | None = None, probe_timeout: float = 300.0,

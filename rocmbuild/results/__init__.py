@@ -26,8 +26,11 @@ from rocmbuild.results.state import (
     LibraryStatus,
     StatusChanges,
     StatusResult,
+    Stock,
     Unfinished,
     VerifyResult,
+    short_txn,
+    txn_order,
 )
 from rocmbuild.results.txn import (
     ApplyResult,
@@ -47,4 +50,5 @@ __all__ = [
     "DoctorResult", "DryRunResult", "ExportResult", "HistoryResult", "InEffect", "Json", "LibraryStatus",
     "LockResult", "RecipeEntry", "RecipesResult", "Record", "RecoverResult", "RollbackResult", "ShowResult",
     "SourcePlan", "StatusChanges", "StatusResult", "TargetPlan", "Unfinished", "VerbResult", "VerifyResult",
+    "Stock", "short_txn", "txn_order",
 ]

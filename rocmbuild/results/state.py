@@ -33,6 +33,14 @@ class Unfinished(Record):
 
 
 @dataclass(frozen=True)
+class Stock(Record):
+    """What the target had before rocmbuild first changed it, as that transaction recorded it."""
+
+    txn: str  # the first transaction recorded
+    version: str | None  # None: it recorded no version
+
+
+@dataclass(frozen=True)
 class StatusChanges:
     state_dirs: tuple[str, ...] = ()
     in_effect: tuple[InEffect, ...] = ()
@@ -40,11 +48,54 @@ class StatusChanges:
     drift: tuple["Drift", ...] = ()
     backup_bytes: int = 0
     unreadable: tuple["Unreadable", ...] = ()  # journals and history lines that cannot be read
+    stock: Stock | None = None  # None: no transaction recorded here (the target is as it came)
 
     def to_json(self) -> dict[str, Any]:
         return {"state_dirs": list(self.state_dirs), "in_effect": [t.to_json() for t in self.in_effect],
                 "unfinished": [u.to_json() for u in self.unfinished], "drift": [d.to_json() for d in self.drift],
-                "backup_bytes": self.backup_bytes, "unreadable": records_json(self.unreadable)}
+                "backup_bytes": self.backup_bytes, "unreadable": records_json(self.unreadable),
+                "stock": self.stock.to_json() if self.stock else None}
+
+    def latest_apply(self) -> InEffect | None:
+        applies = [t for t in self.in_effect if t.verb == "apply"]
+        return max(applies, key=lambda t: txn_order(t.id)) if applies else None
+
+
+def txn_order(txn: str) -> tuple[str, str]:
+    """Ids are ``NNNN-<UTC time>``, numbered per state dir: the time orders them across dirs."""
+    return (txn.split("-", 1)[-1], txn)
+
+
+def short_txn(txn: str) -> str:
+    """The id's number (``0003``): what a person reads; ``rollback --to`` takes it as a prefix."""
+    return txn.split("-", 1)[0]
+
+
+def summary(changes: StatusChanges, version_now: str | None) -> str:
+    """One line: what is in effect, over what stock version (``status``'s ``summary``).
+
+    Decisions: "stock" is the version the first recorded transaction found ("stock unknown" when it
+    recorded none); with no transaction at all it is the version loaded now. The version in effect
+    is the one the transaction placed and verified; drift, unfinished and unreadable state are
+    appended, since each means the line may not be the whole truth."""
+    stock = changes.stock
+    stock_v = (stock.version or "unknown") if stock else None
+    top = changes.latest_apply()
+    if stock is None and changes.unreadable:  # the records that would say it cannot be read
+        line = f"{version_now or 'unknown version'} loaded now; what rocmbuild changed here is unknown"
+    elif stock is None:
+        line = f"stock {version_now or 'unknown'}: rocmbuild has changed nothing in this target"
+    elif top is not None:
+        line = f"{top.recipe or '?'} {top.version_after or '?'} (txn {short_txn(top.id)}) over stock {stock_v}"
+    else:
+        line = f"stock {stock_v}: every change rocmbuild made here is undone"
+    if changes.drift:
+        line += f"; DRIFT: {len(changes.drift)} path(s) changed since rocmbuild placed them"
+    if changes.unfinished:
+        line += "; UNFINISHED: " + ", ".join(f"txn {short_txn(u.id)}" for u in changes.unfinished)
+    if changes.unreadable:
+        line += f"; {len(changes.unreadable)} state file(s) cannot be read"
+    return line
 
 
 @dataclass(frozen=True)
@@ -79,10 +130,14 @@ class StatusResult(VerbResult):
                 "compile_version": dotted(r.compile_version), "python": r.python,
                 "python_version": r.python_version}
 
+    @property
+    def summary(self) -> str:
+        return summary(self.changes, dotted(self.target.report.runtime_version))
+
     def to_json(self) -> dict[str, Any]:
         return {"target": self.target.to_json(), "torch": self.torch_json(),
                 "libraries": [lib.to_json() for lib in self.libraries], "probe_errors": self.target.report.errors,
-                "changes": self.changes.to_json()}
+                "changes": self.changes.to_json(), "summary": self.summary}
 
 
 @dataclass(frozen=True)
@@ -125,11 +180,14 @@ class HistoryResult(VerbResult):
     backup_bytes: int
     unreadable: tuple["Unreadable", ...] = ()  # journals and history lines that cannot be read
     origins: tuple[Json, ...] = ()  # {state_dir, relation ("copied" | "moved"), from}: state from another prefix
+    limit: int | None = None  # --limit N: only the newest N transactions are listed (None: all)
+    total: int | None = None  # how many there are in all (None: as many as listed)
 
     def to_json(self) -> dict[str, Any]:
         return {"prefix": self.prefix, "transactions": [dict(t) for t in self.transactions],
                 "unfinished": [u.to_json() for u in self.unfinished], "backup_bytes": self.backup_bytes,
                 "backup_bytes_note": BACKUP_BYTES_NOTE, "unreadable": records_json(self.unreadable),
-                "origins": [dict(o) for o in self.origins]}
+                "origins": [dict(o) for o in self.origins], "limit": self.limit,
+                "total": len(self.transactions) if self.total is None else self.total}
 
 

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from rocmbuild.recipe.arch import ArchMatch
     from rocmbuild.swap.plan import Plan
     from rocmbuild.swap.records import Pruned, Recovered
-    from rocmbuild.target.verify import Verdict
+    from rocmbuild.target.verify import Check, Verdict
 
 @dataclass(frozen=True)
 class ExportResult(VerbResult):
@@ -64,9 +64,13 @@ class ApplyResult(VerbResult):
 @dataclass(frozen=True)
 class TargetPlan:
     plan: "Plan"
+    compatibility: "Check | None" = None  # would the target's torch load the artifact (None: no version to judge)
+    artifact_version: str | None = None  # the version the artifact records (or its recipe names)
 
     def to_json(self) -> dict[str, Any]:
-        return {"plan": self.plan.to_json(), "text": self.plan.render(), "already_applied": self.plan.already_applied}
+        return {"plan": self.plan.to_json(), "text": self.plan.render(), "already_applied": self.plan.already_applied,
+                "compatibility": self.compatibility.to_json() if self.compatibility else None,
+                "artifact_version": self.artifact_version}
 
 
 @dataclass(frozen=True)

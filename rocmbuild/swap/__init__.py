@@ -7,7 +7,7 @@ modules, in import order: observe, records, mapping, plan, undo, actions, journa
 """
 
 from rocmbuild.swap.backups import backup_bytes, find_backup, protected_backups, prune
-from rocmbuild.swap.history import drift, placed, resolve_txn, rollback_plan
+from rocmbuild.swap.history import drift, placed, resolve_txn, rollback_plan, stock_version
 from rocmbuild.swap.journal import (FAILPOINTS, FINISHED, Journal, active, foreign, journals, new_id, pending,
                                     unreadable)
 from rocmbuild.swap.plan import Plan, TargetFacts, facts_from, make
@@ -21,5 +21,5 @@ __all__ = [
     "Restored", "TargetFacts", "Unreadable", "Verify", "active", "backup_bytes", "drift", "execute", "expectation_after",
     "expectation_before", "facts_from", "failures_json", "find_backup", "journals", "make",
     "needs_recovery", "new_id", "pending", "placed", "unreadable", "foreign", "protected_backups", "prune", "recover", "resolve_txn",
-    "rollback_plan", "verdict_json",
+    "rollback_plan", "stock_version", "verdict_json",
 ]

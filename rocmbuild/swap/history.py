@@ -7,6 +7,8 @@ Decisions (the rollback model in full: docs/transactions.md, "Rollback"):
   included, restoring for each path the state before the earliest one that touched it;
 * a backup pruned by ``--keep`` is looked for by identity in every other transaction's backups;
 * the history line is written once: it is only appended when no line with that id exists.
+* "stock" is what the first transaction recorded here found (the oldest journal, else the oldest
+  history line): journals are never pruned, only backups, so it survives ``--keep``.
 """
 
 from __future__ import annotations
@@ -76,8 +78,21 @@ def drift(state_dir: Path) -> list[Drift]:
         now = observe(path)
         source, digest = sources.get(path, (None, None))
         if not unchanged(now, after, path, digest=digest, source=source, obs=obs):
-            out.append(Drift(path, j.id, after.describe(), found(now, after)))
+            role = next((j.plan.actions[s["index"]].role for s in j.data["steps"]
+                         if j.plan.actions[s["index"]].path == path), None)
+            in_place = now.kind == "file" and (now.dev, now.inode) == (after.dev, after.inode)
+            out.append(Drift(path, j.id, after.describe(), found(now, after), role=role,
+                             placed_version=j.plan.version_after if role in ("library", "restore") else None,
+                             placed_sha256=digest, found_kind=now.kind, written_in_place=in_place))
     return out
+
+
+def stock_version(state_dir: Path) -> tuple[str, str | None] | None:
+    """What the target had before rocmbuild's first transaction here: (that transaction's id, the
+    version it found then; None: not recorded). None when no journal or history line says it."""
+    firsts = [(j.id, j.plan.version_before) for j in journals(state_dir)[:1]]
+    firsts += [(r["id"], r.get("version_before")) for r in state.read_history(state_dir)]
+    return min(firsts, key=lambda f: f[0]) if firsts else None
 
 
 def resolve_txn(ids: list[str], to: str) -> str:

@@ -36,15 +36,29 @@ class Record(Mapping):
 
 @dataclass(frozen=True)
 class Drift(Record):
-    """A path rocmbuild placed that is no longer what it left there."""
+    """A path rocmbuild placed that is no longer what it left there.
+
+    ``expected``/``found`` describe identities (inodes, sizes: for scripts); the other fields say
+    it as a person asks it: what was placed (its version and sha256 where known) and what is there
+    now (``found_version`` only where something vouches for it: ``found_version_from``)."""
 
     path: str
     txn: str
     expected: str  # PathState.describe() of what rocmbuild left
     found: str  # ... and of what is there now
+    role: str | None = None  # library | link | data | restore (the placing action's)
+    placed_version: str | None = None  # the version the placing transaction expected (libraries)
+    placed_sha256: str | None = None
+    found_kind: str | None = None  # file | link | absent | other
+    written_in_place: bool = False  # the same inode rocmbuild left, other bytes
+    found_version: str | None = None
+    found_version_from: str | None = None  # "process": the target's torch loads this very file
 
     def to_json(self) -> dict[str, Any]:
-        return {"path": self.path, "txn": self.txn, "expected": self.expected, "found": self.found}
+        return {"path": self.path, "txn": self.txn, "expected": self.expected, "found": self.found,
+                "role": self.role, "placed_version": self.placed_version, "placed_sha256": self.placed_sha256,
+                "found_kind": self.found_kind, "written_in_place": self.written_in_place,
+                "found_version": self.found_version, "found_version_from": self.found_version_from}
 
 
 @dataclass(frozen=True)

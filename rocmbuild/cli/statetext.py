@@ -1,0 +1,120 @@
+"""The text of a target's state for a person: drift with versions, a history row, a dry run's
+plan as a before -> after tree. Wording only (render.py registers the renderers; layout.py lays
+the text out).
+
+Decisions:
+* A file's version is said only where something vouches for it: the plan's ``version_before`` for
+  the file the target's torch loads now, the artifact's version for a library it places, the
+  process's version for a drifted file it loads; else "version unknown".
+* Keys and sha256 digests read as their first 16 hex digits; paths inside the prefix as relative.
+"""
+
+from __future__ import annotations
+
+import os
+
+from rocmbuild.cli import layout
+from rocmbuild.results import short_txn
+
+
+def rel(path: str, prefix: str | None) -> str:
+    return path[len(prefix) + 1:] if prefix and path.startswith(prefix.rstrip("/") + "/") else path
+
+
+def drift_text(d, prefix: str | None = None) -> str:
+    """What rocmbuild placed at a drifted path and what is there now, with versions where known."""
+    placed_kind = d.expected.split(" ", 1)[0]
+    if placed_kind == "file":
+        what = d.placed_version or "a file"
+        placed = f"placed {what}" + (f" (sha {layout.short(d.placed_sha256)})" if d.placed_sha256 else "")
+    else:
+        placed = "placed " + ("nothing (it was removed)" if placed_kind == "absent" else d.expected)
+    kind = d.found_kind or d.found.split(" ", 1)[0]
+    if kind == "file":
+        now = "now overwritten in place (the same file, other contents)" if d.written_in_place else "now a different file"
+        if d.role in ("library", "restore"):
+            now += (f" (version {d.found_version}, as the target's torch reports it)" if d.found_version
+                    else " (version unknown: the target's torch does not load it)")
+    elif kind == "absent":
+        now = "now missing"
+    elif kind == "link":
+        now = f"now {d.found}"
+    else:
+        now = "now a directory or special file"
+    return f"DRIFT {rel(d.path, prefix)}: {placed} by txn {short_txn(d.txn)}, {now}"
+
+
+HISTORY_HEADERS = ("txn", "when", "what", "version", "state")
+
+
+def _history_state(r) -> str:
+    """One line per fact: in effect / undone / the outcome, then pruned backups and foreign origin."""
+    out = r.get("outcome") or "?"
+    facts = ["in effect" if r.get("in_effect") else ("undone" if out == "committed" else out)]
+    if r.get("backups_pruned"):
+        facts.append("backups pruned")
+    if r.get("origin") in ("copied", "moved"):
+        facts.append(f"{r['origin']} from {r['prefix_identity'].get('path')}")
+    return "\n".join(facts)
+
+
+def history_row(r) -> tuple[str, ...]:
+    what = r.get("recipe") or "-"
+    if r.get("commit"):
+        what += f" @ {r['commit'][:12]}"
+    if r.get("undoes"):
+        what += f" (undoes {', '.join(short_txn(u) for u in r['undoes'])})"
+    when = (r.get("time") or "?").replace("T", " ").rstrip("Z")
+    return (f"{short_txn(r['id'])} {r['verb']}", when, what,
+            f"{r.get('version_before') or '?'} -> {r.get('version_after') or '?'}", _history_state(r))
+
+
+def _before(a, plan) -> str:
+    b = a.before
+    if b.kind == "link":
+        return f"link -> {b.target}"
+    if b.kind != "file":
+        return b.kind
+    loaded = a.role == "library" and a.path in (plan.library_before, os.path.realpath(plan.library_before))
+    return f"file {plan.version_before or '(version unknown)'} (loaded now)" if loaded else "file"
+
+
+def _after(a, plan, version: str | None) -> str:
+    if a.kind == "remove":
+        return "removed"
+    if a.link is not None:
+        return f"link -> {a.link}"
+    what = f"{plan.recipe or 'the artifact'} {version}" if a.role == "library" and version else \
+        f"file from {plan.recipe or 'the artifact'}"
+    return what + (f" (sha {layout.short(a.sha256)})" if a.sha256 else "")
+
+
+def _compat(tp) -> str:
+    c = tp.compatibility
+    if c is None:
+        return "compatibility: not judged before the swap (the artifact records no version)"
+    return (f"compatibility: {'ok' if c.ok else 'REFUSED'}: {c.found} (torch needs {c.expected})"
+            + (f"; {c.message}" if c.message else ""))
+
+
+def plan_tree(tp) -> str:
+    """A dry run's file actions as a tree: directory -> file: before -> after, with versions."""
+    plan = tp.plan
+    dirs: dict[str, list[str]] = {}
+    for a in plan.actions:
+        d, name = os.path.split(a.path)
+        change = ", kept as it is" if a.done and a.link is not None else (
+            ", already the artifact's file" if a.done else f" -> {_after(a, plan, tp.artifact_version)}")
+        dirs.setdefault(rel(d, plan.prefix) if d != plan.prefix else ".", []).append(
+            f"{name}: {_before(a, plan)}{change}")
+    version = tp.artifact_version or "(no version)"
+    head = (f"{plan.verb} {plan.recipe or '-'} {version} (artifact {layout.short(plan.artifact) or '-'}) on "
+            f"{plan.prefix} ({plan.layout} layout)")
+    pending = len(plan.pending)
+    lines = [layout.tree(head, dirs.items()), _compat(tp),
+             f"verification after the swap expects {plan.version_after or 'no particular version'}",
+             ("already applied: nothing would change" if not pending else
+              f"{pending} path(s) would change, {len(plan.actions) - pending} already as wanted")]
+    lines += [f"name: {n.describe()}" for n in plan.names]  # which artifact name lands where, and why
+    lines += [f"note: {n}" for n in plan.notes]
+    return "\n".join(lines)
