@@ -360,7 +360,8 @@ def test_cache_verify_all_good_and_quarantined(txn_world, tmp_path, monkeypatch)
     import shutil
 
     home = tmp_path / "home"
-    shutil.copytree(txn_world.home / "artifacts", home / "artifacts", symlinks=True)
+    for art in txn_world.artifacts.values():  # only the world's own (other tests add to the session's home)
+        shutil.copytree(art.path, home / "artifacts" / art.path.name, symlinks=True)
     env = {"ROCMBUILD_HOME": str(home)}
     d = ok(rb("cache", "verify", "--json", env=env), "cache")
     assert d["checked"] == len(d["artifacts"]) >= len(txn_world.artifacts) and d["quarantined"] == []
@@ -381,7 +382,8 @@ def test_cache_list_and_gc(txn_world, tmp_path):
     import shutil
 
     home = tmp_path / "home"
-    shutil.copytree(txn_world.home / "artifacts", home / "artifacts", symlinks=True)
+    for art in txn_world.artifacts.values():  # only the world's own (other tests add to the session's home)
+        shutil.copytree(art.path, home / "artifacts" / art.path.name, symlinks=True)
     env = {"ROCMBUILD_HOME": str(home)}
     d = ok(rb("cache", "list", "--json", env=env), "cache", "cache-list")
     assert {a.key for a in txn_world.artifacts.values()} == {a["key"] for a in d["artifacts"]}
