@@ -40,14 +40,7 @@ def make_monorepo(root: Path, big_mb: int = 2) -> Monorepo:
     feature/fix (changes the library's marker string from "stock" to "fixed").
     """
     root.mkdir(parents=True, exist_ok=True)
-    repo = git.Repo.init(root, initial_branch="develop")
-    with repo.config_writer() as cw:
-        cw.set_value("user", "name", "Fixture")
-        cw.set_value("user", "email", "fixture@example.invalid")
-        cw.set_value("commit", "gpgsign", "false")
-        # let shallow/partial clients fetch any commit by sha (as GitHub does)
-        cw.set_value("uploadpack", "allowAnySHA1InWant", "true")
-        cw.set_value("uploadpack", "allowFilter", "true")
+    repo = init_fixture_repo(root)
     shutil.copytree(MIOPEN_SRC, root / "projects" / "miopen")
     (root / "shared" / "ctest").mkdir(parents=True)
     (root / "shared" / "ctest" / "README").write_text("shared test helpers\n")
@@ -75,3 +68,14 @@ def make_monorepo(root: Path, big_mb: int = 2) -> Monorepo:
     return Monorepo(root, root.as_uri(), c1, c_release, c_develop, c_fix)
 
 
+def init_fixture_repo(root: Path) -> git.Repo:
+    """``git init`` at ``root`` (branch develop) with a fixed identity, no signing, and the
+    settings that let shallow/partial clients fetch any commit by sha (as GitHub does)."""
+    repo = git.Repo.init(root, initial_branch="develop")
+    with repo.config_writer() as cw:
+        cw.set_value("user", "name", "Fixture")
+        cw.set_value("user", "email", "fixture@example.invalid")
+        cw.set_value("commit", "gpgsign", "false")
+        cw.set_value("uploadpack", "allowAnySHA1InWant", "true")
+        cw.set_value("uploadpack", "allowFilter", "true")
+    return repo

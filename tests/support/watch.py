@@ -22,7 +22,7 @@ import threading
 import time
 from pathlib import Path
 
-import git
+from tests.support.monorepo import init_fixture_repo
 
 from tests.support.cli import REPO
 from tests.support.project import MIOPEN_SRC
@@ -54,13 +54,7 @@ def make_paced_repo(root: Path) -> str:
     shutil.copytree(MIOPEN_SRC, root)
     cml = root / "CMakeLists.txt"
     cml.write_text(cml.read_text() + PACED)
-    repo = git.Repo.init(root, initial_branch="develop")
-    with repo.config_writer() as cw:
-        cw.set_value("user", "name", "Fixture")
-        cw.set_value("user", "email", "fixture@example.invalid")
-        cw.set_value("commit", "gpgsign", "false")
-        cw.set_value("uploadpack", "allowAnySHA1InWant", "true")
-        cw.set_value("uploadpack", "allowFilter", "true")
+    repo = init_fixture_repo(root)
     repo.git.add("-A")
     repo.git.commit("-q", "-m", "paced fixture")
     repo.close()
