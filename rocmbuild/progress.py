@@ -33,7 +33,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator
 
-from rich.progress import BarColumn, Progress, ProgressColumn, SpinnerColumn, TextColumn
+from rich.progress import BarColumn, Progress, ProgressColumn, SpinnerColumn
 from rich.table import Column
 from rich.text import Text
 
@@ -292,11 +292,40 @@ class _Eta(ProgressColumn):
         return Text(f"ETA {duration(eta)}" if eta is not None else "", style="progress.remaining")
 
 
+def _widths(columns: int) -> tuple[int, int, int]:
+    """(label, bar, target) widths for a terminal ``columns`` wide. The counts, percent, elapsed
+    and ETA (about 45 columns with the gaps) always show; the bar and the target get what is left,
+    so a long target name is cut (its start, keeping the file name) and never squeezes them out."""
+    label = 16 if columns < 120 else 28
+    bar = max(0, min(30, (columns - 70) // 2))
+    target = columns - label - bar - 45
+    return label, bar, target if target >= 12 else 0
+
+
+def _cut(text: str, width: int, *, keep_end: bool = False) -> str:
+    if width <= 0:
+        return ""
+    if len(text) <= width:
+        return text
+    return "\u2026" + text[-(width - 1):] if keep_end else text[:width - 1] + "\u2026"
+
+
+class _Label(ProgressColumn):
+    def render(self, task) -> Text:
+        return Text(_cut(task.description, _widths(console.width)[0]), style="progress.description")
+
+
+class _Target(ProgressColumn):
+    def render(self, task) -> Text:
+        return Text(_cut(task.fields.get("target") or "", _widths(console.width)[2], keep_end=True))
+
+
 class _Bar(BarColumn):
     """The bar, for a phase with steps; a phase without steps has only its spinner."""
 
     def render(self, task):
-        return super().render(task) if task.fields.get("step") else Text("")
+        self.bar_width = _widths(console.width)[1]
+        return super().render(task) if task.fields.get("step") and self.bar_width else Text("")
 
 
 class _Display:
@@ -310,10 +339,10 @@ class _Display:
         with _lock:
             if self.progress is None:
                 self.progress = Progress(
-                    SpinnerColumn(), TextColumn("{task.description}", markup=False), _Bar(bar_width=30),
-                    _Count(), _Percent(), _Elapsed(), _Eta(),
-                    TextColumn("{task.fields[target]}", markup=False,
-                               table_column=Column(no_wrap=True, overflow="ellipsis", ratio=1)),
+                    SpinnerColumn(), _Label(table_column=Column(no_wrap=True)), _Bar(bar_width=30),
+                    _Count(table_column=Column(no_wrap=True)), _Percent(table_column=Column(no_wrap=True)),
+                    _Elapsed(table_column=Column(no_wrap=True)), _Eta(table_column=Column(no_wrap=True)),
+                    _Target(table_column=Column(no_wrap=True, overflow="ellipsis")),
                     console=console, transient=True, refresh_per_second=4)
                 self.progress.start()
             p.task = self.progress.add_task(p.label or p.name, total=100, phase=p, step=None, target="")

@@ -72,6 +72,20 @@ def test_terminal_shows_count_percent_eta_and_target_then_a_line_that_stays(pace
     assert "built" in w.out.decode() and "log: " in w.out.decode()  # the result: stdout
 
 
+@pytest.mark.parametrize("columns", [80, 64])
+def test_a_narrow_terminal_keeps_count_percent_elapsed_and_eta(paced, watch, columns):
+    """The target name gives way (cut at its start, keeping the file name), never the figures."""
+    w = watch(["build", paced("Ninja")], tty=True, columns=columns)
+    w.wait_for(lambda w: (m := STEP.search(_bar_line(w))) is not None and int(m.group(1)) >= 3,
+               what="the bar at step 3")
+    line = _bar_line(w)
+    assert len(line) <= columns, line
+    assert re.search(r"\d+%", line) and "ETA " in line and re.search(r"\d+\.\ds", line), line
+    if columns == 80:
+        assert re.search(r"ETA \S+ +\S", line), line  # and what is being built, its name's end at least
+    assert w.finish() == 0, w.text()
+
+
 def test_make_shows_a_percent_and_no_invented_count(paced, watch):
     w = watch(["build", paced("Unix Makefiles")], tty=True)
     w.wait_for(lambda w: "Generating paced/paced_3.c" in _bar_line(w), what="make's bar at paced_3")
