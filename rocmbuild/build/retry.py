@@ -18,7 +18,9 @@ Decisions:
   each file's mtime kept; cmake then reconfigures in place and leaves generated files whose text
   does not change untouched. Ninja also hashes each command into ``.ninja_log``: a command that
   differs only in that path gets its hash recomputed, so its object is not compiled again.
-  Object files are not touched (their debug info may name the old tree; the bytes of the library
+  ``CMakeCache.txt`` itself is then removed: it holds the failed attempt's settings, and a ``-D``
+  the retry leaves out would otherwise survive there; cmake configures from this attempt's own
+  settings and regenerates only files whose text changes. Object files are not touched (their debug info may name the old tree; the bytes of the library
   are what the key promises, and an artifact keyed by the same inputs is the same either way).
 * A candidate is an attempt that failed, or one still marked running whose process is gone (a
   SIGKILL), for the same recipe and commit, newest first. The copy is best effort: any OSError
@@ -119,6 +121,9 @@ def _seed_from(prev: Path, tree: Path, key: str) -> Path | None:
                         ignore=lambda _d, names: [n for n in names if n in NOT_COPIED])
         old = _cache_dir(prev) or str(prev)
         retarget(tmp, old, old[:-len(prev.name)] + tree.name if old.endswith(prev.name) else str(tree))
+        # the cache holds the failed attempt's settings (a -D since removed would stay): this
+        # attempt configures from its own, over the kept objects
+        (tmp / "CMakeCache.txt").unlink(missing_ok=True)
         os.replace(tmp, tree)
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)

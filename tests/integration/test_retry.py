@@ -167,3 +167,17 @@ def test_a_tree_whose_key_is_locked_is_never_copied(tmp_path, monorepo):
         holder.stdout.close()
     assert code == 0, built
     assert _compiles(built["key"]) == SOURCES + 3  # from zero: the locked tree was not copied
+
+
+def test_a_define_removed_for_the_retry_does_not_come_back_from_the_copied_cache(tmp_path, monorepo):
+    """The failed attempt's CMakeCache.txt holds its -D values; a define the retry leaves out must
+    not survive in the copy (the artifact would be built from settings its key does not name)."""
+    bad = write_fixture_recipe(tmp_path / "recipes", url=monorepo.url, ref="develop", generator="Ninja", data=None,
+                               defines={"MIOPEN_FIXTURE_EXTRA_SOURCES": SOURCES,
+                                        "CMAKE_SHARED_LINKER_FLAGS": "-Wl,--no-such-flag"})
+    assert _build(bad)[0] == 3
+    good = write_fixture_recipe(tmp_path / "recipes", url=monorepo.url, ref="develop", generator="Ninja", data=None,
+                                defines={"MIOPEN_FIXTURE_EXTRA_SOURCES": SOURCES})
+    code, built = _build(good)
+    assert code == 0, built  # the linker flag is gone, not taken over from the failed tree
+    assert "--no-such-flag" not in (cache_home() / "logs" / f"{built['key']}.log").read_text()
