@@ -51,8 +51,17 @@ def test_wheel_ships_the_demo_and_every_package(wheel):
 
 
 def _install(wheel, venv: Path) -> Path:
-    # the venv sees this interpreter's packages (the runtime deps); rocmbuild itself comes from the wheel
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    """A venv with the wheel installed; it sees this interpreter's packages (the runtime deps) through
+    a ``.pth`` naming its site dirs (``--system-site-packages`` alone would miss them when the tests
+    run in a venv themselves). Those dirs' own ``.pth`` files (an editable rocmbuild) are not run,
+    so rocmbuild itself comes from the wheel."""
+    import sysconfig
+
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    paths = dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib"))
+    site = subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    (Path(site) / "_rocmbuild_test_deps.pth").write_text("".join(f"{p}\n" for p in paths))
     subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall",
                     str(wheel)], check=True, capture_output=True)
     return venv / "bin" / "rocmbuild"
@@ -76,11 +85,7 @@ def test_installed_wheel_runs_the_demo(wheel, tmp_path):
 
 def test_installed_wheel_finds_its_recipes(wheel, tmp_path):
     venv = tmp_path / "venv"
-    # the venv sees this interpreter's packages (the runtime deps); rocmbuild itself comes from the wheel
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
-    py = venv / "bin" / "python"
-    subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", str(wheel)],
-                   check=True, capture_output=True)
+    _install(wheel, venv)
     # without this checkout on PYTHONPATH (as the suite is often run), or it would shadow the wheel
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     r = subprocess.run([str(venv / "bin" / "rocmbuild"), "recipes", "--json"], capture_output=True, text=True,
