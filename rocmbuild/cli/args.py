@@ -89,6 +89,9 @@ def common(p: argparse.ArgumentParser, *, top: bool = False) -> None:
             g.add_argument(*names, dest=f"{dest}_before", default=0 if kw["action"] == "count" else False, **kw)
         else:
             g.add_argument(*names, dest=dest, default=argparse.SUPPRESS, **kw)
+    if top:  # `rocmbuild -n torch status`: the env name may come before the verb too
+        g.add_argument("-n", "--name", dest="env_name_before", metavar="NAME", default=None,
+                       help="a conda env by name, for the verbs that take --env (also after the verb)")
     p.has_globals = True  # type: ignore[attr-defined]
 
 
@@ -104,7 +107,25 @@ def merge_globals(args: argparse.Namespace) -> argparse.Namespace:
         setattr(args, dest, value)
         if hasattr(args, f"{dest}_before"):
             delattr(args, f"{dest}_before")
+    _merge_env_name(args)
     return args
+
+
+def _merge_env_name(args: argparse.Namespace) -> None:
+    """``-n NAME`` before the verb: the verb must take a target, and not be given one after it."""
+    name = getattr(args, "env_name_before", None)
+    if hasattr(args, "env_name_before"):
+        delattr(args, "env_name_before")
+    if name is None:
+        return
+    verb = getattr(args, "verb", None) or "this verb"
+    if not hasattr(args, "env_name"):
+        raise UsageError(f"-n/--name: `{verb}` takes no target environment",
+                         "give -n NAME only with the verbs that take --env (apply, status, rollback, ...)")
+    if any(getattr(args, k, None) for k in ("env_name", "env", "python")):
+        raise UsageError("-n/--name before the verb, and another target after it: give one target",
+                         f"e.g. `rocmbuild -n {name} {verb}`")
+    args.env_name = name
 
 
 def recipe_dirs(p: argparse.ArgumentParser) -> None:

@@ -32,7 +32,8 @@ def test_help_says_what_the_tool_does_with_examples_exit_codes_and_environment()
     assert r.returncode == 0, r.stderr
     out = r.stdout
     assert "argparse" not in out and "_add_<verb>" not in out  # no source docstring
-    assert out.splitlines()[2].startswith("rocmbuild builds GPU libraries")
+    # the first paragraph after the usage says what the tool does
+    assert out.split("\n\n")[1].startswith("rocmbuild builds GPU libraries"), out[:400]
     for cmd in ("rocmbuild apply ", "rocmbuild status ", "rocmbuild rollback "):
         assert cmd in out, cmd
     for code, meaning in EXIT_CODES:  # the table comes from errors.py, not a copy
@@ -150,6 +151,19 @@ def test_name_without_conda_searches_the_usual_envs_dirs(tmp_path, fixture_libs)
     bad = rb("history", "-n", "missing", env=env)
     assert bad.returncode == 2
     assert "found: other, yolo" in bad.stderr and "not-an-env" not in bad.stderr, bad.stderr
+
+
+def test_name_before_the_verb(tmp_path, fixture_libs):
+    home = tmp_path / "home"
+    prefix = _conda_env(home / "miniforge3" / "envs" / "yolo", fixture_libs)
+    env = {"PATH": _no_conda_path(tmp_path), "HOME": str(home)}
+    r = rb("-n", "yolo", "status", "--json", env=env)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["target"]["prefix"] == str(prefix)
+    no_target = rb("-n", "yolo", "recipes", "--json", env=env)
+    assert no_target.returncode == 2 and "takes no target" in json.loads(no_target.stdout)["error"]["message"]
+    two = rb("-n", "yolo", "status", "--env", str(prefix), "--json", env=env)
+    assert two.returncode == 2 and "give one target" in json.loads(two.stdout)["error"]["message"]
 
 
 @pytest.mark.parametrize("name", ["..", "../yolo", "/etc", "a/../../b", "."])
