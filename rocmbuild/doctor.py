@@ -155,7 +155,8 @@ def check_gpu_targets(recipe, archs: list[str]) -> list[DoctorCheck]:
         return [DoctorCheck("GPU targets", WARN, f"{m.status}: {m.detail}",
                             f"`rocmbuild apply` refuses it on this machine (unless --allow-other-arch); build it "
                             f"with --gpu-targets {archs[0]} (or GPU_TARGETS = \"auto\") to use it here")]
-    return [DoctorCheck("GPU targets", OK, f"{m.status}: {m.detail}")]
+    word = {arch.MATCH: "match", arch.UNCHECKED: "not checked", arch.NO_GPU: "not checked"}
+    return [DoctorCheck("GPU targets", OK, f"{word.get(m.status, m.status)}: {m.detail}")]
 
 
 def check_disk(name: str, path: Path, fail_below: int, warn_below: int, what: str) -> DoctorCheck:

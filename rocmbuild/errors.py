@@ -8,7 +8,7 @@ code   meaning
 =====  =====================================================================
 0      ok (also "already applied", "nothing to recover")
 1      anything else (an internal error: a bug, please report it)
-2      bad input: usage, recipe, target; nothing was fetched or changed
+2      bad input: usage, recipe, target, requirement, incompatible artifact, another GPU; nothing in the target was changed
 3      fetch or build failed; the target was not touched
 4      verification failed; every change was rolled back
 5      a lock (target, source cache, artifact key) is held by another run
@@ -40,7 +40,7 @@ EXIT_LOCKED = 5
 EXIT_CODES: tuple[tuple[str, str], ...] = (
     (str(EXIT_OK), 'ok (also "already applied", "nothing to recover")'),
     (str(EXIT_INTERNAL), "anything else: an internal error (a bug, please report it)"),
-    (str(EXIT_INPUT), "bad input: usage, recipe, target; nothing was fetched or changed"),
+    (str(EXIT_INPUT), "bad input: usage, recipe, target, requirement, incompatible artifact, another GPU; nothing in the target was changed"),
     (str(EXIT_BUILD), "fetch or build failed; the target was not touched"),
     (str(EXIT_VERIFY), "verification failed; every change was rolled back"),
     (str(EXIT_LOCKED), "a lock (target, source cache, artifact key) is held by another run"),

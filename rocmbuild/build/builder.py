@@ -25,7 +25,7 @@ from rocmbuild.build.artifact import MANIFEST, TREE, Artifact, Manifest, find_li
 from rocmbuild.build.cache import Inputs, key_lock, lookup
 from rocmbuild.build.extract import safe_extract
 from rocmbuild.disk import atomic_write_json, fsync_dir
-from rocmbuild.errors import BuildError, RequirementError
+from rocmbuild.errors import BuildError, RecipeError, RequirementError
 from rocmbuild.home import artifacts_dir, build_dir as build_root
 from rocmbuild.locks import LockWait
 from rocmbuild.recipe import arch
@@ -295,9 +295,10 @@ def _check_version(recipe: Recipe, version: str | None, ref: str | None, where: 
     except InvalidVersion:
         same = expect == version
     if not same:
-        raise BuildError(
-            f"the source at {ref or ''} ({where[:12]}) is version "
-            f"{version}, but recipe '{recipe.name}' expects {expect} (verify.version)",
+        at = f"{ref} ({where[:12]})" if ref else where[:12]
+        raise RecipeError(  # the recipe contradicts its own source: bad input, exit 2, nothing changed
+            f"the source at {at} is version {version}, but recipe '{recipe.name}' expects {expect} "
+            "(verify.version)",
             "pin source.ref to a commit or tag with that version, or change verify.version",
             details={"expected": expect, "found": version},
         )

@@ -128,8 +128,6 @@ def _main(argv: list[str]) -> int:
     error = result.error
     code = error.exit_code if error is not None else EXIT_OK
     try:
-        if error is not None:
-            ui.error(error.message, error.hint)  # once, on stderr: the text render does not repeat it
         if want_json:
             out = {**rendered, "ok": code == EXIT_OK, "verb": verb, "exit_code": code}  # type: ignore[dict-item]
             if error is not None:
@@ -137,6 +135,8 @@ def _main(argv: list[str]) -> int:
             ui.emit_json(out)
         elif rendered:
             print(rendered, flush=True)
+        if error is not None:  # once, on stderr, after the data it is about (the text does not repeat it)
+            ui.error(error.message, error.hint)
     except BrokenPipeError:
         # `rocmbuild status | head -3`: the reader left; that is not an error of ours, and the
         # outcome (committed or not) keeps its code

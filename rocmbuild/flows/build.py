@@ -191,7 +191,8 @@ def build_plan(name: str, recipes_dirs: Sequence[str] = (), overrides: Overrides
     build_dir = home_layout.build_dir(home) / (key or "<key>")
     checks = requirement_checks(r)
     if ref_error:
-        notes.append(f"ref '{r.source.ref}' unresolved: {ref_error}")
+        ref = f"ref '{r.source.ref}'" if r.source.ref else "the remote's default branch"
+        notes.append(f"{ref} unresolved: {ref_error}")
     commands = {"configure": cmake.configure_argv(r.build, src_dir, build_dir, _soft_launcher(r)),
                 "build": cmake.build_argv(r.build, build_dir), "install": cmake.install_argv(build_dir)}
     if r.build.prebuilt:

@@ -75,7 +75,7 @@ def unknown(name: str, what: str) -> InputError:
     return InputError(
         f"{what}: unknown GPU architecture '{name}'",
         (hint + " " if hint else "") + "known: gfx906, gfx908, gfx90a, gfx942, gfx950, gfx1030, gfx1100, gfx1151, "
-        "gfx1201, the generic targets (gfx11-generic, ...); `rocmbuild doctor` shows this machine's",
+        "gfx1201, the generic targets (gfx11-generic, ...); `rocmbuild doctor` shows this machine's GPU",
         details={"value": name, "suggestions": near},
     )
 
@@ -178,11 +178,11 @@ def match(targets: tuple[str, ...] | None, host: Iterable[str], *, amd: bool = T
     if not amd:
         return ArchMatch(UNCHECKED, host, targets, f"{what} is not an AMD GPU library: no architecture to check")
     if targets is None:
-        return ArchMatch(UNCHECKED, host, None, f"{what} names no GPU targets (the project's default list): "
-                         "not checked")
+        return ArchMatch(UNCHECKED, host, None, f"{what} names no GPU targets (the project's "
+                         "default list)")
     if not host:
-        return ArchMatch(NO_GPU, host, targets, f"no AMD GPU found on this machine ({what} targets {shown}): "
-                         "not checked")
+        return ArchMatch(NO_GPU, host, targets, f"no AMD GPU found on this machine ({what} targets "
+                         f"{shown})")
     missing = [a for a in host if not any(covers(t, a) for t in targets)]
     if missing:
         return ArchMatch(MISMATCH, host, targets, f"this machine's GPU is {', '.join(missing)}, but {what} "

@@ -162,8 +162,10 @@ class DoctorResult(VerbResult):
         bad = self.failed
         if not bad:
             return None
+        # the fixes are in the table (text) and in each check's `fix` (JSON): the hint does not repeat them
         return RequirementError(f"{len(bad)} doctor check(s) failed: {', '.join(c.name for c in bad)}",
-                                "; ".join(f"{c.name}: {c.fix}" for c in bad if c.fix) or "see the checks above")
+                                "the `fix:` line under each failed check says what to do; run `rocmbuild doctor` "
+                                "again afterwards")
 
     def to_json(self) -> dict[str, Any]:
         return {"checks": [c.to_json() for c in self.checks], "failed": [c.name for c in self.failed]}

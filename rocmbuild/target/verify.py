@@ -134,9 +134,11 @@ def choose(report: ProbeReport, library: str | None = None, encoding: str | None
     kind = probe_kind(library)
     if encoding is None:
         encoding = kind if kind in ENCODINGS else (backend or "miopen")
-    hint = "leave out --encoding (it follows the library and the backend torch was built for)"
+    hint = ("leave out the encoding (--encoding, or the recipe's [verify] encoding): it follows the library "
+            "and the backend torch was built for")
     if kind in ENCODINGS and encoding != kind:
-        raise InputError(f"--encoding {encoding} cannot decode {library}: its version integer is a {kind} number",
+        raise InputError(f"the encoding {encoding} (--encoding, or the recipe's [verify] encoding) cannot decode "
+                         f"{library}: its version integer is a {kind} number",
                          hint + f", or pass --encoding {kind}")
     if backend is not None and encoding != backend:
         build = "ROCm" if backend == "miopen" else "CUDA"

@@ -13,7 +13,7 @@ import pytest
 
 from rocmbuild import doctor, recipe as recipe_mod
 from rocmbuild.build import builder, cache
-from rocmbuild.errors import BuildError
+from rocmbuild.errors import RecipeError
 from rocmbuild.flows import build as build_flow
 from rocmbuild.home import cache_home
 from tests.support.cli import rb
@@ -77,7 +77,7 @@ def test_the_key_holds_no_requires_verify_or_description(tmp_path):
 def test_verify_comes_from_the_recipe_at_apply_time(tmp_path, monorepo):
     """A cached artifact served for a recipe carries the recipe's current [verify] (in memory: the
     sealed manifest on disk is not rewritten); a fixed version it does not have is refused before
-    any swap (exit 3), still without compiling."""
+    any swap (exit 2: the recipe contradicts its source), still without compiling."""
     path = _recipe(tmp_path, monorepo.url)
     built = _build(path)
     on_disk = (Path(built["artifact"]) / "manifest.json").read_bytes()
@@ -86,10 +86,10 @@ def test_verify_comes_from_the_recipe_at_apply_time(tmp_path, monorepo):
     assert art.cached and art.manifest.expect_version == "3.6.0" and art.manifest.smoke == "batchnorm"
     assert (Path(built["artifact"]) / "manifest.json").read_bytes() == on_disk
     path.write_text(path.read_text().replace('version = "3.6.0"', 'version = "3.5.1"'))
-    with pytest.raises(BuildError, match="expects 3.5.1"):
+    with pytest.raises(RecipeError, match="expects 3.5.1"):
         build_flow.build_recipe(recipe_mod.load(str(path)))
     done = rb("build", path, "--json")
-    assert done.returncode == 3 and "3.5.1" in json.loads(done.stdout)["error"]["message"]
+    assert done.returncode == 2 and "3.5.1" in json.loads(done.stdout)["error"]["message"]
     assert not (cache_home() / "build").exists() or not list((cache_home() / "build").iterdir())
 
 
