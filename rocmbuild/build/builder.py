@@ -173,7 +173,6 @@ def build(recipe: Recipe, checkout: Checkout, *, home: Path, key: str, inp: Inpu
         if attempt is not None:
             attempt.end(ok=True)
         shutil.rmtree(tree_dir, ignore_errors=True)
-        ui.info(f"artifact {adir / key}")
         return Artifact(adir / key, manifest, cached=False)
 
 
