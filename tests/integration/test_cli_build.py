@@ -169,7 +169,7 @@ def test_fixed_expected_version_checked_before_compiling(tmp_path, monorepo, cap
     recipe = write_recipe(tmp_path, monorepo.url)
     recipe.write_text(recipe.read_text().replace('version = "source"', 'version = "3.5.1"'))
     code, out = run_json(capsys, "build", str(recipe), "--ref", "develop")  # develop is 3.6.0
-    assert code == 3 and "3.6.0" in out["error"]["message"] and "3.5.1" in out["error"]["message"]
+    assert code == 2 and "3.6.0" in out["error"]["message"] and "3.5.1" in out["error"]["message"]
     assert not (cache_home() / "build").exists()  # nothing was configured
 
 
