@@ -197,9 +197,10 @@ def _compile(recipe: Recipe, checkout: Checkout, build_dir: Path, destdir: Path,
     env = {**cmake.build_env(recipe.build), **dict(use.env)}
     hint = f"read the full log at {log}; fix the cause (missing dependency, wrong define) and run again"
     ui.info(f"configuring {recipe.name} ({recipe.build.generator}, {recipe.build.build_type})")
+    argv = cmake.configure_argv(recipe.build, checkout.source_dir, build_dir, use.path)
+    retry.reconcile(build_dir, argv, cmake.build_env(recipe.build))  # a kept cache asks nothing this one does not
     with progress.phase("configure", f"configuring {recipe.name}"):
-        runner.run(cmake.configure_argv(recipe.build, checkout.source_dir, build_dir, use.path),
-                   env=env, log=log, what="configure failed", hint=hint, on_start=started)
+        runner.run(argv, env=env, log=log, what="configure failed", hint=hint, on_start=started)
     ui.info(f"building with {cmake.jobs(recipe.build)} jobs (log: {log})")
     with progress.phase("build", f"building {recipe.name}") as steps:
         runner.run(cmake.build_argv(recipe.build, build_dir), env=env, log=log,

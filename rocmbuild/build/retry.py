@@ -18,9 +18,11 @@ Decisions:
   each file's mtime kept; cmake then reconfigures in place and leaves generated files whose text
   does not change untouched. Ninja also hashes each command into ``.ninja_log``: a command that
   differs only in that path gets its hash recomputed, so its object is not compiled again.
-  ``CMakeCache.txt`` itself is then removed: it holds the failed attempt's settings, and a ``-D``
-  the retry leaves out would otherwise survive there; cmake configures from this attempt's own
-  settings and regenerates only files whose text changes. Object files are not touched (their debug info may name the old tree; the bytes of the library
+  Before each configure, :func:`reconcile` makes ``CMakeCache.txt`` agree with this attempt's
+  command line (a copied cache holds the failed attempt's settings: a ``-D`` left out now would
+  stay in effect, and an existing cache ignores a changed ``CC``): a ``-D`` no longer given has
+  its entry removed, a changed ``[build.env]`` drops the cache (a fresh configure over the kept
+  objects). Object files are not touched (their debug info may name the old tree; the bytes of the library
   are what the key promises, and an artifact keyed by the same inputs is the same either way).
 * A candidate is an attempt that failed, or one still marked running whose process is gone (a
   SIGKILL), for the same recipe and commit, newest first. The copy is best effort: any OSError
@@ -121,9 +123,6 @@ def _seed_from(prev: Path, tree: Path, key: str) -> Path | None:
                         ignore=lambda _d, names: [n for n in names if n in NOT_COPIED])
         old = _cache_dir(prev) or str(prev)
         retarget(tmp, old, old[:-len(prev.name)] + tree.name if old.endswith(prev.name) else str(tree))
-        # the cache holds the failed attempt's settings (a -D since removed would stay): this
-        # attempt configures from its own, over the kept objects
-        (tmp / "CMakeCache.txt").unlink(missing_ok=True)
         os.replace(tmp, tree)
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -243,3 +242,49 @@ def ninja_hash(command: str) -> int:
     h = (h * m) & _M64
     h ^= h >> r
     return h
+
+
+CONFIGURED = ".rocmbuild-configure.json"  # {"defines": [names], "env": {...}} of the tree's last configure
+
+
+def _define_names(argv: list[str]) -> set[str]:
+    return {a[2:].split("=", 1)[0].split(":", 1)[0] for a in argv if a.startswith("-D") and len(a) > 2}
+
+
+def _without(text: str, names: set[str]) -> str:
+    """``CMakeCache.txt`` text without the entries ``names`` (and their ``-ADVANCED`` entries),
+    each with the ``//`` help lines above it (cmake refuses help lines with no entry under them)."""
+    out: list[str] = []
+    helps: list[str] = []
+    for line in text.splitlines(keepends=True):
+        if line.startswith("//"):
+            helps.append(line)
+            continue
+        entry = line.split("=", 1)[0].split(":", 1)[0].removesuffix("-ADVANCED") if "=" in line else None
+        if entry not in names:
+            out += helps + [line]
+        helps = []
+    return "".join(out + helps)
+
+
+def reconcile(tree: Path, argv: list[str], env: dict[str, str]) -> None:
+    """Before ``cmake`` configures ``tree`` with ``argv`` and ``env`` (the recipe's ``[build.env]``):
+    drop what an earlier configure of this tree (a failed attempt's copy, or this key's own earlier
+    attempt with another launcher) left in ``CMakeCache.txt`` that this one does not ask for. A
+    ``-D`` no longer given loses its entry; a changed environment, or a cache with no record of how
+    it was made, is removed whole. Then records this configure."""
+    cache, record = tree / "CMakeCache.txt", None
+    try:
+        record = json.loads((tree / CONFIGURED).read_text())
+    except (OSError, ValueError):
+        pass
+    names = _define_names(argv)
+    if cache.is_file():
+        if not isinstance(record, dict) or record.get("env") != env:
+            cache.unlink()
+        else:
+            gone = set(record.get("defines") or ()) - names
+            if gone:
+                cache.write_text(_without(cache.read_text(), gone))
+    tree.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(tree / CONFIGURED, {"defines": sorted(names), "env": env})
