@@ -42,7 +42,7 @@ from rocmbuild.ui import console, silence
 _NINJA = re.compile(r"^\[(\d+)/(\d+)\]\s*(.*)$")
 _MAKE = re.compile(r"^\[\s*(\d+)%\]\s*(.*)$")
 
-DONE = {"fetch": "fetched", "configure": "configured", "build": "built", "install": "installed",
+DONE = {"fetch": "fetched", "download": "downloaded", "configure": "configured", "build": "built", "install": "installed",
         "probe": "probed", "swap": "swapped", "verify": "verified"}
 
 
@@ -156,8 +156,16 @@ class Phase:
         """A line of the build tool's output: a step moves the bar (and, off a terminal, says so
         at each :data:`STEP_PERCENT`)."""
         step = parse_step(text)
-        if step is None:
-            return
+        if step is not None:
+            self.moved(step)
+
+    def bytes(self, done: int, total: int | None) -> None:
+        """A download's progress: ``done`` of ``total`` bytes (a percent only when the size is known)."""
+        mib = f"{done / 2**20:.1f} MiB" + (f" of {total / 2**20:.1f} MiB" if total else "")
+        if total:
+            self.moved(Step(min(100.0, 100.0 * done / total), None, None, mib))
+
+    def moved(self, step: Step) -> None:
         self.step = step
         m = mode()
         if m == "tty":
@@ -199,14 +207,14 @@ def phase(name: str, label: str = "") -> Iterator[Phase]:
     m = mode()
     if m == "json":
         _event({"event": "phase", "phase": name, "state": "start", "elapsed_s": 0.0, "label": label})
+    ok = False
     with _lock:
         _active.append(p)
-    if m == "tty":
-        _display.add(p)
-    elif m in ("plain", "json"):
-        _heartbeat.ensure()
-    ok = False
     try:
+        if m == "tty":
+            _display.add(p)
+        elif m in ("plain", "json"):
+            _heartbeat.ensure()
         yield p
         ok = not p.failed
     finally:

@@ -18,18 +18,10 @@ from __future__ import annotations
 import json
 import os
 import sys
-from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 from rich.console import Console
 from rich.text import Text
-from rich.progress import (
-    BarColumn,
-    Progress,
-    TaskProgressColumn,
-    TextColumn,
-    TimeElapsedColumn,
-)
 
 
 
@@ -98,20 +90,3 @@ def emit_json(obj: dict[str, Any]) -> None:
     """Print exactly one JSON object on stdout."""
     sys.stdout.write(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
     sys.stdout.flush()
-
-
-@contextmanager
-def progress(description: str, total: float | None = None) -> Iterator[tuple[Progress, Any]]:
-    """A progress bar on stderr; yields (progress, task_id). Disabled when quiet or not a tty."""
-    prog = Progress(
-        TextColumn("{task.description}", style="bold", markup=False),
-        BarColumn(),
-        TaskProgressColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-        disable=_quiet or not console.is_terminal,
-    )
-    with prog:
-        task = prog.add_task(description, total=total)
-        yield prog, task

@@ -24,16 +24,18 @@ import tempfile
 import urllib.parse
 from pathlib import Path, PurePosixPath
 
-from rocmbuild import runner, ui
+from rocmbuild import progress, runner
 from rocmbuild.disk import CHUNK
 from rocmbuild.errors import FetchError
 
 def _copy(chunks, out, h, what: str, total: int | None) -> None:
-    with ui.progress(what, total) as (prog, task):
+    done = 0
+    with progress.phase("download", what) as p:  # a row of the one progress display, inside fetch
         for chunk in chunks:
             out.write(chunk)
             h.update(chunk)
-            prog.update(task, advance=len(chunk))
+            done += len(chunk)
+            p.bytes(done, total)
 
 
 SOURCE_HINT = ("the network or the server failed: run the command again later (downloads are retried "

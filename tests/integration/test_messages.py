@@ -73,14 +73,17 @@ def test_a_failed_build_tail_keeps_the_make_line_and_markup_text(tmp_path):
 def test_warnings_info_errors_and_progress_print_text_as_given(tmp_path):
     code = ("from rocmbuild import ui\n"
             f"ui.info({MARKUP!r} + ' info')\nui.warn({MAKE_LINE!r})\nui.error({MARKUP!r}, 'use [build] defines')\n"
-            f"with ui.progress({MARKUP!r} + ' progress', total=2) as (p, t):\n    p.update(t, advance=2)\n")
+            "import time\nfrom rocmbuild import progress\n"
+            f"with progress.phase('build', {MARKUP!r} + ' progress') as p:\n"
+            f"    p.line('[1/2] Building ' + {MARKUP!r})\n    time.sleep(0.6)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO,
                           env={"PYTHONPATH": str(REPO), "FORCE_COLOR": "1", "COLUMNS": "200", "PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr
     plain = _strip_ansi(done.stderr)
     assert f"{MARKUP} info" in plain and f"warning: {MAKE_LINE}" in plain
     assert f"error: {MARKUP}" in plain and "hint: use [build] defines" in plain
-    assert f"{MARKUP} progress" in plain, plain  # the bar's description, on a (forced) terminal
+    assert f"Building {MARKUP}" in plain, plain  # the bar's current target, on a (forced) terminal
+    assert MARKUP[:12] in plain.split("Building")[0], plain  # and its label (cut to the label's width)
 
 
 def _strip_ansi(text: str) -> str:

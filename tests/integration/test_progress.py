@@ -226,3 +226,37 @@ def test_a_reader_that_leaves_ends_the_events_not_the_build(paced):
             pass
         proc.wait()
     assert proc.returncode == 0 and json.loads(out)["cached"] is False
+
+
+def test_a_download_is_a_row_of_the_one_display_on_a_terminal(tmp_path, watch):
+    """A tarball source over http, on a terminal: the download runs as its own phase inside fetch
+    (one live display: rich refuses two at once) and leaves its line."""
+    import functools
+    import hashlib
+    import http.server
+    import tarfile
+    import threading
+
+    from tests.support.project import MIOPEN_SRC
+
+    served = tmp_path / "www"
+    served.mkdir()
+    with tarfile.open(served / "miopen.tar.gz", "w:gz") as tf:
+        tf.add(MIOPEN_SRC, arcname="MIOpen-3.5.1")
+    sha = hashlib.sha256((served / "miopen.tar.gz").read_bytes()).hexdigest()
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
+    handler.log_message = lambda *a, **k: None  # type: ignore[assignment]
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/miopen.tar.gz"
+        recipe = write_fixture_recipe(tmp_path / "recipes", "tb", tarball=url, sha256=sha, ref=None, subdir=None,
+                                      generator="Ninja", jobs=1)
+        w = watch(["build", recipe], tty=True)
+        assert w.finish() == 0, w.text()
+    finally:
+        server.shutdown()
+        server.server_close()
+    final = screen(w.received())
+    assert any(line.startswith("downloaded in ") for line in final), final
+    assert any(line.startswith("fetched in ") for line in final) and "LiveError" not in w.text(), final
