@@ -200,9 +200,16 @@ def build_dirs(home: Path, cutoff: float, gone: set = frozenset()) -> list[Candi
 
 
 def temps(home: Path) -> list[Candidate]:
-    """``artifacts/.tmp-<key>-<pid>``: half-made artifacts of killed builds (checked under the key lock)."""
+    """``artifacts/.tmp-<key>-<pid>``: half-made artifacts of killed builds (checked under the key lock);
+    ``build/.seed-<key>-<pid>``: half-made copies of a failed tree (``retry``) whose process is gone."""
     adir = artifacts_dir(home)
     out = []
+    broot = build_dir(home)
+    for p in sorted(broot.glob(".seed-*-*")) if broot.is_dir() else ():
+        key, _, pid = p.name[len(".seed-"):].rpartition("-")
+        if _KEY.match(key) and pid.isdigit() and not _alive(int(pid)) and p.is_dir() and not p.is_symlink():
+            out.append(Candidate("temp", str(p), "a killed retry's unfinished copy of a build tree", disk_bytes(p),
+                                 iso(_mtime(p)), key))
     for p in sorted(adir.glob(".tmp-*-*")) if adir.is_dir() else ():
         key = p.name[len(".tmp-"):].rsplit("-", 1)[0]
         if _KEY.match(key) and p.is_dir() and not p.is_symlink():
@@ -284,3 +291,13 @@ def _remove(home: Path, c: Candidate) -> None:
     remove(Path(c.path))
     if c.kind == "artifact" and c.key:
         _stamp(home, c.key, Path(c.path).parent.name == "imported").unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -35,13 +35,14 @@ import datetime as _dt
 import json
 import os
 import shutil
+import subprocess  # for its TimeoutExpired only: processes run through rocmbuild.runner
 from pathlib import Path
 
 from rocmbuild import runner, ui
 from rocmbuild.build import buildtree
 from rocmbuild.build.cache import key_lock
 from rocmbuild.disk import atomic_write_json
-from rocmbuild.errors import LockedError
+from rocmbuild.errors import LockedError, RocmbuildError
 
 ATTEMPT = ".rocmbuild-attempt.json"
 NOT_COPIED = (ATTEMPT, buildtree.OWNER)
@@ -124,8 +125,10 @@ def _seed_from(prev: Path, tree: Path, key: str) -> Path | None:
         old = _cache_dir(prev) or str(prev)
         retarget(tmp, old, old[:-len(prev.name)] + tree.name if old.endswith(prev.name) else str(tree))
         os.replace(tmp, tree)
-    except OSError as exc:
+    except BaseException as exc:  # a stop (SIGTERM) mid-copy too: the half copy never stays behind
         shutil.rmtree(tmp, ignore_errors=True)
+        if not isinstance(exc, (OSError, RocmbuildError, subprocess.TimeoutExpired)):
+            raise
         ui.warn(f"could not start from the failed attempt in {prev} ({exc}); building from zero")
         return None
     ui.info(f"retry: starting from the failed attempt's build tree {prev.name[:16]} "

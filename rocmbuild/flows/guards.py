@@ -220,7 +220,7 @@ def arch_refusal(m: arch.ArchMatch) -> InputError:
     """The error for an artifact built for other GPUs than this machine's."""
     return InputError(
         f"refusing to apply: {m.detail}; nothing was changed",
-        f"build it for this GPU (--gpu-targets {m.host[0] if m.host else 'gfxNNNN'}, or GPU_TARGETS = \"auto\" on "
+        f"build it for this machine's GPUs (--gpu-targets {','.join(m.host) if m.host else 'gfxNNNN'}, or GPU_TARGETS = \"auto\" on "
         "this machine), or pass --allow-other-arch to apply it anyway",
         details={"gpu_arch": m.to_json()})
 

@@ -181,3 +181,23 @@ def test_a_define_removed_for_the_retry_does_not_come_back_from_the_copied_cache
     code, built = _build(good)
     assert code == 0, built  # the linker flag is gone, not taken over from the failed tree
     assert "--no-such-flag" not in (cache_home() / "logs" / f"{built['key']}.log").read_text()
+
+
+def test_a_stop_during_the_copy_leaves_no_half_copy(tmp_path, monorepo, mocker):
+    """SIGTERM/Ctrl-C (a BaseException) while the failed tree is copied: the temp copy is removed
+    and the stop goes on; ``cache gc`` also collects a copy whose process died (kill -9)."""
+    recipe = _recipe(tmp_path, monorepo.url, "Ninja", BROKEN)
+    assert _build(recipe)[0] == 3
+    (old_key, record), = _trees().items()
+    root = cache_home() / "build"
+    mocker.patch.object(retry, "retarget", side_effect=KeyboardInterrupt)
+    with pytest.raises(KeyboardInterrupt):
+        retry.seed(root / ("f" * 64), recipe="mini", commit=record["commit"], key="f" * 64, home=cache_home())
+    assert sorted(p.name for p in root.iterdir()) == [old_key]  # no .seed-* left, no new tree
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    (root / f".seed-{'e' * 64}-{dead.pid}").mkdir()  # what a kill -9 mid-copy leaves
+    done = rb("cache", "gc", "--keep-days", "0", "--json")
+    assert done.returncode == 0, done.stderr
+    assert any(c["path"].endswith(f".seed-{'e' * 64}-{dead.pid}") for c in json.loads(done.stdout)["removed"])
+    assert not (root / f".seed-{'e' * 64}-{dead.pid}").exists()
