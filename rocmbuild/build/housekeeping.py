@@ -34,13 +34,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rocmbuild.build import buildtree
+from rocmbuild.build.retry import ATTEMPT, read_attempt  # noqa: F401 - ATTEMPT: the record's name, for callers
 from rocmbuild.build.artifact import MANIFEST, Manifest
 from rocmbuild.build.cache import entries, imported_dir, key_lock
 from rocmbuild.disk import read_json
 from rocmbuild.errors import InputError, LockedError
 from rocmbuild.home import artifacts_dir, build_dir, downloads_dir
 
-ATTEMPT = ".rocmbuild-attempt.json"
 DEFAULT_KEEP_DAYS = 30
 PART_GRACE = 3600.0
 _KEY = re.compile(r"^[0-9a-f]{64}$")
@@ -148,12 +148,10 @@ class Candidate:
 
 
 def attempt(tree: Path) -> dict | None:
-    """The builder's record of the last attempt in ``tree`` (its format: docs/cache.md), or None."""
-    try:
-        data = read_json(Path(tree) / ATTEMPT)
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) and isinstance(data.get("status"), str) else None
+    """The builder's record of the last attempt in ``tree`` (``retry.read_attempt``), or None when
+    it has no status."""
+    data = read_attempt(Path(tree))
+    return data if data is not None and isinstance(data.get("status"), str) else None
 
 
 def parse_iso(text) -> float | None:
