@@ -26,7 +26,7 @@ from rocmbuild.errors import LockedError
 from rocmbuild.home import build_dir, cache_home
 from tests.support.builds import make_checkout, make_recipe
 from tests.integration.test_json_contract import TABLES
-from tests.support.cli import REPO
+from tests.support.cli import REPO, kill_group
 from tests.support.recipes import write_fixture_recipe
 from tests.support.snapshots import inodes, snapshot
 
@@ -67,11 +67,7 @@ class Run:
         return self.proc.returncode, (json.loads(out) if out.strip() else None), self.err.decode()
 
     def kill(self) -> None:
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.wait()
+        kill_group(self.proc)
 
 
 @pytest.fixture

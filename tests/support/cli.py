@@ -27,10 +27,17 @@ def rb(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.
     try:
         out, err = proc.communicate(timeout=timeout)
     except BaseException:  # a timeout, or Ctrl-C on pytest: end the run and whatever it started in its group
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        kill_group(proc, wait=False)
         proc.communicate()
         raise
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+def kill_group(proc: subprocess.Popen, *, wait: bool = True) -> None:
+    """Teardown: SIGKILL ``proc``'s whole process group (it was started with ``start_new_session``)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    if wait:
+        proc.wait()

@@ -13,7 +13,6 @@ import fcntl
 import os
 import re
 import shutil
-import signal
 import struct
 import subprocess
 import sys
@@ -24,7 +23,7 @@ from pathlib import Path
 
 from tests.support.monorepo import init_fixture_repo
 
-from tests.support.cli import REPO
+from tests.support.cli import REPO, kill_group
 from tests.support.project import MIOPEN_SRC
 
 PACED = """
@@ -134,11 +133,7 @@ class Watched:
 
     def kill(self) -> None:
         """Teardown: the whole process group, then the descriptors."""
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.wait()
+        kill_group(self.proc)
         self.reader.join(5)
         self.outreader.join(5)
         try:
