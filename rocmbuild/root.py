@@ -29,109 +29,21 @@ Decisions:
 
 from __future__ import annotations
 
-import ctypes
 import errno
-import fcntl
-import hashlib
 import os
 import stat
-from typing import Callable, Iterator
+from typing import Iterator
 
+from rocmbuild.beneath import DIR_FLAGS, culprit, has_openat2, open_beneath, parts, walk_open
+from rocmbuild.disk import ContentMismatch, copy_fd, sha256_fd
 from rocmbuild.errors import TargetError
 
-RESOLVE_NO_XDEV, RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS, RESOLVE_BENEATH = 0x01, 0x02, 0x04, 0x08
-_SYS_OPENAT2 = 437  # the same number on every Linux architecture (the unified syscall table)
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-CHUNK = 1024 * 1024
-FICLONE = 0x40049409
-_NO_REFLINK = frozenset({errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV, errno.EINVAL, errno.ENOTTY,
-                         errno.ENOSYS, errno.EPERM, errno.EBADF})
-_NO_CFR = frozenset({errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EBADF,
-                     errno.EPERM})
+__all__ = ["Root", "ConfinementError", "ContentMismatch", "has_openat2", "parts", "walk_files", "file_mode"]
+
 
 
 class ConfinementError(TargetError):
     """A path did not resolve beneath its root without a symlink: nothing was written there."""
-
-
-class ContentMismatch(Exception):
-    """The bytes read for ``path`` do not hash to the sha256 they were expected to have."""
-
-    def __init__(self, path: str, expected: str, actual: str) -> None:
-        super().__init__(f"{path}: sha256 {actual}, expected {expected}")
-        self.path, self.expected, self.actual = path, expected, actual
-
-
-class _OpenHow(ctypes.Structure):
-    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
-
-
-def _libc():
-    try:
-        return ctypes.CDLL(None, use_errno=True)
-    except OSError:  # pragma: no cover - no C library to call through
-        return None
-
-
-_LIBC = _libc()
-_openat2_ok: bool | None = None
-
-
-def _openat2(dirfd: int, rel: str, flags: int, mode: int = 0) -> int:
-    how = _OpenHow(flags | os.O_CLOEXEC, mode if flags & os.O_CREAT else 0,
-                   RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)
-    for _ in range(8):  # EAGAIN: a rename raced the lookup; the kernel asks us to try again
-        fd = _LIBC.syscall(_SYS_OPENAT2, dirfd, os.fsencode(rel), ctypes.byref(how), ctypes.sizeof(how))
-        if fd >= 0:
-            return fd
-        err = ctypes.get_errno()
-        if err != errno.EAGAIN:
-            raise OSError(err, os.strerror(err), rel)
-    raise OSError(errno.EAGAIN, os.strerror(errno.EAGAIN), rel)
-
-
-def has_openat2() -> bool:
-    """Whether this kernel (and its sandbox) answers ``openat2``; else the O_NOFOLLOW walk."""
-    global _openat2_ok
-    if _openat2_ok is None:
-        if _LIBC is None or os.environ.get("ROCMBUILD_NO_OPENAT2"):
-            _openat2_ok = False
-        else:
-            try:
-                os.close(_openat2(os.open("/", _DIR_FLAGS), ".", os.O_RDONLY | os.O_DIRECTORY))
-                _openat2_ok = True
-            except OSError:
-                _openat2_ok = False
-    return _openat2_ok
-
-
-def parts(rel: str | os.PathLike) -> list[str]:
-    """The components of a clean relative path; ValueError for anything else."""
-    s = os.fspath(rel)
-    if isinstance(s, bytes):
-        s = os.fsdecode(s)
-    if s in ("", "."):
-        return []
-    if s.startswith("/"):
-        raise ValueError(f"{s!r} is absolute; a root takes paths relative to it")
-    out = [p for p in s.split("/") if p not in ("", ".")]
-    if ".." in out or "\0" in s:
-        raise ValueError(f"{s!r} leaves its root ('..')")
-    return out
-
-
-def _walk_open(dirfd: int, comps: list[str]) -> int:
-    """Open the directory ``comps`` beneath ``dirfd`` one component at a time, never following."""
-    fd = os.dup(dirfd)
-    try:
-        for c in comps:
-            nfd = os.open(c, _DIR_FLAGS, dir_fd=fd)
-            os.close(fd)
-            fd = nfd
-        return fd
-    except BaseException:
-        os.close(fd)
-        raise
 
 
 class Root:
@@ -197,25 +109,8 @@ class Root:
                                    "the state or manifest naming it is corrupt or hostile") from None
 
     def _culprit(self, rel: str) -> str:
-        """Which component of ``rel`` is in the way, in words (for the refusal)."""
-        fd = os.dup(self.fd)
-        try:
-            done: list[str] = []
-            for c in parts(rel):
-                st = os.stat(c, dir_fd=fd, follow_symlinks=False)
-                done.append(c)
-                if stat.S_ISLNK(st.st_mode):
-                    return f"{self.show('/'.join(done))} is a symbolic link (-> {os.readlink(c, dir_fd=fd)})"
-                if not stat.S_ISDIR(st.st_mode):
-                    return f"{self.show('/'.join(done))} is not a directory"
-                nfd = os.open(c, _DIR_FLAGS, dir_fd=fd)
-                os.close(fd)
-                fd = nfd
-        except (OSError, ValueError):
-            pass
-        finally:
-            os.close(fd)
-        return f"{self.show(rel)} does not resolve beneath it"
+        found = culprit(self.fd, rel)
+        return f"{self.show(found[0])} {found[1]}" if found else f"{self.show(rel)} does not resolve beneath it"
 
     def _refused(self, rel: str, exc: OSError) -> BaseException:
         if exc.errno in (errno.ELOOP, errno.EXDEV, errno.ENOTDIR):
@@ -228,7 +123,7 @@ class Root:
 
     def _open_dir_at(self, fd: int, name: str, rel: str) -> int:
         try:
-            return os.open(name, _DIR_FLAGS, dir_fd=fd)
+            return os.open(name, DIR_FLAGS, dir_fd=fd)
         except OSError as exc:
             raise self._refused(rel, exc) from None
 
@@ -237,8 +132,8 @@ class Root:
             return os.dup(self.fd)
         try:
             if has_openat2():
-                return _openat2(self.fd, "/".join(comps), os.O_RDONLY | os.O_DIRECTORY)
-            return _walk_open(self.fd, comps)
+                return open_beneath(self.fd, "/".join(comps), os.O_RDONLY | os.O_DIRECTORY)
+            return walk_open(self.fd, comps)
         except OSError as exc:
             err = self._refused(rel, exc)
             if err is exc:
@@ -289,13 +184,10 @@ class Root:
 
     def sha256(self, rel: str | os.PathLike) -> str:
         fd = self.open_file(rel)
-        h = hashlib.sha256()
         try:
-            while chunk := os.read(fd, CHUNK):
-                h.update(chunk)
+            return sha256_fd(fd)
         finally:
             os.close(fd)
-        return h.hexdigest()
 
     # -- writing ---------------------------------------------------------------------------
     def fsync(self, rel: str | os.PathLike = "") -> None:
@@ -458,7 +350,7 @@ class Root:
             fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
                          dir_fd=dfd)
             try:
-                how = _copy(src_fd, fd, self.show(rel), sha256, trusted or sha256 is None)
+                how = copy_fd(src_fd, fd, self.show(rel), sha256, trusted or sha256 is None)
                 os.fchmod(fd, mode)
                 self.own_like(fd, owner or os.fstat(dfd))
                 if mtime_ns is not None:
@@ -487,53 +379,6 @@ class _Parent:
         os.close(self.fd)
 
 
-def _reflink(src_fd: int, dst_fd: int) -> bool:
-    try:
-        fcntl.ioctl(dst_fd, FICLONE, src_fd)
-        return True
-    except OSError as exc:
-        if exc.errno not in _NO_REFLINK:
-            raise
-        return False
-
-
-def _cfr(src_fd: int, dst_fd: int) -> bool:
-    """``copy_file_range`` the whole of ``src_fd`` (from its start); False when it cannot be used."""
-    size = os.fstat(src_fd).st_size
-    done = 0
-    try:
-        while True:
-            n = os.copy_file_range(src_fd, dst_fd, max(size - done, CHUNK), done, done)
-            if n == 0:
-                break
-            done += n
-    except OSError as exc:
-        if exc.errno not in _NO_CFR or done:
-            raise
-        return False
-    return True
-
-
-def _copy(src_fd: int, dst_fd: int, what: str, sha256: str | None, trusted: bool) -> str:
-    if trusted:
-        if _reflink(src_fd, dst_fd):
-            return "reflink"
-        if _cfr(src_fd, dst_fd):
-            return "copy_file_range"
-    h = hashlib.sha256()
-    os.lseek(src_fd, 0, os.SEEK_SET)
-    os.lseek(dst_fd, 0, os.SEEK_SET)
-    os.ftruncate(dst_fd, 0)
-    while chunk := os.read(src_fd, CHUNK):
-        h.update(chunk)
-        view = memoryview(chunk)
-        while view:
-            view = view[os.write(dst_fd, view):]
-    if sha256 is not None and h.hexdigest() != sha256:
-        raise ContentMismatch(what, sha256, h.hexdigest())
-    return "copy"
-
-
 def walk_files(root: Root, rel: str = "") -> Iterator[str]:
     """Every non-directory entry beneath ``rel`` (relative paths), never following a link."""
     for name in root.listdir(rel):
@@ -549,5 +394,3 @@ def file_mode(src_mode: int) -> int:
     """A placed file's mode: 0755 when the artifact's file is executable by anyone, else 0644."""
     return 0o755 if src_mode & 0o111 else 0o644
 
-
-Trust = Callable[[os.stat_result], bool]
