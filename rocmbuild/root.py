@@ -283,6 +283,9 @@ class Root:
             except FileNotFoundError:
                 pass
             os.symlink(text, name, dir_fd=fd)
+            ref = os.fstat(fd)
+            if os.geteuid() == 0 and (ref.st_uid, ref.st_gid) != (0, 0):  # a link takes its directory's owner
+                os.chown(name, ref.st_uid, ref.st_gid, dir_fd=fd, follow_symlinks=False)
             os.fsync(fd)
 
     def replace(self, src: str | os.PathLike, dst: str | os.PathLike, *, into: "Root | None" = None,

@@ -191,7 +191,6 @@ def _swap(art: Artifact, t: Target, recovered: tuple, options: ApplyOptions) -> 
                 return _already(art, t, the_plan, verify, recovered, options)
         # changed between the probe and the lock: take the full path below
     if the_plan.outside:
-        sdir.mkdir(parents=True, exist_ok=True)
         state.register_outside_target(sdir, Path(the_plan.prefix), Path(the_plan.libdir))
     with state.TargetLock(sdir, wait=options.wait):
         _remember(art, the_plan)

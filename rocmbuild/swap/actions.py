@@ -20,61 +20,89 @@ from __future__ import annotations
 import abc
 import errno
 import os
+import stat
 from pathlib import Path
 
 from rocmbuild.build import cache
 from rocmbuild.build.artifact import MANIFEST, Artifact, Manifest, artifact_root, trust_check
-from rocmbuild.disk import ContentMismatch, fsync_dir, link_or_copy, makedirs_durable, own_copy, read_json, sha256_file
+from rocmbuild.disk import ContentMismatch, read_json
 from rocmbuild.errors import FetchError, InputError
-from rocmbuild.swap.observe import PathState, observe, same_kind
+from rocmbuild.root import ConfinementError, Root, file_mode
+from rocmbuild.swap.observe import PathState, same_kind
 from rocmbuild.swap.plan import Action
+from rocmbuild.swap.roots import Roots, state_sub
+
+_NO_LINK = (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EACCES)
 
 
 def staged_name(dest: Path, txn: str) -> Path:
-    return dest.parent / f".{dest.name}.rocmbuild-new-{txn}"
+    return Path(dest).parent / f".{Path(dest).name}.rocmbuild-new-{txn}"
 
 
 def restore_name(dest: Path, txn: str) -> Path:
-    return dest.parent / f".{dest.name}.rocmbuild-old-{txn}"
+    return Path(dest).parent / f".{Path(dest).name}.rocmbuild-old-{txn}"
 
 
-def _unlink(path: Path) -> bool:
+def backup_rel(txn: str, index: int, dest: str | Path) -> str:
+    """Where a transaction's backup of one path lives, relative to the state dir."""
+    return f"backups/{txn}/{index:03d}-{Path(dest).name}"
+
+
+def state_at(root: Root, rel: str) -> PathState:
+    """What ``rel`` is beneath ``root`` now (never followed; a directory on its way that is a
+    symlink is a :class:`~rocmbuild.root.ConfinementError`)."""
     try:
-        os.unlink(path)
-        return True
-    except FileNotFoundError:
+        st = root.lstat(rel)
+    except (FileNotFoundError, NotADirectoryError):
+        return PathState("absent")
+    if st is None:
+        return PathState("absent")
+    return PathState.from_stat(st, root.readlink(rel) if stat.S_ISLNK(st.st_mode) else None)
+
+
+def link_or_copy(src: Root, src_rel: str, dst: Root, dst_rel: str) -> bool:
+    """Hardlink ``src_rel`` as ``dst_rel`` (a leftover replaced); a copy keeping mode, owner and
+    mtime where the filesystem will not link. True when bytes were copied."""
+    try:
+        src.link_to(src_rel, dst, dst_rel)
         return False
-
-
-def _fsync_parent(path: Path) -> None:
+    except OSError as exc:
+        if exc.errno not in _NO_LINK:
+            raise
+    fd = src.open_file(src_rel)
     try:
-        fsync_dir(Path(path).parent)
-    except FileNotFoundError:
-        pass
+        st = os.fstat(fd)
+        dst.copy_in(fd, dst_rel + ".part", mode=stat.S_IMODE(st.st_mode), trusted=True, owner=st,
+                    mtime_ns=st.st_mtime_ns)
+    finally:
+        os.close(fd)
+    dst.replace(dst_rel + ".part", dst_rel)
+    return True
 
 
 class FileAction(abc.ABC):
-    """Base: one destination path of one transaction."""
+    """Base: one destination path of one transaction, acted on only through its roots."""
 
-    def __init__(self, action: Action, txn: str, backup_dir: Path, index: int, *,
+    def __init__(self, action: Action, txn: str, roots: Roots, index: int, *,
                  backup_copied: bool = False) -> None:
         self.action = action
         self.backup_copied = backup_copied  # the backup is a copy (another filesystem), not the inode
         self.txn = txn
-        self.dest = Path(action.path)
-        self.staged = staged_name(self.dest, txn)
-        self.restore_tmp = restore_name(self.dest, txn)
-        self.backup_path = backup_dir / f"{index:03d}-{self.dest.name}"
+        self.roots = roots
+        self.dest = Path(action.path)  # for messages; every use goes through self.rel
+        self.rel = roots.rel(action.path)
+        self.staged = str(staged_name(Path(self.rel), txn))
+        self.restore_tmp = str(restore_name(Path(self.rel), txn))
+        self.backup = backup_rel(txn, index, self.dest)
         self.before = action.before
+
+    def now(self) -> PathState:
+        return state_at(self.roots.target, self.rel)
 
     # -- stage -----------------------------------------------------------------------------
     def _make_dirs(self) -> None:
         for d in self.action.create_dirs:
-            try:
-                os.mkdir(d)
-            except FileExistsError:
-                continue
-            _fsync_parent(Path(d))  # the new directory's entry in its parent
+            self.roots.target.mkdir(self.roots.rel(d), 0o755)  # fsyncs its parent
 
     @abc.abstractmethod
     def stage(self) -> PathState:
@@ -84,22 +112,22 @@ class FileAction(abc.ABC):
     def needs_backup(self) -> bool:
         return self.before.kind == "file"
 
-    def backup(self) -> bool:
+    def backup_file(self) -> bool:
         """Hardlink the original into the backups dir. Returns True when bytes were copied."""
         if not self.needs_backup():
             return False
-        existing = observe(self.backup_path)
+        existing = state_at(self.roots.state, self.backup)
         if existing.kind == "file" and (existing.dev, existing.inode) == (self.before.dev, self.before.inode):
             return False  # done already (idempotent)
         if existing.kind == "file" and existing.size == self.before.size and \
                 existing.mtime_ns == self.before.mtime_ns and existing.dev != self.before.dev:
             self.backup_copied = True
             return False  # a cross-filesystem copy made before
-        now = observe(self.dest)
+        now = self.now()
         if now.kind != "file" or (now.dev, now.inode) != (self.before.dev, self.before.inode):
             raise OSError(errno.ESTALE, f"{self.dest} changed since it was planned", str(self.dest))
-        makedirs_durable(self.backup_path.parent)
-        self.backup_copied = link_or_copy(self.dest, self.backup_path)
+        state_sub(self.roots.state, os.path.dirname(self.backup), create=True).close()
+        self.backup_copied = link_or_copy(self.roots.target, self.rel, self.roots.state, self.backup)
         return self.backup_copied
 
     def is_before(self, now: PathState) -> bool:
@@ -116,38 +144,35 @@ class FileAction(abc.ABC):
         if not self.backup_copied or (now.size, now.mode) != (b.size, b.mode):
             return False
         try:
-            return sha256_file(self.dest) == sha256_file(self.backup_path)
+            return self.roots.target.sha256(self.rel) == self.roots.state.sha256(self.backup)
         except OSError:
             return False
 
     # -- apply -----------------------------------------------------------------------------
     def apply(self) -> None:
-        os.replace(self.staged, self.dest)
+        self.roots.target.replace(self.staged, self.rel)
 
     # -- revert ----------------------------------------------------------------------------
     def revert(self, after: PathState | None) -> str | None:
         """Put ``before`` back. Returns a message when something was done, "" when it already
         was, and raises when it cannot be done."""
-        now = observe(self.dest)
-        b = self.before
+        now, b, t = self.now(), self.before, self.roots.target
         if b.kind == "file":
             if self.is_before(now):
                 return ""
-            bk = observe(self.backup_path)
-            if bk.kind != "file":
-                raise OSError(errno.ENOENT, f"cannot restore {self.dest}: backup {self.backup_path} is missing",
-                              str(self.backup_path))
-            self.dest.parent.mkdir(parents=True, exist_ok=True)
-            link_or_copy(self.backup_path, self.restore_tmp)
-            os.replace(self.restore_tmp, self.dest)
+            if state_at(self.roots.state, self.backup).kind != "file":
+                raise OSError(errno.ENOENT, f"cannot restore {self.dest}: backup "
+                              f"{self.roots.state.show(self.backup)} is missing", self.roots.state.show(self.backup))
+            t.makedirs(os.path.dirname(self.rel))
+            link_or_copy(self.roots.state, self.backup, t, self.restore_tmp)
+            t.replace(self.restore_tmp, self.rel)
             return f"restored {self.dest}"
         if b.kind == "link":
             if now.kind == "link" and now.target == b.target:
                 return ""
-            self.dest.parent.mkdir(parents=True, exist_ok=True)
-            _unlink(self.restore_tmp)
-            os.symlink(b.target or "", self.restore_tmp)
-            os.replace(self.restore_tmp, self.dest)
+            t.makedirs(os.path.dirname(self.rel))
+            t.symlink(b.target or "", self.restore_tmp)
+            t.replace(self.restore_tmp, self.rel)
             return f"restored link {self.dest} -> {b.target}"
         if b.kind == "absent":
             if now.kind == "absent":
@@ -157,22 +182,24 @@ class FileAction(abc.ABC):
                 ours = now.kind == "link" and now.target == self.action.link
             if not ours:
                 return f"left {self.dest} alone: it is not what rocmbuild placed there ({now.describe()})"
-            _unlink(self.dest)
+            t.unlink(self.rel)  # its directory fsynced before the journal says finished
             return f"removed {self.dest}"
         return ""
 
     def remove_created_dirs(self) -> None:
         for d in reversed(self.action.create_dirs):
             try:
-                os.rmdir(d)
-            except OSError:
-                pass  # not empty (something else lives there) or already gone
+                self.roots.target.rmdir(self.roots.rel(d))  # not empty or gone: kept (False)
+            except (OSError, ConfinementError):
+                pass
 
     # -- discard ---------------------------------------------------------------------------
     def discard(self) -> None:
-        for p in (self.staged, self.restore_tmp, self.staged.parent / (self.staged.name + ".part"),
-                  self.restore_tmp.parent / (self.restore_tmp.name + ".part")):
-            _unlink(p)
+        for p in (self.staged, self.restore_tmp, self.staged + ".part", self.restore_tmp + ".part"):
+            try:
+                self.roots.target.unlink(p)
+            except (FileNotFoundError, NotADirectoryError):
+                pass
 
 
 class ReplaceFile(FileAction):
@@ -180,18 +207,35 @@ class ReplaceFile(FileAction):
 
     def stage(self) -> PathState:
         self._make_dirs()
-        src = Path(self.action.source or "")
-        if self.action.sha256 is None and artifact_root(src) is None:  # a backup: its inode is put back
-            cur, srcst = observe(self.staged), observe(src)
-            if not (cur.kind == "file" and (cur.dev, cur.inode) == (srcst.dev, srcst.inode)):
-                link_or_copy(src, self.staged)  # a copy is fsynced there
+        src = self.action.source or ""
+        in_state = self.roots.state_rel(src)
+        if self.action.sha256 is None and in_state is not None:  # a backup: its inode is put back
+            if not in_state.startswith("backups/"):
+                raise ConfinementError(f"{src} is not a backup; rocmbuild restores only from backups/",
+                                       "the journal naming it is corrupt or hostile")
+            cur, bk = state_at(self.roots.target, self.staged), state_at(self.roots.state, in_state)
+            if not (cur.kind == "file" and (cur.dev, cur.inode) == (bk.dev, bk.inode)):
+                link_or_copy(self.roots.state, in_state, self.roots.target, self.staged)
         else:
-            try:
-                own_copy(src, self.staged, sha256=self.action.sha256, trusted=trust_check(src))
-            except ContentMismatch as exc:
-                raise _corrupt_source(src, exc) from None
-        _fsync_parent(self.staged)  # the new directory entry
-        return observe(self.staged)
+            self._copy_artifact_file(Path(src))
+        return state_at(self.roots.target, self.staged)
+
+    def _copy_artifact_file(self, src: Path) -> None:
+        root = artifact_root(src)
+        if root is None:
+            raise InputError(f"{src} is not a file of an artifact in the cache; nothing was changed",
+                             "build or import the artifact again")
+        with Root.open(root, "the artifact") as art:
+            fd = art.open_file(os.path.relpath(src, root))
+        try:
+            st, trusted = os.fstat(fd), trust_check(src)
+            before = self.roots.target.lstat(self.rel) if self.before.kind == "file" else None
+            self.roots.target.copy_in(fd, self.staged, mode=file_mode(st.st_mode), sha256=self.action.sha256,
+                                      trusted=bool(trusted and trusted(st)), owner=before, mtime_ns=st.st_mtime_ns)
+        except ContentMismatch as exc:
+            raise _corrupt_source(src, exc) from None
+        finally:
+            os.close(fd)
 
 
 def _corrupt_source(src: Path, exc: ContentMismatch) -> FetchError:
@@ -218,9 +262,7 @@ class ReplaceLink(FileAction):
 
     def stage(self) -> PathState:
         self._make_dirs()
-        _unlink(self.staged)
-        os.symlink(self.action.link or "", self.staged)
-        _fsync_parent(self.staged)
+        self.roots.target.symlink(self.action.link or "", self.staged)  # its directory fsynced
         return PathState("link", target=self.action.link)
 
 
@@ -234,11 +276,11 @@ class RemoveFile(FileAction):
         return PathState("absent")
 
     def apply(self) -> None:
-        _unlink(self.dest)
+        self.roots.target.unlink(self.rel)
 
 
 KINDS = {"replace_file": ReplaceFile, "add_file": AddFile, "replace_link": ReplaceLink, "remove": RemoveFile}
 
 
-def make(action: Action, txn: str, backup_dir: Path, index: int, *, backup_copied: bool = False) -> FileAction:
-    return KINDS[action.kind](action, txn, backup_dir, index, backup_copied=backup_copied)
+def make(action: Action, txn: str, roots: Roots, index: int, *, backup_copied: bool = False) -> FileAction:
+    return KINDS[action.kind](action, txn, roots, index, backup_copied=backup_copied)

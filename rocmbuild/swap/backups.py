@@ -14,13 +14,13 @@ Decisions:
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 from rocmbuild import ui
 from rocmbuild.swap.journal import FINISHED, active, backup_dir, foreign, journals, now, seq
 from rocmbuild.swap.observe import PathState
 from rocmbuild.swap.records import Pruned
+from rocmbuild.swap.roots import open_state
 
 
 def dir_unique_bytes(d: Path) -> int:
@@ -161,7 +161,8 @@ def prune(state_dir: Path, keep: int) -> list[Pruned]:
     out = []
     for j in candidates[:excess]:
         freed = dir_unique_bytes(backup_dir(state_dir, j.id))
-        shutil.rmtree(backup_dir(state_dir, j.id), ignore_errors=True)
+        with open_state(state_dir, create=True) as root:  # never through a symlink
+            root.rmtree(f"backups/{j.id}")
         j.set(backups_pruned=now())
         out.append(Pruned(j.id, freed))
         ui.warn(f"pruned the backups of {j.id} (--keep {keep}; {freed} bytes freed): it can no longer be rolled back")

@@ -152,7 +152,7 @@ def _undos(state_dir: Path, act: list[Journal], undo: list[Journal]) -> tuple[li
         a = j.plan.actions[step["index"]]
         backup = None
         if a.before.kind == "file":
-            nominal = _actions.make(a, j.id, backup_dir(state_dir, j.id), step["index"]).backup_path
+            nominal = Path(state_dir) / _actions.backup_rel(j.id, step["index"], a.path)
             if not nominal.exists() and not step.get("backup_copied"):
                 nominal = find_backup(state_dir, a.before) or nominal  # pruned, but held elsewhere
             backup = str(nominal)

@@ -21,6 +21,8 @@ Decisions:
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import sys
 import time
@@ -35,6 +37,7 @@ from rocmbuild.swap import actions as _actions
 from rocmbuild.swap.paths import origin, prefix_identity, rebased, relative_to, under
 from rocmbuild.swap.plan import Plan
 from rocmbuild.swap.records import Unreadable
+from rocmbuild.swap.roots import Roots, write_state_file
 
 FAILPOINTS = ("after-journal", "after-stage", "after-backup", "mid-swap", "after-swap", "after-verify",
               "mid-rollback", "after-commit")
@@ -123,12 +126,7 @@ class Journal:
             if not (isinstance(step, dict) and type(step.get("index")) is int
                     and 0 <= step["index"] < len(plan.actions) and isinstance(step.get("after") or {}, dict)):
                 raise ValueError(f"a step is not a valid entry: {step!r:.80}")
-        sdir = self.path.parent.parent
-        if sdir.name == STATE_DIRNAME:
-            for a in plan.actions:
-                for p in (a.path, *a.create_dirs):
-                    if not under(os.path.normpath(p), os.path.normpath(str(sdir.parent)), strictly=True):
-                        raise ValueError(f"it names {p}, outside the prefix {sdir.parent} it lives in")
+        check_places(plan, self.path.parent.parent)
 
     @property
     def id(self) -> str:
@@ -162,19 +160,52 @@ class Journal:
         self.save()
 
     def save(self) -> None:
+        """Write the journal atomically through its state dir's root (never through a symlink)."""
         self.data["updated"] = now()
-        disk.atomic_write_json(self.path, _to_disk(self.data))
+        text = json.dumps(_to_disk(self.data), indent=2, sort_keys=True, default=str) + "\n"
+        write_state_file(self.path.parent.parent, f"journal/{self.path.name}", text.encode())
 
-    def file_actions(self) -> list[tuple[_actions.FileAction, dict[str, Any]]]:
+    def roots(self) -> Roots:
+        """The roots this transaction acts through (the caller closes them)."""
+        plan = self.plan
+        return Roots.of(plan.prefix, plan.libdir, plan.outside, plan.state_dir)
+
+    def file_actions(self, roots: Roots) -> list[tuple[_actions.FileAction, dict[str, Any]]]:
         """Each step's file action, with the step's journal entry (updated in place)."""
         plan = self.plan
-        bdir = backup_dir(Path(plan.state_dir), self.id)
         out = []
         for step in self.data["steps"]:
             a = plan.actions[step["index"]]
-            out.append((_actions.make(a, self.id, bdir, step["index"], backup_copied=bool(step.get("backup_copied"))),
+            out.append((_actions.make(a, self.id, roots, step["index"], backup_copied=bool(step.get("backup_copied"))),
                         step))
         return out
+
+
+def check_places(plan: Plan, sdir: Path) -> None:
+    """The replay rules: every path a journal names is one a plan may change -- strictly under the
+    library's lib dir or the ``share`` dir beside it, no ``..``, never rocmbuild's state -- and
+    its lib dir belongs to this state dir (inside its prefix; or, for an outside-prefix target,
+    the lib dir whose hash names the state dir). ValueError: the journal is refused as unreadable."""
+    libdir = os.path.normpath(plan.libdir)
+    if sdir.name == STATE_DIRNAME:
+        if not under(libdir, os.path.normpath(str(sdir.parent)), strictly=True) and not under(
+                libdir, os.path.realpath(sdir.parent), strictly=True):
+            raise ValueError(f"its lib dir {libdir} is outside the prefix {sdir.parent} it lives in")
+    elif hashlib.sha256(str(Path(plan.libdir)).encode()).hexdigest()[:16] != sdir.name:
+        raise ValueError(f"its lib dir {libdir} is not the one this state dir ({sdir.name}) belongs to")
+    share = os.path.join(os.path.dirname(libdir), "share")
+
+    def allowed(p: str, is_dir: bool) -> bool:
+        return (os.path.normpath(p) == p and STATE_DIRNAME not in p.split("/")
+                and (under(p, libdir, strictly=True) or under(p, share, strictly=not is_dir)))
+
+    for a in plan.actions:
+        for p, is_dir in ((a.path, False), *((d, True) for d in a.create_dirs)):
+            if not allowed(p, is_dir):
+                raise ValueError(f"it names {p}, which is not under the lib dir {libdir} or {share}")
+    for d in plan.remove_dirs:
+        if not allowed(d, True):
+            raise ValueError(f"it names the directory {d}, which is not under the lib dir {libdir} or {share}")
 
 
 def _map_plan(plan: dict[str, Any], f) -> dict[str, Any]:

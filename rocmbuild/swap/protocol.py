@@ -16,12 +16,11 @@ Decisions:
 from __future__ import annotations
 
 import os
-import shutil
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from rocmbuild import disk, stop, ui
+from rocmbuild import stop, ui
 from rocmbuild.errors import (RocmbuildError, RolledBackFilesystemError, TargetError, TargetFilesystemError,
                               VerifyError, from_os_error)
 from rocmbuild.swap.actions import FileAction
@@ -29,11 +28,13 @@ from rocmbuild.swap.backups import prune
 from rocmbuild.swap.history import history_missing, write_history
 from rocmbuild.swap.journal import (FINISHED, JOURNAL_SCHEMA, Journal, backup_dir, failpoint, journal_dir,
                                     journals, new_id, now, pending)
-from rocmbuild.swap.observe import PathState, observe
+from rocmbuild.root import ConfinementError
+from rocmbuild.swap.observe import PathState
 from rocmbuild.swap.outcome import (Outcome, Verify, expectation_after, expectation_before,
                                     failures_json, verdict_json)
 from rocmbuild.swap.plan import Plan
 from rocmbuild.swap.records import Recovered, Restored
+from rocmbuild.swap.roots import Roots
 from rocmbuild.target.verify import Verdict
 
 Steps = list[tuple[FileAction, dict[str, Any]]]
@@ -44,9 +45,11 @@ Steps = list[tuple[FileAction, dict[str, Any]]]
 
 
 def _fsync_dirs(fas: Steps) -> None:
-    for d in {fa.dest.parent for fa, _ in fas}:
-        if d.exists():
-            disk.fsync_dir(d)
+    for fa, _ in fas:
+        try:
+            fa.roots.target.fsync(os.path.dirname(fa.rel))
+        except FileNotFoundError:
+            pass
 
 
 def _stage(j: Journal, fas: Steps) -> None:
@@ -60,12 +63,11 @@ def _stage(j: Journal, fas: Steps) -> None:
 def _backup(j: Journal, fas: Steps) -> None:
     copied = 0
     for fa, step in fas:
-        copied += int(fa.backup())
+        copied += int(fa.backup_file())
         if fa.backup_copied:
             step["backup_copied"] = True  # restores from it make a new inode (see FileAction.is_before)
-    bdir = backup_dir(Path(j.plan.state_dir), j.id)
-    if fas and bdir.is_dir():
-        disk.fsync_dir(bdir)
+    if fas and fas[0][0].roots.state.lstat(f"backups/{j.id}") is not None:
+        fas[0][0].roots.state.fsync(f"backups/{j.id}")
     j.set(state="backed_up", backup_copies=copied)
     failpoint("after-backup")
 
@@ -80,10 +82,8 @@ def _swap(j: Journal, fas: Steps, plan: Plan) -> None:
         if n == 0 and len(fas) > 1:
             failpoint("mid-swap")
     for d in plan.remove_dirs:  # rollback: dirs the undone transactions created, if now empty
-        try:
-            os.rmdir(d)
-        except OSError:
-            pass
+        if fas:
+            fas[0][0].roots.target.rmdir(fas[0][0].roots.rel(d))  # False: not empty or gone
     _fsync_dirs(fas)
     j.set(state="swapped")
     failpoint("after-swap")
@@ -92,7 +92,7 @@ def _swap(j: Journal, fas: Steps, plan: Plan) -> None:
 def _record_after(fa: FileAction, step: dict[str, Any]) -> None:
     """The placed file's identity as it is now: a rename moves the inode's ctime, and drift is
     judged against this (see observe.unchanged)."""
-    now_ = observe(fa.dest)
+    now_ = fa.now()
     after = step.get("after") or {}
     if now_.kind == "file" and (now_.dev, now_.inode) == (after.get("dev"), after.get("inode")):
         step["after"] = now_.to_json()
@@ -111,7 +111,13 @@ def execute(plan: Plan, *, verify: Verify | None, verify_restored: Verify | None
     })
     j.save()
     failpoint("after-journal")
-    fas = j.file_actions()
+    with j.roots() as roots:
+        return _run(j, plan, roots, verify, verify_restored, keep, sdir, txn)
+
+
+def _run(j: Journal, plan: Plan, roots: Roots, verify: Verify | None, verify_restored: Verify | None,
+         keep: int | None, sdir: Path, txn: str) -> Outcome:
+    fas = j.file_actions(roots)
     try:
         _stage(j, fas)
         _backup(j, fas)
@@ -245,7 +251,7 @@ def _revert_all(fas: Steps, errors: list[str]) -> list[str]:
         after = PathState.from_json(step.get("after")) if step.get("after") else None
         try:
             msg = fa.revert(after)
-        except OSError as exc:  # e.g. a missing backup: still revert every other path
+        except (OSError, ConfinementError) as exc:  # e.g. a missing backup: still revert every other path
             revert_errors.append(exc)
             continue
         if msg:
@@ -256,12 +262,13 @@ def _revert_all(fas: Steps, errors: list[str]) -> list[str]:
         fa.discard()
     for fa, _ in fas:
         fa.remove_created_dirs()
-    for d in {fa.dest.parent for fa, _ in fas}:
-        if d.exists():
-            try:
-                disk.fsync_dir(d)
-            except OSError as exc:
-                errors.append(f"fsync {d}: {exc}")
+    for fa, _ in fas:
+        try:
+            fa.roots.target.fsync(os.path.dirname(fa.rel))
+        except FileNotFoundError:
+            pass
+        except (OSError, ConfinementError) as exc:
+            errors.append(f"fsync {fa.dest.parent}: {exc}")
     if revert_errors:
         raise revert_errors[0]
     return messages
@@ -272,7 +279,11 @@ def _judge_restored(j: Journal, fas: Steps, verify_restored: Verify | None) -> R
     backup is a new inode: see FileAction.is_before); then, if given, the verify callback."""
     wrong = []
     for fa, _ in fas:
-        now_ = observe(fa.dest)
+        try:
+            now_ = fa.now()
+        except ConfinementError as exc:
+            wrong.append(f"{fa.dest}: {exc.message}")
+            continue
         if not fa.is_before(now_):
             wrong.append(f"{fa.dest}: expected {fa.before.describe()}, found {now_.describe()}")
     if wrong or verify_restored is None:
@@ -293,11 +304,18 @@ def finish_rollback(j: Journal, *, reason: str, verify_restored: Verify | None, 
     was = j.state
     writes = _JournalWrites(j)
     writes.set(state="rolling_back", reason=reason, state_before_rollback=j.data.get("state_before_rollback", was))
-    fas = j.file_actions()
+    with j.roots() as roots:
+        return _finish(j, roots, writes, was, reason, verify_restored, quiet, recovered)
+
+
+def _finish(j: Journal, roots: Roots, writes: "_JournalWrites", was: str, reason: str,
+            verify_restored: Verify | None, quiet: bool, recovered: bool) -> Restored:
+    fas = j.file_actions(roots)
     messages = _revert_all(fas, writes.errors)
     restored = _judge_restored(j, fas, verify_restored)
     bdir = backup_dir(Path(j.plan.state_dir), j.id)
-    if not restored.ok and restored.paths and bdir.is_dir():
+    has_backups = roots.state.lstat(f"backups/{j.id}") is not None
+    if not restored.ok and restored.paths and has_backups:
         restored = replace(restored, backups_kept=str(bdir))
         msg = (f"the backups of {j.id} are kept in {bdir}: {len(restored.paths)} path(s) were not confirmed "
                "to be their old selves again")
@@ -309,8 +327,8 @@ def finish_rollback(j: Journal, *, reason: str, verify_restored: Verify | None, 
     marked = writes.set(state="rolled_back", rolled_back=now(), restored=restored.to_json(), revert_messages=messages,
                         history_outcome=outcome if needs_history else None, history_written=not needs_history)
     if marked and not restored.paths:
-        shutil.rmtree(bdir, ignore_errors=True)
-    elif not marked and bdir.is_dir():
+        roots.state.rmtree(f"backups/{j.id}")
+    elif not marked and has_backups:
         restored = replace(restored, backups_kept=str(bdir))
     if marked and needs_history:
         try:

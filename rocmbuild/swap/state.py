@@ -25,23 +25,25 @@ from __future__ import annotations
 import errno
 import json
 import os
+import stat
 from pathlib import Path
 
-from rocmbuild.disk import FileLock, atomic_write_bytes, atomic_write_json, read_json
+from rocmbuild.disk import FileLock, read_json
 from rocmbuild.errors import RocmbuildError, StatePathError, from_os_error
 from rocmbuild.locks import LockWait
 from rocmbuild.home import STATE_DIRNAME, cache_home, target_state_dir, targets_dir
 from rocmbuild.swap.paths import rebased
 from rocmbuild.swap.records import Unreadable
+from rocmbuild.swap.roots import open_state, write_state_file
 
 __all__ = ["STATE_DIRNAME", "target_state_dir", "TargetLock", "register_outside_target", "state_dirs_for",
            "append_history", "read_history", "history_lines"]
 
 
 def register_outside_target(state_dir: Path, prefix: Path, libdir: Path) -> None:
-    p = Path(state_dir) / "target.json"
-    if not p.exists():
-        atomic_write_json(p, {"prefix": str(prefix), "libdir": str(libdir)})
+    if not (Path(state_dir) / "target.json").exists():
+        data = json.dumps({"prefix": str(prefix), "libdir": str(libdir)}, indent=2, sort_keys=True) + "\n"
+        write_state_file(state_dir, "target.json", data.encode())
 
 
 def state_dirs_for(prefix: Path) -> list[Path]:
@@ -69,6 +71,29 @@ def TargetLock(state_dir: Path, *, wait: bool | LockWait = False, shared: bool =
 
 
 class _StateLock(FileLock):
+    def _open(self) -> bool:
+        """The lock file, opened through the state dir's root: a symlinked ``.rocmbuild`` (or
+        ``lock``) is refused, never followed; made 0644 whatever the umask."""
+        root = open_state(self.path.parent, create=not self.shared)
+        if root is None:
+            self.fd = None
+            return False
+        with root:
+            try:
+                flags = os.O_RDONLY if self.shared else os.O_RDWR | os.O_CREAT
+                self.fd = root.open_file("lock", flags, 0o644)
+            except FileNotFoundError:
+                if not self.shared:
+                    raise
+                self.fd = None
+                return False
+            if not self.shared:
+                st = os.fstat(self.fd)
+                if stat.S_IMODE(st.st_mode) != 0o644 and st.st_uid == os.geteuid():
+                    os.fchmod(self.fd, 0o644)
+                root.own_like(self.fd, os.fstat(root.fd))
+        return True
+
     def acquire(self) -> FileLock:
         try:
             return super().acquire()
@@ -120,7 +145,7 @@ def append_history(state_dir: Path, record: dict) -> None:
     if old and not old.endswith(b"\n"):
         old += b"\n"
     line = json.dumps(record, sort_keys=True, default=str) + "\n"
-    atomic_write_bytes(path, old + line.encode())
+    write_state_file(state_dir, "history.jsonl", old + line.encode())
 
 
 def _checked(rec: object) -> dict:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -24,6 +25,8 @@ from rocmbuild.build import artifact
 from rocmbuild.build.artifact import Artifact, Manifest
 from rocmbuild.errors import InputError, LockedError, TargetError, VerifyError
 from rocmbuild import swap as transaction
+from rocmbuild.root import Root
+from rocmbuild.swap.roots import Roots
 from rocmbuild.swap import actions, plan, state
 from tests.support.cli import REPO
 from tests.support.envs import stage_library
@@ -143,16 +146,16 @@ def test_failure_after_the_swap_restores_the_old_state(art, prefix, failure):
 
 def test_failure_before_the_first_rename_changes_nothing(art, prefix, mocker):
     before, ids = snapshot(prefix), inodes(prefix)
-    real = actions.own_copy  # staging an artifact file: the target's own copy
+    real = Root.copy_in  # staging an artifact file: the target's own copy
     calls = {"n": 0}
 
-    def flaky(src, dst, **kw):
+    def flaky(self, fd, rel, **kw):
         calls["n"] += 1
         if calls["n"] == 2:
-            raise OSError(28, "No space left on device", str(dst))
-        return real(src, dst, **kw)
+            raise OSError(28, "No space left on device", self.show(rel))
+        return real(self, fd, rel, **kw)
 
-    mocker.patch.object(actions, "own_copy", side_effect=flaky)
+    mocker.patch.object(Root, "copy_in", autospec=True, side_effect=flaky)
     p = plan.make(art, facts(prefix))
     with pytest.raises(TargetError) as ei:
         transaction.execute(p, verify=Verifier())
@@ -310,8 +313,9 @@ def test_across_filesystems_files_are_copied_and_fsynced(art, prefix, mocker):
     assert lib_step["backup_copied"] is True
     new = prefix / "lib/libMIOpen.so.1.0"
     staged = actions.staged_name(new, out.id)
-    # the staged copy (written as NAME.part, renamed to the staged name) and the backup copy were fsynced
-    assert str(staged) + ".part" in fsynced
+    # the staged copy (written under its temp name with O_EXCL) and the backup copy (written as
+    # NAME.part, renamed to its name) were fsynced
+    assert str(staged) in fsynced
     (bk,) = [b for b in (sdir / "backups" / out.id).iterdir() if "libMIOpen" in b.name]
     assert str(bk) + ".part" in fsynced
     assert str(prefix / "lib") in fsynced and str(sdir / "backups" / out.id) in fsynced
@@ -491,23 +495,26 @@ def test_stage_and_new_directories_are_fsynced(art, prefix, mocker):
     """DESIGN step 4: a staged copy is fsynced before its rename, and its directory entry after it;
     every directory created (data parents, journal/, backups/, backups/<txn>/) is followed by an
     fsync of its parent."""
-    fsynced = _record_fsyncs(mocker)
     p = plan.make(art, facts(prefix))
+    rts = Roots.of(p.prefix, p.libdir, p.outside, p.state_dir)
+    fsynced = _record_fsyncs(mocker)
     lib_action = next(a for a in p.actions if a.role == "library")
-    fa = actions.make(lib_action, "0000-test", prefix / ".rocmbuild/backups/0000-test", 0)
+    fa = actions.make(lib_action, "0000-test", rts, 0)
     fa.stage()
     # the staged copy itself (data and inode, before its rename), then the directory holding it
     staged = str(actions.staged_name(prefix / "lib/libMIOpen.so.1.0", "0000-test"))
-    assert fsynced == [staged + ".part", str(prefix / "lib")]
+    assert fsynced == [staged, str(prefix / "lib")]
     fa.discard()
     fsynced.clear()
     data_action = next(a for a in p.actions if a.role == "data")
     assert data_action.create_dirs == tuple(str(prefix / d) for d in ("share", "share/miopen", "share/miopen/db"))
-    actions.make(data_action, "0000-test", prefix / ".rocmbuild/backups/0000-test", 3).stage()
+    actions.make(data_action, "0000-test", rts, 3).stage()
     assert fsynced[:3] == [str(prefix), str(prefix / "share"), str(prefix / "share/miopen")]
-    assert fsynced[3].endswith(".part")  # the staged copy
+    assert ".rocmbuild-new-" in fsynced[3]  # the staged copy
     assert fsynced[4] == str(prefix / "share/miopen/db")  # the staged file's directory entry
-    actions.make(data_action, "0000-test", prefix / ".rocmbuild/backups/0000-test", 3).discard()
+    actions.make(data_action, "0000-test", rts, 3).discard()
+    rts.close()
+    shutil.rmtree(prefix / ".rocmbuild")
     fsynced.clear()
     out = transaction.execute(plan.make(art, facts(prefix)), verify=Verifier())
     sdir = prefix / ".rocmbuild"
