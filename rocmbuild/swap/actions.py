@@ -116,6 +116,7 @@ class FileAction(abc.ABC):
         """Hardlink the original into the backups dir. Returns True when bytes were copied."""
         if not self.needs_backup():
             return False
+        state_sub(self.roots.state, os.path.dirname(self.backup), create=True).close()  # never a symlink
         existing = state_at(self.roots.state, self.backup)
         if existing.kind == "file" and (existing.dev, existing.inode) == (self.before.dev, self.before.inode):
             return False  # done already (idempotent)
@@ -126,7 +127,6 @@ class FileAction(abc.ABC):
         now = self.now()
         if now.kind != "file" or (now.dev, now.inode) != (self.before.dev, self.before.inode):
             raise OSError(errno.ESTALE, f"{self.dest} changed since it was planned", str(self.dest))
-        state_sub(self.roots.state, os.path.dirname(self.backup), create=True).close()
         self.backup_copied = link_or_copy(self.roots.target, self.rel, self.roots.state, self.backup)
         return self.backup_copied
 

@@ -66,7 +66,7 @@ def _backup(j: Journal, fas: Steps) -> None:
         copied += int(fa.backup_file())
         if fa.backup_copied:
             step["backup_copied"] = True  # restores from it make a new inode (see FileAction.is_before)
-    if fas and fas[0][0].roots.state.lstat(f"backups/{j.id}") is not None:
+    if fas and _has_backups(fas[0][0].roots, j.id):
         fas[0][0].roots.state.fsync(f"backups/{j.id}")
     j.set(state="backed_up", backup_copies=copied)
     failpoint("after-backup")
@@ -87,6 +87,14 @@ def _swap(j: Journal, fas: Steps, plan: Plan) -> None:
     _fsync_dirs(fas)
     j.set(state="swapped")
     failpoint("after-swap")
+
+
+def _has_backups(roots: Roots, txn: str) -> bool:
+    """``backups/<txn>`` is there (a symlinked ``backups`` is not: it is never used)."""
+    try:
+        return roots.state.lstat(f"backups/{txn}") is not None
+    except (ConfinementError, NotADirectoryError):
+        return False
 
 
 def _record_after(fa: FileAction, step: dict[str, Any]) -> None:
@@ -314,7 +322,7 @@ def _finish(j: Journal, roots: Roots, writes: "_JournalWrites", was: str, reason
     messages = _revert_all(fas, writes.errors)
     restored = _judge_restored(j, fas, verify_restored)
     bdir = backup_dir(Path(j.plan.state_dir), j.id)
-    has_backups = roots.state.lstat(f"backups/{j.id}") is not None
+    has_backups = _has_backups(roots, j.id)
     if not restored.ok and restored.paths and has_backups:
         restored = replace(restored, backups_kept=str(bdir))
         msg = (f"the backups of {j.id} are kept in {bdir}: {len(restored.paths)} path(s) were not confirmed "
@@ -326,7 +334,7 @@ def _finish(j: Journal, roots: Roots, writes: "_JournalWrites", was: str, reason
     outcome = (f"recovered: rolled back (interrupted at '{was}')" if recovered else f"rolled back: {reason}")
     marked = writes.set(state="rolled_back", rolled_back=now(), restored=restored.to_json(), revert_messages=messages,
                         history_outcome=outcome if needs_history else None, history_written=not needs_history)
-    if marked and not restored.paths:
+    if marked and not restored.paths and has_backups:
         roots.state.rmtree(f"backups/{j.id}")
     elif not marked and has_backups:
         restored = replace(restored, backups_kept=str(bdir))
