@@ -125,7 +125,8 @@ def status_changes(c: StatusChanges, prefix: str | None = None) -> str:
         lines.append(f"  txn {t.id}  {t.verb} {t.recipe or '-'}{commit}: {t.version_before or '?'} -> "
                      f"{t.version_after or '?'}")
         lines.append(f"    {len(t.files)} path(s): " + ", ".join(rel(f, prefix) for f in t.files))
-    lines += [f"UNFINISHED {u.verb} {u.id} (stopped at '{u.state}'): the next rocmbuild command "
+    lines += [f"in progress: {u.verb} {u.id} (pid {u.running_pid}, at '{u.state}')" if u.running_pid else
+              f"UNFINISHED {u.verb} {u.id} (stopped at '{u.state}'): the next rocmbuild command "
               "that changes this target rolls it back; `rocmbuild recover` does only that" for u in c.unfinished]
     lines += [drift_text(d, prefix) + " (`rocmbuild rollback` refuses without --force)" for d in c.drift]
     lines += [f"UNREADABLE {u.describe()}" + (": rocmbuild changes nothing here until it is dealt with "
@@ -300,7 +301,8 @@ def _history(h: HistoryResult) -> str:
     if total > shown:
         out.append(layout.wrap(f"the newest {shown} of {total} transactions (--limit {h.limit}); "
                                "`rollback --to` takes a txn number", cols))
-    out += [layout.wrap(f"UNFINISHED {u.id} {u.verb} (stopped at '{u.state}'): run `rocmbuild recover`", cols)
+    out += [layout.wrap(f"in progress: {u.id} {u.verb} (pid {u.running_pid})" if u.running_pid else
+                        f"UNFINISHED {u.id} {u.verb} (stopped at '{u.state}'): run `rocmbuild recover`", cols)
             for u in h.unfinished]
     out += [layout.wrap(f"UNREADABLE {u.describe()}", cols) for u in h.unreadable]
     out.append(layout.wrap(f"backups hold {h.backup_bytes} bytes on disk that nothing else keeps alive "

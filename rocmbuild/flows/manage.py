@@ -26,7 +26,7 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from rocmbuild import progress, ui
+from rocmbuild import locks, progress, ui
 from rocmbuild.errors import TargetError, VerifyError
 from rocmbuild.locks import LockWait
 from rocmbuild.flows import guards
@@ -117,7 +117,13 @@ def recover(*, env: str | None = None, python: str | None = None, wait: bool | L
 
 
 def _unfinished(d: Path) -> list[Unfinished]:
-    return [Unfinished(j.id, j.data["verb"], j.state) for j in _txn.pending(d)]
+    """The journals not finished; one whose recorded pid holds the target's lock right now is in
+    progress (a running apply or rollback), not interrupted."""
+    holder = locks.read_holder(Path(d) / "lock")
+    live = holder.pid if holder.alive() else None
+    return [Unfinished(j.id, j.data["verb"], j.state,
+                       running_pid=live if live is not None and j.data.get("pid") == live else None)
+            for j in _txn.pending(d)]
 
 
 def history(*, env: str | None = None, python: str | None = None, limit: int | None = None) -> HistoryResult:
@@ -156,8 +162,10 @@ def status_changes(prefix: Path, loaded: dict[tuple[int, int], str | None] | Non
             p = j.plan
             in_effect.append(InEffect(j.id, j.data["verb"], p.recipe, p.commit, p.version_before, p.version_after,
                                       tuple(p.actions[s["index"]].path for s in j.data["steps"])))
-        unfinished += _unfinished(d)
-        drift += [_found_version(x, loaded or {}) for x in _txn.drift(d)]
+        here = _unfinished(d)
+        unfinished += here
+        busy = {p for j in _txn.pending(d) if any(u.id == j.id and u.running_pid for u in here) for p in j.files}
+        drift += [_found_version(x, loaded or {}) for x in _txn.drift(d) if x.path not in busy]
         total += _txn.backup_bytes(d)
         stocks += [s for s in [_txn.stock_version(d)] if s]
     first = min(stocks, key=lambda s: txn_order(s[0])) if stocks else None

@@ -27,9 +27,12 @@ class InEffect(Record):
 
 @dataclass(frozen=True)
 class Unfinished(Record):
+    """A journal not finished: interrupted, or (``running_pid``) held by a live rocmbuild now."""
+
     id: str
     verb: str
     state: str
+    running_pid: int | None = None
 
 
 @dataclass(frozen=True)
@@ -91,8 +94,12 @@ def summary(changes: StatusChanges, version_now: str | None) -> str:
         line = f"stock {stock_v}: every change rocmbuild made here is undone"
     if changes.drift:
         line += f"; DRIFT: {len(changes.drift)} path(s) changed since rocmbuild placed them"
-    if changes.unfinished:
-        line += "; UNFINISHED: " + ", ".join(f"txn {short_txn(u.id)}" for u in changes.unfinished)
+    running = [u for u in changes.unfinished if u.running_pid]
+    stopped = [u for u in changes.unfinished if not u.running_pid]
+    if running:
+        line += "; in progress: " + ", ".join(f"{u.verb} txn {short_txn(u.id)} (pid {u.running_pid})" for u in running)
+    if stopped:
+        line += "; UNFINISHED: " + ", ".join(f"txn {short_txn(u.id)}" for u in stopped)
     if changes.unreadable:
         line += f"; {len(changes.unreadable)} state file(s) cannot be read"
     return line

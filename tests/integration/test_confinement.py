@@ -316,3 +316,27 @@ def test_roots_refuse_a_path_outside_the_target(txn_home, env350, tmp_path):
         assert roots.rel(env.prefix / "lib/libMIOpen.so.1.0") == "lib/libMIOpen.so.1.0"
         fa = actions.make(p.actions[0], "0000-test", roots, 0)
         assert fa.rel == "lib/libMIOpen.so.1.0"
+
+
+# --------------------------------------------------------------------------------------------
+# status during a running transaction
+
+
+def test_status_during_a_running_apply_says_in_progress_not_unfinished(txn_home, env350):
+    env = env350("conda")
+    run = Watched(["apply", txn_home.recipe("mini"), "--env", env.prefix], tty=False,
+                  env={"ROCMBUILD_PAUSEPOINTS": "after-swap", "ROCMBUILD_PAUSE_SECONDS": "30"})
+    try:
+        run.wait_for(lambda w: "pausepoint after-swap" in w.text(), what="the pausepoint")
+        s = rb("status", "--env", env.prefix, "--json")
+        assert s.returncode == 0, s.stderr
+        changes = _json(s)["changes"]
+        (u,) = changes["unfinished"]
+        assert u["running_pid"] == run.proc.pid and changes["drift"] == []
+        text = rb("status", "--env", env.prefix).stdout
+        assert f"pid {run.proc.pid}" in text and "in progress" in text
+        assert "UNFINISHED" not in text and "DRIFT" not in text
+    finally:
+        run.kill()
+    s = rb("status", "--env", env.prefix, "--json")  # killed: now it is an interrupted one
+    assert _json(s)["changes"]["unfinished"][0]["running_pid"] is None
