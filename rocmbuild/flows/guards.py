@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
@@ -36,6 +35,7 @@ from typing import Any, Callable
 from rocmbuild import progress, ui
 from rocmbuild.build import cache
 from rocmbuild.build.artifact import Artifact
+from rocmbuild.root import Root
 from rocmbuild.disk import nearest_existing
 from rocmbuild.errors import InputError, StateError, TargetError
 from rocmbuild.locks import LockWait
@@ -140,9 +140,10 @@ def writable(d: Path) -> str | None:
     if not os.access(d, os.W_OK | os.X_OK):
         return f"{d} is not writable by this user"
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".rocmbuild-write-test-", dir=d)
-        os.close(fd)
-        os.unlink(tmp)
+        with Root.open(d, "the directory") as root:  # the test file is made and removed through its fd
+            name = f".rocmbuild-write-test-{os.getpid()}"
+            os.close(root.open_file(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            root.unlink(name, sync=False)
     except OSError as exc:
         return f"{d} is not writable: {exc.strerror or exc}"
     return None

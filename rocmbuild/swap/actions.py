@@ -60,7 +60,7 @@ def state_at(root: Root, rel: str) -> PathState:
     return PathState.from_stat(st, root.readlink(rel) if stat.S_ISLNK(st.st_mode) else None)
 
 
-def link_or_copy(src: Root, src_rel: str, dst: Root, dst_rel: str) -> bool:
+def link_or_copy_at(src: Root, src_rel: str, dst: Root, dst_rel: str) -> bool:
     """Hardlink ``src_rel`` as ``dst_rel`` (a leftover replaced); a copy keeping mode, owner and
     mtime where the filesystem will not link. True when bytes were copied."""
     try:
@@ -127,7 +127,7 @@ class FileAction(abc.ABC):
         now = self.now()
         if now.kind != "file" or (now.dev, now.inode) != (self.before.dev, self.before.inode):
             raise OSError(errno.ESTALE, f"{self.dest} changed since it was planned", str(self.dest))
-        self.backup_copied = link_or_copy(self.roots.target, self.rel, self.roots.state, self.backup)
+        self.backup_copied = link_or_copy_at(self.roots.target, self.rel, self.roots.state, self.backup)
         return self.backup_copied
 
     def is_before(self, now: PathState) -> bool:
@@ -156,23 +156,23 @@ class FileAction(abc.ABC):
     def revert(self, after: PathState | None) -> str | None:
         """Put ``before`` back. Returns a message when something was done, "" when it already
         was, and raises when it cannot be done."""
-        now, b, t = self.now(), self.before, self.roots.target
+        now, b, troot = self.now(), self.before, self.roots.target
         if b.kind == "file":
             if self.is_before(now):
                 return ""
             if state_at(self.roots.state, self.backup).kind != "file":
                 raise OSError(errno.ENOENT, f"cannot restore {self.dest}: backup "
                               f"{self.roots.state.show(self.backup)} is missing", self.roots.state.show(self.backup))
-            t.makedirs(os.path.dirname(self.rel))
-            link_or_copy(self.roots.state, self.backup, t, self.restore_tmp)
-            t.replace(self.restore_tmp, self.rel)
+            troot.makedirs(os.path.dirname(self.rel))
+            link_or_copy_at(self.roots.state, self.backup, troot, self.restore_tmp)
+            troot.replace(self.restore_tmp, self.rel)
             return f"restored {self.dest}"
         if b.kind == "link":
             if now.kind == "link" and now.target == b.target:
                 return ""
-            t.makedirs(os.path.dirname(self.rel))
-            t.symlink(b.target or "", self.restore_tmp)
-            t.replace(self.restore_tmp, self.rel)
+            troot.makedirs(os.path.dirname(self.rel))
+            troot.symlink(b.target or "", self.restore_tmp)
+            troot.replace(self.restore_tmp, self.rel)
             return f"restored link {self.dest} -> {b.target}"
         if b.kind == "absent":
             if now.kind == "absent":
@@ -182,7 +182,7 @@ class FileAction(abc.ABC):
                 ours = now.kind == "link" and now.target == self.action.link
             if not ours:
                 return f"left {self.dest} alone: it is not what rocmbuild placed there ({now.describe()})"
-            t.unlink(self.rel)  # its directory fsynced before the journal says finished
+            troot.unlink(self.rel)  # its directory fsynced before the journal says finished
             return f"removed {self.dest}"
         return ""
 
@@ -215,7 +215,7 @@ class ReplaceFile(FileAction):
                                        "the journal naming it is corrupt or hostile")
             cur, bk = state_at(self.roots.target, self.staged), state_at(self.roots.state, in_state)
             if not (cur.kind == "file" and (cur.dev, cur.inode) == (bk.dev, bk.inode)):
-                link_or_copy(self.roots.state, in_state, self.roots.target, self.staged)
+                link_or_copy_at(self.roots.state, in_state, self.roots.target, self.staged)
         else:
             self._copy_artifact_file(Path(src))
         return state_at(self.roots.target, self.staged)

@@ -19,12 +19,15 @@ Decisions:
 
 from __future__ import annotations
 
+import json
+
 import datetime as _dt
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from rocmbuild.disk import atomic_write_json, read_json
+from rocmbuild.disk import read_json
+from rocmbuild.root import Root
 from rocmbuild.home import STATE_DIRNAME, known_targets_dir, targets_dir
 from rocmbuild.swap.journal import FINISHED, active, backup_dir, journals, unreadable
 
@@ -65,9 +68,11 @@ def register(home: Path, state_dir: Path, prefix: Path) -> None:
             return
     except (OSError, ValueError, AttributeError):
         pass
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(path, {"state_dir": str(state_dir), "prefix": str(prefix),
-                             "registered": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")})
+    data = {"state_dir": str(state_dir), "prefix": str(prefix),
+            "registered": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+    with Root.open(home, "rocmbuild's home", create=True) as root:  # never through a symlinked known-targets/
+        root.makedirs(path.parent.name)
+        root.write_atomic(f"{path.parent.name}/{path.name}", (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
 
 
 def known(home: Path) -> list[KnownTarget]:

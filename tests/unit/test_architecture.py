@@ -97,3 +97,59 @@ def test_sizes(module, path, tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             n = node.end_lineno - node.lineno + 1
             assert n <= MAX_FUNCTION_LINES, f"{module}.{node.name} has {n} lines (at most {MAX_FUNCTION_LINES})"
+
+
+# --------------------------------------------------------------------------------------------
+# Confinement: nothing writes to a target, a state dir or the home's known targets by a path string
+
+
+#: the modules that act on targets and their state: every write goes through a rocmbuild.root.Root
+CONFINED = ("rocmbuild.swap", "rocmbuild.flows.apply", "rocmbuild.flows.manage", "rocmbuild.flows.guards")
+_PATH_WRITES = {"os": {"replace", "rename", "renames", "unlink", "remove", "link", "symlink", "mkdir", "makedirs",
+                       "rmdir", "removedirs", "chmod", "chown", "lchown", "truncate", "mkfifo", "mknod", "utime"},
+                "shutil": {"rmtree", "copy", "copy2", "copyfile", "copytree", "move", "copystat", "copymode"},
+                "tempfile": {"mkstemp", "mkdtemp", "NamedTemporaryFile", "TemporaryDirectory"}}
+_DISK_WRITES = {"atomic_write_bytes", "atomic_write_json", "makedirs_durable", "link_or_copy", "own_copy",
+                "fsync_dir", "make_read_only"}
+_PATH_METHODS = {"write_text", "write_bytes", "touch", "symlink_to", "hardlink_to", "mkdir", "rmdir", "unlink",
+                 "rename", "chmod"}
+
+
+def _path_writes(tree: ast.Module):
+    """Each call in ``tree`` that writes by a path string: ``os.unlink(p)``, ``shutil.rmtree``,
+    ``disk.atomic_write_json``, ``Path.write_text``, ``open(p, "w")``... A method of the same name on
+    a root (``roots.target.unlink(rel)``: its receiver names a root) acts through a directory fd."""
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.attr in _PATH_WRITES.get(f.value.id, ()):
+            yield node.lineno, ast.unparse(f)
+        elif isinstance(f, (ast.Name, ast.Attribute)) and (f.id if isinstance(f, ast.Name) else f.attr) in _DISK_WRITES:
+            yield node.lineno, ast.unparse(f)
+        elif isinstance(f, ast.Attribute) and f.attr in _PATH_METHODS and "root" not in ast.unparse(f.value).lower():
+            yield node.lineno, ast.unparse(f)
+        elif isinstance(f, ast.Name) and f.id == "open" and len(node.args) > 1 and isinstance(node.args[1], ast.Constant) \
+                and any(c in str(node.args[1].value) for c in "wax+"):
+            yield node.lineno, "open(..., " + repr(node.args[1].value) + ")"
+
+
+#: path writes that touch no target: (module, call) -> why
+ALLOWED_PATH_WRITES = {
+    ("rocmbuild.flows.apply", "tempfile.mkdtemp"): "a dry run's private temp dir for a downloaded bundle",
+    ("rocmbuild.flows.apply", "shutil.rmtree"): "removes that private temp dir",
+}
+
+
+@pytest.mark.parametrize("module,path,tree", [m for m in MODULES if m[0].startswith(CONFINED)],
+                         ids=[m[0] for m in MODULES if m[0].startswith(CONFINED)])
+def test_targets_and_state_are_written_only_through_a_root(module, path, tree):
+    found = [f"line {n}: {what}" for n, what in _path_writes(tree) if (module, what) not in ALLOWED_PATH_WRITES]
+    assert not found, (f"{module} writes by a path string ({'; '.join(found)}): act through a "
+                       "rocmbuild.root.Root (swap.roots.Roots for a target and its state dir) instead")
+
+
+def test_the_confinement_rule_catches_path_writes():
+    tree = ast.parse("import os, shutil\nos.unlink(p)\nshutil.rmtree(d)\nPath(p).write_text('x')\n"
+                     "open(p, 'wb')\natomic_write_json(p, {})\nroots.target.unlink('lib/x')\nroot.rmdir('a')\n")
+    assert [n for n, _ in _path_writes(tree)] == [2, 3, 4, 5, 6]
