@@ -252,13 +252,30 @@ def ls_remote(url: str, *, cwd: Path, timeout: float | None, log: Path | None = 
     """{refname: sha} of the remote, without cloning; an unreachable remote is a FetchError (exit 3)."""
     status, out, err = Git(cwd, log).run("ls-remote", "--", url, check=False, timeout=timeout)
     if status != 0:
-        raise FetchError(
-            f"cannot reach git remote {url}: {last_line(err) or f'git ls-remote exit code {status}'}",
-            "check the URL (recipe source.git or --source), your network/proxy and credentials; "
-            "a local directory must be a git repository",
-            details={"url": url, "git": err.strip()},
-        )
+        raise unreachable(url, status, err)
     return parse_ls_remote(out)
+
+
+def unreachable(url: str, status: int, err: str) -> FetchError:
+    """The error for a remote ``git ls-remote`` could not read, with the hint its cause calls for."""
+    details = {"url": url, "git": err.strip()}
+    if "dubious ownership" in err:
+        return FetchError(
+            f"git refuses the local remote {url}: it is owned by another user (git's 'dubious ownership')",
+            "rocmbuild runs git without your git config, so a safe.directory there does not apply: "
+            "serve that repository over ssh or https, or clone it to a path you own and name that",
+            details={**details, "reason": "dubious_ownership"})
+    if "not allowed" in err and "transport" in err:
+        return FetchError(
+            f"cannot fetch {url}: {last_line(err)}",
+            f"a recipe's git URL may use these transports only: {', '.join(PROTOCOLS)} (or a local path)",
+            details={**details, "reason": "transport_not_allowed"})
+    return FetchError(
+        f"cannot reach git remote {url}: {last_line(err) or f'git ls-remote exit code {status}'}",
+        "check the URL (recipe source.git or --source), your network/proxy and credentials; "
+        "a local directory must be a git repository",
+        details=details,
+    )
 
 
 # what git says when the remote cannot send a commit's objects (it lacks or cannot read them)

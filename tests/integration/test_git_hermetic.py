@@ -249,7 +249,19 @@ def test_a_transport_a_recipe_may_not_name_is_refused(tmp_path, monkeypatch):
     with pytest.raises(FetchError) as ei:
         source.fetch(git_recipe(tmp_path, "pwn://host/repo", "develop"), home=tmp_path / "rocmbuild-home")
     assert ei.value.exit_code == 3 and "not allowed" in ei.value.message
+    assert ei.value.details["reason"] == "transport_not_allowed" and "https" in ei.value.hint
     assert plants.left() == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give the remote to another user")
+def test_a_local_remote_owned_by_another_user_says_so(tmp_path, monorepo):
+    for d, _, files in os.walk(monorepo.path):
+        for p in [d, *(os.path.join(d, f) for f in files)]:
+            os.lchown(p, 65534, 65534)  # nobody
+    with pytest.raises(FetchError) as ei:
+        source.fetch(git_recipe(tmp_path, monorepo.url, "develop"), home=tmp_path / "rocmbuild-home")
+    assert ei.value.exit_code == 3 and ei.value.details["reason"] == "dubious_ownership"
+    assert "another user" in ei.value.message and "safe.directory" in ei.value.hint
 
 
 # --------------------------------------------------------------------------------------------
