@@ -249,8 +249,11 @@ def last_line(text: str) -> str:
 
 
 def ls_remote(url: str, *, cwd: Path, timeout: float | None, log: Path | None = None) -> dict[str, str]:
-    """{refname: sha} of the remote, without cloning; an unreachable remote is a FetchError (exit 3)."""
-    status, out, err = Git(cwd, log).run("ls-remote", "--", url, check=False, timeout=timeout)
+    """{refname: sha} of the remote, without cloning; an unreachable remote is a FetchError (exit 3).
+
+    Run with no repository: ``cwd`` may be wherever the user stands (``rocmbuild plan`` in an
+    untrusted checkout), whose ``.git/config`` must not name an ssh command or a redirection."""
+    status, out, err = Git(cwd, log, repository=False).run("ls-remote", "--", url, check=False, timeout=timeout)
     if status != 0:
         raise unreachable(url, status, err)
     return parse_ls_remote(out)

@@ -235,6 +235,27 @@ def test_the_users_and_the_systems_git_config_never_run(tmp_path, monorepo, monk
     assert snapshot(gitdir) == before and not (tmp_path / "decoy-worktree").exists()
 
 
+def test_the_repository_the_user_stands_in_is_never_read(tmp_path, monorepo, monkeypatch):
+    """``rocmbuild plan`` resolves a ref with ``git ls-remote`` from the current directory: an
+    untrusted checkout there must not redirect it or run anything."""
+    plants = Plants(tmp_path)
+    here = tmp_path / "untrusted-checkout"
+    assert plain_git("init", "-q", str(here), cwd=tmp_path, env=dict(os.environ)).returncode == 0
+    redirect = {f"url.{(tmp_path / 'decoy').as_uri()}.insteadOf": monorepo.url,
+                "core.sshCommand": str(plants.script("cwd-ssh"))}
+    with open(here / ".git" / "config", "a") as f:
+        f.write(config_text({**plants.config("cwd"), **redirect}))
+    assert plain_git("ls-remote", monorepo.url, cwd=here, env=dict(os.environ)).returncode != 0  # control
+    plain_git("ls-remote", "ssh://127.0.0.1:1/x.git", cwd=here, env=dict(os.environ))
+    assert "cwd-ssh" in plants.left()  # control: the checkout's ssh command runs for plain git
+    plants.clear()
+    monkeypatch.chdir(here)
+    assert source.resolve_ref(git_recipe(tmp_path, monorepo.url, "develop")) == monorepo.c_develop
+    with pytest.raises(FetchError):
+        source.resolve_ref(git_recipe(tmp_path, "ssh://127.0.0.1:1/x.git", "develop", name="ssh"), timeout=20)
+    assert plants.left() == []
+
+
 def test_a_transport_a_recipe_may_not_name_is_refused(tmp_path, monkeypatch):
     plants = Plants(tmp_path)
     bindir = tmp_path / "bin"
