@@ -72,7 +72,8 @@ def _gib(n: int) -> str:
 
 
 def check_git() -> DoctorCheck:
-    return check_program("git", fix="install git (apt install git)")
+    # 2.32: rocmbuild runs git with an empty global config (GIT_CONFIG_GLOBAL; build/git.py)
+    return check_program("git", floor="2.32", fix="install git >= 2.32 (apt install git)")
 
 
 def check_cmake() -> DoctorCheck:

@@ -1,4 +1,4 @@
-"""The only place rocmbuild starts processes (through plumbum).
+"""The only place rocmbuild starts processes (``subprocess.Popen``, nothing else).
 
 Commands are argv lists, never shell strings. Two entry points:
 
@@ -15,8 +15,11 @@ so no process of the tree outlives the command, a stop (Ctrl-C, SIGTERM, SIGHUP,
 or even a SIGKILL of rocmbuild: :func:`kill_tree` ends it with SIGTERM, :data:`GRACE` seconds,
 then SIGKILL. What stays impossible is in reaper.py's docstring and docs/transactions.md.
 
-Decisions: the child's environment is ``os.environ`` as it is *now* plus the given extras
-(plumbum's own ``local.env`` is a snapshot taken at import time, so we pass the live one);
+Decisions: the child's environment is ``os.environ`` as it is *now* plus the given extras (an
+extra whose value is None removes that variable: git's hermetic environment drops the user's
+``GIT_DIR`` and friends); programs are found on the live ``PATH`` (:func:`which`). plumbum was
+dropped: it only wrapped one ``Popen`` call here, and its ``local.env``/``local.which`` are
+snapshots taken at import time that this module had to work around;
 stdin is always ``/dev/null`` so no child can ever wait for input in an unattended run; the
 supervisor must be started from the thread that waits for it (the parent-death signal follows
 the thread that forked it): :func:`run` and :func:`capture` are synchronous.
@@ -37,8 +40,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from plumbum import local
-
 from rocmbuild import ui
 from rocmbuild.errors import BuildError, RequirementError, RocmbuildError, SystemLimitError, from_os_error
 
@@ -54,24 +55,26 @@ class Completed:
     seconds: float
 
 
+#: extra environment for a command: a value sets the variable, None removes it
+Env = Mapping[str, "str | None"] | None
+
 GRACE = 3.0  # seconds between SIGTERM and SIGKILL when a tree is stopped
 REAPER = Path(__file__).with_name("reaper.py")
 
 
-def _start(argv: Sequence[str | os.PathLike], cwd, env: Mapping[str, str] | None, stderr) -> subprocess.Popen:
+def _start(argv: Sequence[str | os.PathLike], cwd, env: Env, stderr) -> subprocess.Popen:
     """Start argv under the supervisor, in its own session, stdin /dev/null, stdout piped."""
-    cmd, args = _command(argv)
+    program, args = _command(argv)
     ui.detail(f"running: {display(argv)}" + (f" (in {cwd})" if cwd is not None else ""))
-    supervisor = local[sys.executable]
     try:
-        return supervisor.popen(
-            ["-I", "-S", str(REAPER), str(os.getpid()), str(GRACE), "--", str(cmd.executable), *args],
+        return subprocess.Popen(
+            [sys.executable, "-I", "-S", str(REAPER), str(os.getpid()), str(GRACE), "--", program, *args],
             cwd=str(cwd) if cwd is not None else None,
             env=_environment(env),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=stderr,
-            new_session=True,
+            start_new_session=True,
         )
     except OSError as exc:
         if exc.errno == errno.E2BIG:
@@ -85,9 +88,9 @@ def _start(argv: Sequence[str | os.PathLike], cwd, env: Mapping[str, str] | None
 MAX_ARG_STRLEN = 32 * 4096
 
 
-def too_long(argv: Sequence[str | os.PathLike], env: Mapping[str, str] | None) -> SystemLimitError:
+def too_long(argv: Sequence[str | os.PathLike], env: Env) -> SystemLimitError:
     """E2BIG from execve: name the longest argument (or environment entry) and the limits."""
-    strings = [str(a) for a in argv] + [f"{k}={v}" for k, v in (env or {}).items()]
+    strings = [str(a) for a in argv] + [f"{k}={v}" for k, v in (env or {}).items() if v is not None]
     longest = max(strings, key=len)
     total = sum(len(os.fsencode(a)) + 1 for a in strings)
     what = "argument" if longest in map(str, argv) else "environment entry"
@@ -111,13 +114,17 @@ def _command(argv: Sequence[str | os.PathLike]):
             f"program not found: {prog}",
             f"install {prog} or put it on PATH (PATH={os.environ.get('PATH', '')})",
         )
-    return local[resolved], [str(a) for a in argv[1:]]
+    return resolved, [str(a) for a in argv[1:]]
 
 
-def _environment(env: Mapping[str, str] | None) -> dict[str, str]:
+def _environment(env: Env) -> dict[str, str]:
+    """The live ``os.environ`` with ``env`` applied: a value sets, None removes."""
     merged = dict(os.environ)
-    if env:
-        merged.update({k: str(v) for k, v in env.items()})
+    for k, v in (env or {}).items():
+        if v is None:
+            merged.pop(k, None)
+        else:
+            merged[k] = str(v)
     return merged
 
 
@@ -184,7 +191,7 @@ def run(
     argv: Sequence[str | os.PathLike],
     *,
     cwd: str | os.PathLike | None = None,
-    env: Mapping[str, str] | None = None,
+    env: Env = None,
     log: Path | None = None,
     on_line: Callable[[str], None] | None = None,
     error: type[RocmbuildError] = BuildError,
@@ -241,7 +248,7 @@ def capture(
     argv: Sequence[str | os.PathLike],
     *,
     cwd: str | os.PathLike | None = None,
-    env: Mapping[str, str] | None = None,
+    env: Env = None,
     timeout: float | None = 60,
 ) -> Completed:
     """Run a short command and capture stdout and stderr; never raises for a non-zero exit.
@@ -299,8 +306,7 @@ def _communicate(proc: subprocess.Popen, argv, timeout: float | None) -> tuple[b
 
 def which(program: str) -> str | None:
     """Resolve a program name (or absolute path) to an executable path, or None."""
-    # plumbum's local.which() searches a PATH snapshot taken at import time; we search the
-    # live one, so a PATH changed by the caller (or a test) is honoured.
+    # the live PATH, so a PATH changed by the caller (or a test) is honoured
     if "/" in program:
         p = Path(program)
         return str(p.absolute()) if p.is_file() and os.access(p, os.X_OK) else None

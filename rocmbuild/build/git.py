@@ -1,8 +1,43 @@
-"""Running git (through GitPython, argv lists, every command logged) and reading a remote's refs.
+"""Running git (hermetic, through the runner, every command logged) and reading a remote's refs.
 
-Decisions: git never prompts (``GIT_TERMINAL_PROMPT=0`` and, unless the user set their own,
-``GIT_SSH_COMMAND="ssh -o BatchMode=yes"``; credential helpers still work); GitPython is imported
-on first use, so a machine that only applies exported artifacts needs no git. The rules for
+Every git command is an argv list run by :mod:`rocmbuild.runner`, under its supervisor like any
+other child: a stop (Ctrl-C, SIGTERM, SIGHUP) or a SIGKILL of rocmbuild ends git and whatever git
+started (``git-remote-https``, ``ssh``, ``git-upload-pack`` of a ``file://`` remote). GitPython was
+dropped: it served only ``Git.execute``, which started git outside the supervisor.
+
+Hermetic (the Confinement rule of the design): git reads no configuration but the repository's
+own, and only repositories rocmbuild made itself:
+
+* ``GIT_CONFIG_NOSYSTEM=1`` and ``GIT_CONFIG_GLOBAL=/dev/null`` (hence git >= 2.32, checked once
+  per process): neither ``/etc/gitconfig`` nor ``~/.gitconfig`` nor ``$XDG_CONFIG_HOME/git/config``
+  is read, so no ``url.*.insteadOf`` redirection, filter driver, ``core.fsmonitor`` or
+  ``core.sshCommand`` of the machine steers a fetch; ``GIT_ATTR_NOSYSTEM=1`` and
+  ``-c core.attributesFile=/dev/null -c core.excludesFile=/dev/null`` drop the global
+  attributes and ignore files;
+* ``-c core.hooksPath=/dev/null`` (no hook runs) and ``-c core.fsmonitor=false``; ``git diff`` is
+  run with ``--no-ext-diff`` (``-c diff.external=`` would name an empty program);
+* every ``GIT_*`` variable of the caller's environment is removed (``GIT_DIR``, ``GIT_WORK_TREE``,
+  ``GIT_CONFIG_PARAMETERS``, ``GIT_EXTERNAL_DIFF``, ``GIT_EXEC_PATH``...: rocmbuild run from a git
+  hook must not act on that repository) except the transport settings a user sets on purpose
+  (:data:`KEEP_ENV`: ``GIT_SSH_COMMAND``, ``GIT_ASKPASS``, ``GIT_SSL_*``, ``GIT_HTTP_*``,
+  ``GIT_TRACE*``...);
+* ``GIT_ALLOW_PROTOCOL`` is the transports a recipe's git URL may use (:data:`PROTOCOLS`:
+  file, git, http, https, ssh); ``ext::`` and ``fd::`` URLs are refused by git itself;
+* git never prompts (``GIT_TERMINAL_PROMPT=0``; ``GIT_SSH_COMMAND="ssh -o BatchMode=yes"`` unless
+  the user set ``GIT_SSH_COMMAND`` or ``GIT_SSH``); stdin is ``/dev/null`` (the runner);
+* a tree that is not rocmbuild's own repository (an extracted tarball, which may hold a ``.git``
+  of its own) is worked on with no repository at all: ``Git(root, repository=False)`` sets
+  ``GIT_DIR=/dev/null``, a path that is not and can never become a repository, so git does not
+  discover one (not the tree's, not an enclosing one) and treats the directory as a plain tree.
+
+Decision on credentials: with no global config, credential helpers configured there
+(``credential.helper``) are not used, and neither are proxies or CA files set only in git's
+config. What still works: an ssh URL with the user's ssh agent and ``~/.ssh/config`` (BatchMode
+uses the agent, never a passphrase prompt), ``GIT_ASKPASS`` (a program that prints a token),
+the ``https_proxy``/``GIT_SSL_CAINFO`` environment variables. docs/sources.md says so.
+
+A machine without git needs it only when it fetches a git source or patches a tarball: the
+first :class:`Git` raises :class:`RequirementError` then, and never on import. The rules for
 resolving a ref are in ``docs/sources.md``.
 """
 
@@ -11,37 +46,79 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import subprocess
 from pathlib import Path
 from typing import Mapping
 
-from rocmbuild import ui
+from rocmbuild import runner
 from rocmbuild.errors import FetchError, RequirementError
 
 FULL_SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 SHORT_SHA_RE = re.compile(r"^[0-9a-f]{4,39}$")
-#: never wait for a terminal in an unattended run (credential helpers still work)
-_GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}
+MIN_VERSION = (2, 32)  # GIT_CONFIG_GLOBAL
+#: the transports a recipe's git URL may use (GIT_ALLOW_PROTOCOL)
+PROTOCOLS = ("file", "git", "http", "https", "ssh")
+#: the caller's GIT_* variables git still sees: how to reach a remote, never what to read or run
+KEEP_ENV = ("GIT_SSH", "GIT_SSH_COMMAND", "GIT_SSH_VARIANT", "GIT_ASKPASS", "GIT_PROXY_COMMAND",
+            "GIT_REDACT_COOKIES")
+KEEP_PREFIXES = ("GIT_SSL_", "GIT_HTTP_", "GIT_CURL_", "GIT_TRACE")
+#: ``-c`` options before every command
+HERMETIC_CONFIG = ("core.hooksPath=/dev/null", "core.fsmonitor=false", "core.attributesFile=/dev/null",
+                   "core.excludesFile=/dev/null")
+#: GIT_DIR for a tree that is not rocmbuild's own repository: never a repository
+NO_REPOSITORY = "/dev/null"
+TIMED_OUT = 124  # the status of a git command stopped by its timeout (as timeout(1))
+
+_versions: dict[str, tuple[int, int]] = {}  # git executable -> its (major, minor), checked once
 
 
-def _git_env(extra: Mapping[str, str] | None) -> dict[str, str]:
-    env = dict(_GIT_ENV)
+def hermetic_env(extra: Mapping[str, str] | None = None, *, repository: bool = True) -> dict[str, str | None]:
+    """The environment changes for one git command (None removes the caller's variable)."""
+    env: dict[str, str | None] = {
+        k: None for k in os.environ
+        if k.startswith("GIT_") and k not in KEEP_ENV and not k.startswith(KEEP_PREFIXES)
+    }
+    env.update({
+        "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_ATTR_NOSYSTEM": "1",
+        "GIT_ALLOW_PROTOCOL": ":".join(PROTOCOLS), "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C",
+    })
     if "GIT_SSH_COMMAND" not in os.environ and "GIT_SSH" not in os.environ:
         env["GIT_SSH_COMMAND"] = "ssh -o BatchMode=yes"  # fail instead of asking for a passphrase
+    if not repository:
+        env["GIT_DIR"] = NO_REPOSITORY
     env.update(extra or {})
     return env
 
 
-def _gitpython():
-    """GitPython, imported on first use: importing it fails when no ``git`` is installed, and a
-    machine that only applies exported artifacts needs no git (nor a compiler)."""
-    try:
-        import git
-    except ImportError as exc:
-        raise RequirementError(f"git is needed to fetch sources, and it is not usable: {exc}".splitlines()[0],
-                               "install git (e.g. apt-get install git), or apply an exported artifact "
-                               "with --artifact, which needs no git") from exc
-    return git
+def git_argv(*args: str) -> list[str]:
+    """``git -c ... ARGS``: the hermetic options before the command."""
+    argv = ["git"]
+    for opt in HERMETIC_CONFIG:
+        argv += ["-c", opt]
+    return argv + list(args)
 
+
+def require_git() -> None:
+    """Check once per process that git is installed and new enough (:data:`MIN_VERSION`)."""
+    install = ("install git >= 2.32 (e.g. apt-get install git), or apply an exported artifact with "
+               "--artifact, which needs no git")
+    exe = runner.which("git")
+    if exe is None:
+        raise RequirementError("git is needed to fetch sources and apply patches, and it is not on PATH",
+                               install, details={"path": os.environ.get("PATH", "")})
+    if exe in _versions:
+        return
+    done = runner.capture([exe, "--version"], env=hermetic_env(), timeout=60)
+    m = re.search(r"(\d+)\.(\d+)", done.stdout)
+    if done.returncode != 0 or m is None:
+        raise RequirementError(f"{exe} does not work: `git --version` said {(done.stderr or done.stdout).strip()!r}",
+                               install)
+    version = (int(m.group(1)), int(m.group(2)))
+    if version < MIN_VERSION:
+        raise RequirementError(f"{exe} is {done.stdout.strip()}; rocmbuild needs git >= 2.32 (it runs git "
+                               "with an empty global config: GIT_CONFIG_GLOBAL)", install,
+                               details={"git": done.stdout.strip()})
+    _versions[exe] = version
 
 
 # --------------------------------------------------------------------------------------------
@@ -122,33 +199,34 @@ def describe_refs(refs: Mapping[str, str], limit: int = 8) -> str:
 
 
 class Git:
-    """Runs git (through GitPython) in one directory, logging every command and its output."""
+    """Runs git hermetically in one directory, logging every command and its output.
 
-    def __init__(self, cwd: Path, log: Path | None = None) -> None:
+    ``repository=False``: ``cwd`` is a plain tree (an extracted tarball), never a repository
+    (see the module docstring)."""
+
+    def __init__(self, cwd: Path, log: Path | None = None, *, repository: bool = True) -> None:
+        require_git()
         self.cwd = cwd
         self.log = log
-        self.g = _gitpython().Git(str(cwd))
+        self.repository = repository
 
     def run(
         self, *args: str, check: bool = True, env: Mapping[str, str] | None = None, timeout: float | None = None
     ) -> tuple[int, str, str]:
-        argv = ["git", *args]
-        ui.detail(f"running: {' '.join(argv)} (in {self.cwd})")
-        status, out, err = self.g.execute(
-            argv,
-            with_extended_output=True,
-            with_exceptions=False,
-            env=_git_env(env),
-            kill_after_timeout=timeout,
-            strip_newline_in_stdout=True,
-        )
+        argv = git_argv(*args)
+        try:
+            done = runner.capture(argv, cwd=self.cwd, env=hermetic_env(env, repository=self.repository),
+                                  timeout=timeout)
+            status, out, err = done.returncode, done.stdout.rstrip("\n"), done.stderr.rstrip("\n")
+        except subprocess.TimeoutExpired:
+            status, out, err = TIMED_OUT, "", f"fatal: git {args[0]} timed out after {timeout:g} s"
         if self.log is not None:
             self.log.parent.mkdir(parents=True, exist_ok=True)
             with open(self.log, "a", encoding="utf-8", errors="replace") as f:
-                f.write(f"$ (cd {self.cwd}) {' '.join(argv)}\n")
+                f.write(f"$ (cd {self.cwd}) {runner.display(argv)}\n")
                 for text in (out, err):
                     if text:
-                        f.write(text.rstrip("\n") + "\n")
+                        f.write(text + "\n")
         if check and status != 0:
             raise GitFailed(argv, status, err or out)
         return status, out, err
@@ -171,16 +249,36 @@ def last_line(text: str) -> str:
 
 
 def ls_remote(url: str, *, cwd: Path, timeout: float | None, log: Path | None = None) -> dict[str, str]:
-    """{refname: sha} of the remote, without cloning; an unreachable remote is a FetchError (exit 3)."""
-    status, out, err = Git(cwd, log).run("ls-remote", "--", url, check=False, timeout=timeout)
+    """{refname: sha} of the remote, without cloning; an unreachable remote is a FetchError (exit 3).
+
+    Run with no repository: ``cwd`` may be wherever the user stands (``rocmbuild plan`` in an
+    untrusted checkout), whose ``.git/config`` must not name an ssh command or a redirection."""
+    status, out, err = Git(cwd, log, repository=False).run("ls-remote", "--", url, check=False, timeout=timeout)
     if status != 0:
-        raise FetchError(
-            f"cannot reach git remote {url}: {last_line(err) or f'git ls-remote exit code {status}'}",
-            "check the URL (recipe source.git or --source), your network/proxy and credentials; "
-            "a local directory must be a git repository",
-            details={"url": url, "git": err.strip()},
-        )
+        raise unreachable(url, status, err)
     return parse_ls_remote(out)
+
+
+def unreachable(url: str, status: int, err: str) -> FetchError:
+    """The error for a remote ``git ls-remote`` could not read, with the hint its cause calls for."""
+    details = {"url": url, "git": err.strip()}
+    if "dubious ownership" in err:
+        return FetchError(
+            f"git refuses the local remote {url}: it is owned by another user (git's 'dubious ownership')",
+            "rocmbuild runs git without your git config, so a safe.directory there does not apply: "
+            "serve that repository over ssh or https, or clone it to a path you own and name that",
+            details={**details, "reason": "dubious_ownership"})
+    if "not allowed" in err and "transport" in err:
+        return FetchError(
+            f"cannot fetch {url}: {last_line(err)}",
+            f"a recipe's git URL may use these transports only: {', '.join(PROTOCOLS)} (or a local path)",
+            details={**details, "reason": "transport_not_allowed"})
+    return FetchError(
+        f"cannot reach git remote {url}: {last_line(err) or f'git ls-remote exit code {status}'}",
+        "check the URL (recipe source.git or --source), your network/proxy and credentials; "
+        "a local directory must be a git repository",
+        details=details,
+    )
 
 
 # what git says when the remote cannot send a commit's objects (it lacks or cannot read them)

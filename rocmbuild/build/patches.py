@@ -3,8 +3,10 @@
 Decisions: paths in patch files are relative to the recipe's ``subdir`` (upstream MIOpen patches
 are written against the MIOpen tree), applied at the tree root with ``--directory=<subdir>``; the
 concatenation of all patches is checked first and, when that fails, growing prefixes name the first
-patch that does not apply while the tree stays unchanged. For tarballs ``GIT_CEILING_DIRECTORIES``
-keeps git from discovering an enclosing repository (such as a dotfiles repo around ``~/.cache``).
+patch that does not apply while the tree stays unchanged. A tarball's tree is patched with no
+repository at all (``Git(..., repository=False)``: ``GIT_DIR=/dev/null``): git discovers neither a
+``.git`` the tarball carries (whose config could name filter drivers, hooks or an fsmonitor) nor an
+enclosing repository (such as a dotfiles repo around ``~/.cache``).
 """
 
 from __future__ import annotations
@@ -30,9 +32,7 @@ def apply_patches(
     """
     if not patch_files:
         return ()
-    g = Git(root, log)
-    # outside a repository (tarballs) git apply must not discover an enclosing one
-    env = None if in_repo else {"GIT_CEILING_DIRECTORIES": str(root.parent)}
+    g = Git(root, log, repository=in_repo)
     opts = [f"--directory={subdir}"] if subdir else []
     contents = []
     for p in patch_files:
@@ -48,10 +48,10 @@ def apply_patches(
             return f
 
         everything = combined(len(contents))
-        status, _, err = g.run("apply", "--check", *opts, str(everything), check=False, env=env)
+        status, _, err = g.run("apply", "--check", *opts, str(everything), check=False)
         if status != 0:
             for i, p in enumerate(patch_files):
-                status, _, err = g.run("apply", "--check", *opts, str(combined(i + 1)), check=False, env=env)
+                status, _, err = g.run("apply", "--check", *opts, str(combined(i + 1)), check=False)
                 if status != 0:
                     failing = failing_file(err)
                     raise FetchError(
@@ -63,7 +63,7 @@ def apply_patches(
                         details={"patch": str(p), "file": failing, "git": err.strip()},
                     )
             raise FetchError(f"patches do not apply: {last_line(err)}", "check the patches in source.patches")
-        g.run("apply", *opts, str(everything), env=env)
+        g.run("apply", *opts, str(everything))
     for p in patch_files:
         ui.info(f"applied patch {Path(p).name}")
     return tuple(sha256_file(Path(p)) for p in patch_files)

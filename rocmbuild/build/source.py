@@ -267,7 +267,7 @@ def _cherry_pick(home: Path, g: Git, url: str, ref: str, log: Path | None) -> st
     # --keep-redundant-commits: a fix that upstream already contains is a no-op, not a failure
     status, out, err = g.run("cherry-pick", "--keep-redundant-commits", sha, check=False, env=COMMITTER)
     if status != 0:
-        _, conflicted, _ = g.run("diff", "--name-only", "--diff-filter=U", check=False)
+        _, conflicted, _ = g.run("diff", "--no-ext-diff", "--name-only", "--diff-filter=U", check=False)
         if (g.cwd / ".git" / "CHERRY_PICK_HEAD").exists():
             g.run("cherry-pick", "--abort", check=False)
         _clean_tree(g)

@@ -161,6 +161,53 @@ def test_sigkill_of_rocmbuild_during_build_kills_the_build_tree(started, slow_re
     assert gone(home, within=10) == []
 
 
+def _hung_remote(tmp_path: Path) -> tuple[dict, str, Path]:
+    """An ssh remote that never answers: ``GIT_SSH_COMMAND`` is a script that ignores SIGTERM and
+    waits on a child of its own. Returns the environment, a tag every process of it carries in its
+    command line, and the file it touches once git has started it."""
+    tag = str(700000 + (os.getpid() * 7919 + time.monotonic_ns()) % 100000)  # in every command line
+    started = tmp_path / "ssh-started"
+    ssh = tmp_path / f"hung{tag}-ssh"
+    ssh.write_text(f"#!/bin/sh\ntrap '' TERM\ntouch {started}\nsleep {tag}.5 &\nsleep {tag}.25\n")
+    ssh.chmod(0o755)
+    return {"GIT_SSH_COMMAND": str(ssh)}, tag, started
+
+
+def _tagged(tag: str, within: float) -> list[runner.Process]:
+    deadline = time.monotonic() + within
+    while (left := [p for p in runner.processes() if tag in p.command]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name)
+def test_a_stop_during_a_slow_git_fetch_leaves_no_git_process(started, tmp_path, sig):
+    env, tag, begun = _hung_remote(tmp_path)
+    recipe = write_fixture_recipe(tmp_path / "recipes", "hung", url=f"ssh://rocmbuild.invalid/hung{tag}.git")
+    run = started("build", recipe, "--json", env=env)
+    deadline = time.monotonic() + 60
+    while not begun.exists():
+        assert time.monotonic() < deadline and run.proc.poll() is None, "git never started the ssh command"
+        time.sleep(0.05)
+    while True:  # the ssh command's two children are up
+        running = [p.command for p in runner.processes() if tag in p.command]
+        if {f"sleep {tag}.5", f"sleep {tag}.25"} <= set(running):
+            break
+        assert time.monotonic() < deadline, f"the ssh command's children never started: {running}"
+        time.sleep(0.05)
+    assert any(c.split()[0].endswith("/git") and " ls-remote " in c for c in running), running
+    assert any("reaper.py" in c for c in running), running  # git runs under the supervisor
+    run.proc.send_signal(sig)
+    if sig == signal.SIGKILL:
+        assert run.proc.wait(timeout=10) == -sig  # only the parent-death signals are left to act
+    else:
+        code, out, err = run.finish(timeout=30)
+        assert code == 128 + sig, err
+        assert out["error"]["type"] == "Interrupted"
+    # the ssh command ignores SIGTERM: the supervisor's SIGKILL after GRACE ends it
+    assert _tagged(tag, within=runner.GRACE + 5) == []
+
+
 def test_a_build_tree_in_use_is_never_reused(tmp_path):
     r, co = make_recipe(tmp_path), make_checkout(tmp_path)
     home = cache_home()
