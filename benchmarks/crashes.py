@@ -406,7 +406,7 @@ class Choice:
     def describe(self) -> str:
         how = "aimed " if self.aimed else "random"
         prep = f" of {self.prep[0]}@{self.prep[1]}" if self.prep else ""
-        return f"{self.layout:5} {self.verb}{prep} {how}"
+        return f"{self.layout:5} {self.verb}{prep} {how}".rstrip()
 
 
 def choose(seed: int, run: int) -> Choice:
@@ -492,8 +492,9 @@ def one_run(c: Choice, t: Target, timing: Timing, lane: int) -> Result:
         rec = must(["recover", "--env", t.prefix], t.world.run_env(marker)).get("recovered") or []
         at = r.phase("recover", at)
         r.landed = ", ".join(f"{x['verb']}@{x['interrupted_at']}" for x in rec) or "nothing to recover"
+        r.story += f" -> {r.landed}"
         state = t.state()
-        r.story += f" -> {r.landed} -> {state}"
+        r.story += f" -> {state}"
         if c.verb == "recover" and state != must_be:
             raise Broken(f"recovery left the {state} state; the interrupted {c.prep[0]} should have "  # type: ignore[index]
                          f"left the {must_be} one")
