@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
@@ -44,21 +43,25 @@ def test_a_short_campaign_breaks_nothing(tmp_path):
             assert any(f" {verb} " in line and f" {how} " in line and "killed" in line for line in runs), out
 
 
-# A recovery that does not put the originals back: the rename of each `.NAME.rocmbuild-old-TXN`
-# restore temp over its destination is skipped in `rocmbuild recover` processes of the campaign's
-# runs (not in its timed set-up runs). Planted through sitecustomize, outside rocmbuild's code.
+# A recovery that does not put the originals back: in `rocmbuild recover` processes of the
+# campaign's runs (not its timed set-up runs), the rename of each `.NAME.rocmbuild-old-TXN` restore
+# temp over its destination is skipped. Planted through sitecustomize, outside rocmbuild's code, and
+# decided at each call (argv, environment), so the fork server's children have it too.
 PLANT = textwrap.dedent("""
     import os
-    _cmd = open("/proc/self/cmdline", "rb").read().split(b"\\0")
-    if b"rocmbuild" in _cmd and b"recover" in _cmd and os.environ.get("ROCMBUILD_CRASH_RUN", "timing") != "timing":
-        _replace = os.replace
+    import sys
 
-        def _skip_restores(src, dst, *args, **kwargs):
-            if ".rocmbuild-old-" in os.fsdecode(src):
-                return None
-            return _replace(src, dst, *args, **kwargs)
+    _replace = os.replace
 
-        os.replace = _skip_restores
+
+    def _skip_restores(src, dst, *args, **kwargs):
+        if (".rocmbuild-old-" in os.fsdecode(src) and sys.argv[1:2] == ["recover"]
+                and os.environ.get("ROCMBUILD_CRASH_RUN", "timing") != "timing"):
+            return None
+        return _replace(src, dst, *args, **kwargs)
+
+
+    os.replace = _skip_restores
 """)
 
 
