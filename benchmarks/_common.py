@@ -23,11 +23,11 @@ from pathlib import Path
 from tests.support.envs import make_env
 from tests.support.monorepo import make_monorepo
 from tests.support.project import build_library
-from tests.support.recipes import fixture_recipe
-from tests.support.snapshots import listing
+from tests.support.recipes import fixture_recipe, write_fixture_recipe
+from tests.support.snapshots import listing, snapshot
 
 __all__ = ["ROOT", "TOOLS", "COMPILERS", "bench_recipe", "build_library", "fixture_recipe", "listing",
-           "make_env", "make_monorepo", "make_shims", "run_counted"]
+           "make_env", "make_monorepo", "make_shims", "run_counted", "snapshot", "write_fixture_recipe"]
 
 ROOT = Path(__file__).resolve().parents[1]
 
