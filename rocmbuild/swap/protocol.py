@@ -369,9 +369,15 @@ def recover(state_dir: Path, *, verify_restored: Verify | None = None) -> list[R
         restored = finish_rollback(j, reason=f"recovered after an interruption at '{was}'",
                                    verify_restored=verify_restored, quiet=True, recovered=True)
         journal_errors += restored.journal_errors
-        done.append(Recovered(j.id, j.verb, was, restored, tuple(j.data.get("revert_messages", []))))
-        ui.warn(f"recovered interrupted {j.verb} {j.id} (stopped at '{was}'): rolled back to the "
-                f"state before it" + (f"; {len(j.data.get('revert_messages', []))} path(s) restored"))
+        msgs = tuple(j.data.get("revert_messages", []))
+        done.append(Recovered(j.id, j.verb, was, restored, msgs))
+        changed = sum(1 for m in msgs if m.startswith(("restored", "removed")))
+        if restored.paths:
+            ui.warn(f"recovered interrupted {j.verb} {j.id} (stopped at '{was}'), but {len(restored.paths)} "
+                    "path(s) are not confirmed to be their old selves again")
+        else:
+            ui.warn(f"recovered interrupted {j.verb} {j.id} (stopped at '{was}'): rolled back to the "
+                    f"state before it; {changed} path(s) restored")
     for j in history_missing(state_dir):
         try:
             if write_history(j):
@@ -383,4 +389,15 @@ def recover(state_dir: Path, *, verify_restored: Verify | None = None) -> list[R
             "recovery restored the files but could not record it: " + "; ".join(journal_errors),
             "free some space (or fix the disk) and run `rocmbuild recover` again; it is safe to repeat",
             details={"recovered": [r.to_json() for r in done], "journal_errors": journal_errors})
+    unconfirmed = [r for r in done if r.restored.paths]
+    if unconfirmed:
+        lines = [f"  {p}" for r in unconfirmed for p in r.restored.paths]
+        kept = [r.restored.backups_kept for r in unconfirmed if r.restored.backups_kept]
+        raise VerifyError(
+            "recovery rolled back " + ", ".join(r.id for r in unconfirmed) + ", but these paths are not "
+            "confirmed to be their old selves again:\n" + "\n".join(lines)
+            + (f"\nthe backups are kept in {', '.join(kept)}" if kept else ""),
+            "`rocmbuild status` shows what the environment loads now; put the files back from the backups "
+            "(or reinstall the package that owns them)",
+            details={"recovered": [r.to_json() for r in done]})
     return done

@@ -340,3 +340,19 @@ def test_status_during_a_running_apply_says_in_progress_not_unfinished(txn_home,
         run.kill()
     s = rb("status", "--env", env.prefix, "--json")  # killed: now it is an interrupted one
     assert _json(s)["changes"]["unfinished"][0]["running_pid"] is None
+
+
+def test_a_recovery_that_cannot_confirm_the_old_state_exits_4(txn_home, env350):
+    """A backup swapped for other bytes (another inode): recovery puts them back, cannot confirm
+    they are the original, and says so with exit 4 and where the backups are -- never "ok"."""
+    env = env350("conda")
+    journal = _crashed_apply(txn_home, env)
+    (backup,) = [b for b in (env.prefix / ".rocmbuild/backups" / journal.stem).iterdir() if "libMIOpen" in b.name]
+    data = backup.read_bytes()
+    backup.unlink()
+    backup.write_bytes(data)  # the same bytes, another inode: not provably the original
+    r = rb("recover", "--env", env.prefix, "--json")
+    assert r.returncode == 4, r.stderr
+    err = _json(r)["error"]
+    assert "not confirmed" in err["message"] and str(backup.parent) in err["message"]
+    assert "0 path(s) restored" not in r.stderr and "rolled back to the state before it" not in r.stderr
