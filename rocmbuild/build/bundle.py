@@ -166,6 +166,7 @@ def write_bundle(raw: IO[bytes], art: Artifact) -> None:
     with gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=9, mtime=0) as gz, \
             tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tf, \
             Root.open(art.tree, "the artifact cache") as tree:
+        tf.copybufsize = CHUNK
         tf.addfile(_info(f"{TOP}/{MANIFEST}", tarfile.REGTYPE, 0o644, len(data)), io.BytesIO(data))
         for parts, f in _tree_rows(art.manifest):
             name = "/".join((TOP, TREE, *parts))

@@ -331,6 +331,21 @@ def test_hardlinks_of_an_older_bundle_become_copies(tmp_path):
     assert "not a file the manifest lists with the same bytes" in ei.value.message
 
 
+def test_a_bundle_written_the_old_way_still_imports(tmp_path, txn_world):
+    """Bundles exported before the reproducible format: the manifest first with the cache's times,
+    owners and modes, then ``tarfile.add`` of the whole tree (directories included)."""
+    art = txn_world.artifacts["mini"]
+    old = tmp_path / "old.tar.gz"
+    with tarfile.open(old, "w:gz") as tf:
+        data = (json.dumps(art.manifest.to_json(), indent=2, sort_keys=True, default=str) + "\n").encode()
+        info = tf.gettarinfo(str(art.path / "manifest.json"), arcname=f"{TOP}/manifest.json")
+        info.size = len(data)
+        tf.addfile(info, io.BytesIO(data))
+        tf.add(art.tree, arcname=f"{TOP}/tree")
+    imported = bundle.import_bundle(str(old), home=tmp_path / "home")
+    assert imported.manifest == art.manifest and imported.intact() == [] and imported.bytes_problems() == []
+
+
 # --------------------------------------------------------------------------------------------
 # 4. reproducible bundles
 

@@ -6,6 +6,9 @@ one-letter symlink to each, a link at the bottom that climbs back out with sixte
 (``os.path.realpath`` gives up expanding it past PATH_MAX, so the filter judges it lexically),
 ``escape`` pointing through it to the parent of the extraction dir, then a hardlink to
 ``escape/flag``, a file written over that hardlink, and ``escape/newfile``.
+
+:func:`bundle_entries` makes the members of an artifact bundle around tree entries: the manifest
+first (:func:`manifest_listing`, which lists them with their sizes and sha256), then the tree.
 """
 
 from __future__ import annotations
