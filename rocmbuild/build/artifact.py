@@ -224,12 +224,16 @@ class Artifact:
         return out
 
 
+def identity(st: os.stat_result) -> dict[str, int]:
+    """A file's identity as :func:`seal` records it in ``identity.json``."""
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns, "inode": st.st_ino}
+
+
 def _identity_of(path: Path) -> dict[str, int] | None:
     try:
-        st = os.lstat(path)
+        return identity(os.lstat(path))
     except OSError:
         return None
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns, "inode": st.st_ino}
 
 
 def _recorded(root: Path) -> dict[str, dict[str, int]]:

@@ -1,59 +1,79 @@
-"""Artifact bundles: build once, apply on every machine.
+"""Artifact bundles: build once, apply on every machine (docs/cache.md, "Bundles").
 
-``export`` writes ``FILE.tar.gz`` holding ``rocmbuild-artifact/manifest.json`` and
-``rocmbuild-artifact/tree/...``, and beside it ``FILE.tar.gz.sha256`` (``sha256sum`` format).
-``import_bundle`` takes a path or an http(s) URL, checks the bundle's sha256, extracts it safely
-(the same rules as source tarballs: no absolute paths, no ``..``, no links leaving the tree),
-checks every file against the manifest's sha256 and link targets, and places it in the local
+``export`` writes ``FILE.tar.gz`` holding ``rocmbuild-artifact/manifest.json`` (always the first
+member) and ``rocmbuild-artifact/tree/...``, and beside it ``FILE.tar.gz.sha256`` (``sha256sum``
+format). ``import_bundle`` takes a path or an http(s) URL, checks the bundle's sha256, reads the
+manifest first and every header against it, then writes only what the manifest lists, each file
+checked against its size and sha256 on the way (:mod:`rocmbuild.build.unbundle`), into the local
 artifact cache, apart from built artifacts, under ``artifacts/imported/<key>/`` with its
 provenance (``provenance.json``: the file or URL, the bundle's sha256, whether that was checked
 against a given one, the time), atomically. The importing machine needs no compiler and no source.
 
 Decisions:
+* Confinement: every write into an export directory and into the cache's imported area goes
+  through a :class:`~rocmbuild.root.Root` of that directory (``artifacts/`` for an import: its
+  temp dir, the rename into ``imported/``, setting aside an old entry): a temp name beneath it,
+  ``fchmod`` 0644, fsync, ``renameat``, fsync of the directory. The export's file name is built
+  only from values checked by :mod:`rocmbuild.names` (:func:`~rocmbuild.build.unbundle.checked_names`):
+  a manifest's recipe name or version outside the grammar is a corrupt artifact (exit 3), refused
+  at import and again at export (an artifact imported by an older rocmbuild).
+* ``-o``: an existing directory, or a path ending in ``/`` (created if missing, decision: a
+  trailing slash means a directory, like ``cp``), gets ``RECIPE-VERSION-KEY12.tar.gz``; any
+  other path names the bundle itself (its directory created if missing).
+* Reproducible bundles (decision): the same artifact exports to the same bytes on any machine,
+  any day, whatever the umask, the user or the files' times: PAX format; the manifest, then the
+  tree's directories, files and links sorted by path (directories only as the parents of listed
+  entries); uid/gid 0, empty user and group names, mtime 0 for every member (the manifest records
+  each file's mtime; ``SOURCE_DATE_EPOCH`` is not read: there is no date to carry); modes 0644 or
+  0755 (files, by the manifest's exec bit), 0755 (directories); gzip level 9 with no name and
+  time 0 in its header. Only what the manifest lists is written, each file's bytes hashed on the
+  way and compared with it (a mismatch quarantines the cached artifact, exit 3). The compressed
+  bytes depend on the zlib that deflates them (zlib-ng deflates differently): the tar stream is
+  identical everywhere, the .tar.gz wherever the zlib is the same.
 * The bundle's sha256 comes from ``--sha256``, else from the ``.sha256`` file beside the bundle
   (for a URL: ``URL.sha256``). For a URL without either, the import is refused (exit 2): a
   download must be checked. For a local file without either, the per-file sha256 in the manifest
   is still checked, and a warning says the bundle itself was not.
-* An artifact already in the cache under the same key (and intact) is reused; the bundle is then
-  only checked, not extracted again.
 * :func:`inspect` (``apply --artifact --dry-run``) makes every check of an import without
-  writing anything: members are checked as headers, the manifest and each file's bytes are
-  streamed from the archive.
+  writing anything: the same header pass, then each file's bytes streamed from the archive.
 * An imported artifact is never a recipe's cache hit (``cache.lookup`` does not look there): a
   bundle is only trusted as what it is, for ``apply --artifact`` and ``export KEY`` (a re-export
   of an imported key is allowed: it carries the same manifest, and the importer checks it again).
 * An imported artifact already in the cache under the same key, intact and with the same manifest,
-  is reused (its provenance is kept); one with another manifest is replaced by the new bundle.
+  is reused after the header pass (its provenance is kept; nothing is extracted); one with another
+  manifest (or damaged) is set aside and replaced once the new one is complete.
 """
 
 from __future__ import annotations
 
+import contextlib
+import datetime as _dt
+import gzip
 import hashlib
+import io
 import json
 import os
 import re
-import shutil
+import secrets
 import tarfile
-import tempfile
 import urllib.parse
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, Iterator
 
 from rocmbuild import ui
+from rocmbuild.build import unbundle
 from rocmbuild.build.archive import download
-from rocmbuild.build.artifact import MANIFEST, TREE, Artifact, Manifest, seal
-from rocmbuild.build.cache import imported_dir, quarantine
+from rocmbuild.build.artifact import MANIFEST, TREE, Artifact, FileEntry, Manifest
+from rocmbuild.build.cache import corrupt, imported_dir
 from rocmbuild.build.tarball import touch_download
-from rocmbuild.build.extract import CORRUPT, Refused, check_members, corrupt, parts_of, refusal, safe_extract
-from rocmbuild.disk import CHUNK, atomic_write_bytes, atomic_write_json, fsync_dir, read_json, sha256_file
+from rocmbuild.build.unbundle import MAX_MANIFEST, TOP, checked_names  # noqa: F401 (re-exported)
+from rocmbuild.disk import CHUNK, sha256_fd, sha256_file
 from rocmbuild.errors import FetchError, InputError
-from rocmbuild.home import downloads_dir
+from rocmbuild.home import artifacts_dir, downloads_dir
+from rocmbuild.root import Root, file_mode
 
 PROVENANCE = "provenance.json"
-
-TOP = "rocmbuild-artifact"
-MAX_MANIFEST = 64 << 20  # bytes; a real MIOpen manifest is a few MB
 
 
 @dataclass(frozen=True)
@@ -72,41 +92,119 @@ class Export:
         return asdict(self)
 
 
-def export(art: Artifact, out: Path) -> Export:
-    """Write ``out`` (a .tar.gz) and ``out.sha256``; returns what was written."""
-    out = Path(out).expanduser().absolute()
-    if out.is_dir():
-        out = out / f"{art.manifest.recipe}-{art.manifest.version or 'unknown'}-{art.key[:12]}.tar.gz"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    os.close(fd)
+def destination(out: str | os.PathLike, default_name: str) -> tuple[Path, str]:
+    """(directory, file name) for ``-o out`` (see the module notes)."""
+    text = os.fspath(out)
+    if not text:
+        raise InputError("export: -o names no file", "give the bundle's path (FILE.tar.gz) or a directory")
+    path = Path(text).expanduser().absolute()
+    if text.endswith("/") or path.is_dir():
+        return path, default_name
+    return path.parent, path.name
+
+
+def export(art: Artifact, out: str | os.PathLike) -> Export:
+    """Write the bundle of ``art`` and its ``.sha256`` (see the module notes); what was written."""
+    recipe, version = checked_names(art.manifest, f"artifact {art.key[:16]}")
+    directory, name = destination(out, f"{recipe}-{version or 'unknown'}-{art.key[:12]}.tar.gz")
     try:
-        with tarfile.open(tmp, "w:gz") as tf:
-            _add_manifest(tf, art)
-            tf.add(art.tree, arcname=f"{TOP}/{TREE}")
-        digest = sha256_file(Path(tmp))
-        with open(tmp, "rb+") as f:
-            os.fchmod(f.fileno(), 0o644)  # mkstemp's 0600 would keep the bundle from whoever serves or copies it
-            os.fsync(f.fileno())
-        os.replace(tmp, out)
+        root = Root.open(directory, "the export directory", create=True)
+    except (FileExistsError, NotADirectoryError) as exc:
+        raise InputError(f"cannot write the bundle into {directory}: {exc.strerror}",
+                         "give -o a directory or a file in one") from None
+    with root:
+        digest, size = _write(root, name, art)
+        root.write_atomic(f"{name}.sha256", f"{digest}  {name}\n".encode(), 0o644)
+    return Export(file=str(directory / name), sha256=digest, sha256_file=str(directory / f"{name}.sha256"),
+                  size=size, key=art.key, recipe=recipe, version=version)
+
+
+def _write(root: Root, name: str, art: Artifact) -> tuple[str, int]:
+    """``name`` beneath ``root``, whole or not at all: a temp beside it, 0644, fsync, rename."""
+    tmp = f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    fd = root.open_file(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        try:
+            with open(fd, "wb", closefd=False) as raw:
+                write_bundle(raw, art)
+            os.fchmod(fd, 0o644)  # not the umask's say: whoever serves or copies the bundle reads it
+            root.own_like(fd, root.lstat())
+            os.fsync(fd)
+            os.lseek(fd, 0, os.SEEK_SET)
+            digest, size = sha256_fd(fd), os.fstat(fd).st_size
+        finally:
+            os.close(fd)
+        root.replace(tmp, name)  # renameat, then the directory fsynced
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            root.unlink(tmp, sync=False)
         raise
-    side = out.with_name(out.name + ".sha256")
-    atomic_write_bytes(side, f"{digest}  {out.name}\n".encode())
-    return Export(file=str(out), sha256=digest, sha256_file=str(side), size=out.stat().st_size,
-                  key=art.key, recipe=art.manifest.recipe, version=art.manifest.version)
+    return digest, size
 
 
-def _add_manifest(tf: tarfile.TarFile, art: Artifact) -> None:
-    """The manifest as ``art`` holds it (a recipe's artifact carries the recipe's current
-    ``[verify]``, which is not part of the key), with the stored file's mode and time."""
-    import io
+def _info(name: str, kind: bytes, mode: int, size: int = 0, link: str = "") -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.mode, info.size, info.linkname = kind, mode, size, link
+    info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+    return info
 
+
+def _tree_rows(manifest: Manifest) -> list[tuple[tuple[str, ...], FileEntry | None]]:
+    """The tree's members in order: every listed entry and its parent directories (None), by path."""
+    dirs: set[tuple[str, ...]] = {()}
+    rows: list[tuple[tuple[str, ...], FileEntry | None]] = []
+    for f in manifest.files:
+        p = tuple(x for x in f.path.split("/") if x not in ("", "."))
+        dirs.update(p[:i] for i in range(1, len(p)))
+        rows.append((p, f))
+    return sorted([(d, None) for d in dirs] + rows, key=lambda r: (r[0], r[1] is not None))
+
+
+def write_bundle(raw: IO[bytes], art: Artifact) -> None:
+    """The reproducible bundle of ``art`` into ``raw`` (see the module notes)."""
     data = (json.dumps(art.manifest.to_json(), indent=2, sort_keys=True, default=str) + "\n").encode()
-    info = tf.gettarinfo(str(art.path / MANIFEST), arcname=f"{TOP}/{MANIFEST}")
-    info.size = len(data)
-    tf.addfile(info, io.BytesIO(data))
+    with gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=9, mtime=0) as gz, \
+            tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tf, \
+            Root.open(art.tree, "the artifact cache") as tree:
+        tf.copybufsize = CHUNK
+        tf.addfile(_info(f"{TOP}/{MANIFEST}", tarfile.REGTYPE, 0o644, len(data)), io.BytesIO(data))
+        for parts, f in _tree_rows(art.manifest):
+            name = "/".join((TOP, TREE, *parts))
+            if f is None:
+                tf.addfile(_info(name, tarfile.DIRTYPE, 0o755))
+            elif f.type == "link":
+                tf.addfile(_info(name, tarfile.SYMTYPE, 0o777, link=f.target or ""))
+            else:
+                _add_file(tf, tree, name, f, art)
+
+
+class _Hashing:
+    """A file descriptor read whole-chunk by ``tarfile``, every byte hashed."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd, self.h = fd, hashlib.sha256()
+
+    def read(self, n: int = CHUNK) -> bytes:
+        out = bytearray()
+        while len(out) < n and (chunk := os.read(self.fd, n - len(out))):
+            out += chunk
+        self.h.update(out)
+        return bytes(out)
+
+
+def _add_file(tf: tarfile.TarFile, tree: Root, name: str, f: FileEntry, art: Artifact) -> None:
+    """The cached file ``f`` (opened beneath the tree, never through a link), hashed on the way."""
+    fd = tree.open_file(f.path)
+    try:
+        size = os.fstat(fd).st_size
+        if size != f.size:
+            raise corrupt(art, [f"{f.path}: size {size}, manifest {f.size}"])
+        src = _Hashing(fd)
+        tf.addfile(_info(name, tarfile.REGTYPE, file_mode(f.mode), f.size), src)
+        if src.h.hexdigest() != f.sha256:
+            raise corrupt(art, [f"{f.path}: sha256 differs from the manifest"])
+    finally:
+        os.close(fd)
 
 
 def _parse_sha256_file(text: str) -> str | None:
@@ -162,146 +260,90 @@ def _fetch(src: str, home: Path, sha256: str | None) -> tuple[Path, str | None]:
     return path, expected
 
 
-def _mismatch(kind: str, rel: str) -> FetchError:
-    return FetchError(f"bundle {kind} {rel} does not match its manifest" + (" (size or sha256)" if kind == "file" else ""),
-                      "the bundle is corrupt or was changed: export it again")
-
-
-def _check_tree(manifest: Manifest, tree: Path) -> None:
-    for f in manifest.files:
-        p = tree / f.path
-        if f.type == "link":
-            if not p.is_symlink() or os.readlink(p) != f.target:
-                raise _mismatch("link", f.path)
-            continue
-        if not p.is_file() or p.is_symlink() or p.stat().st_size != f.size or sha256_file(p) != f.sha256:
-            raise _mismatch("file", f.path)
-        os.chmod(p, f.mode & 0o777)
-        os.utime(p, ns=(f.mtime_ns, f.mtime_ns))  # Artifact.intact() compares mtimes
-
-
-def _check_members_tree(manifest: Manifest, tf: tarfile.TarFile, members: dict[tuple[str, ...], tarfile.TarInfo]) -> None:
-    """:func:`_check_tree` over the archive's members: each file's bytes streamed, nothing written."""
-    for f in manifest.files:
-        m = members.get((TOP, TREE, *parts_of(f.path)))
-        if f.type == "link":
-            if m is None or not m.issym() or m.linkname != f.target:
-                raise _mismatch("link", f.path)
-            continue
-        if m is None or not (m.isreg() or m.islnk()):
-            raise _mismatch("file", f.path)
-        h, size = hashlib.sha256(), 0
-        with tf.extractfile(m) as src:  # type: ignore[union-attr]
-            for chunk in iter(lambda: src.read(CHUNK), b""):
-                h.update(chunk)
-                size += len(chunk)
-        if size != f.size or h.hexdigest() != f.sha256:
-            raise _mismatch("file", f.path)
-
-
-def _not_a_bundle(path: Path) -> InputError:
-    return InputError(f"{path} is not a rocmbuild artifact bundle (no {TOP}/{MANIFEST})",
-                      "create bundles with `rocmbuild export`")
-
-
-def _parse_manifest(path: Path, data: bytes) -> Manifest:
-    try:
-        return Manifest.from_json(json.loads(data))
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise InputError(f"{path}: unreadable manifest ({exc})", "export the bundle again") from exc
-
-
 def _provenance(src: str, path: Path, checked: str | None) -> dict[str, Any]:
-    import datetime as _dt
-
-    is_url = urllib.parse.urlparse(src).scheme in ("http", "https")
-    return {"source": src if is_url else str(Path(path).absolute()), "kind": "url" if is_url else "file",
+    kind = "url" if is_url(src) else "file"
+    return {"source": src if kind == "url" else str(Path(path).absolute()), "kind": kind,
             "bundle_sha256": checked or sha256_file(path), "sha256_checked": checked is not None,
             "imported": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
-
-
-def _reusable(final: Path, manifest: Manifest) -> Artifact | None:
-    """The imported artifact already at ``final`` if it holds exactly this manifest, intact; an
-    entry with another manifest (or damaged) is set aside for the new one."""
-    if not final.exists():
-        return None
-    try:
-        existing = Artifact(final, Manifest.from_json(read_json(final / MANIFEST)), cached=True)
-        if existing.manifest == manifest and not existing.intact():
-            return existing
-    except (OSError, ValueError, KeyError, TypeError, InputError):
-        pass
-    shutil.rmtree(quarantine(final), ignore_errors=True)
-    return None
-
-
-def _bundle_error(exc: FetchError) -> FetchError:
-    return type(exc)(exc.message.replace("tarball", "bundle"),
-                      "give a .tar.gz written by `rocmbuild export` (copy it again if it is damaged)",
-                      details=exc.details)
 
 
 def is_url(src: str) -> bool:
     return urllib.parse.urlparse(src).scheme in ("http", "https")
 
 
+@contextlib.contextmanager
+def _planned(path: Path) -> Iterator[tuple[tarfile.TarFile, unbundle.Plan]]:
+    """The open bundle and its plan (pass 1: the manifest first, every header judged; nothing written)."""
+    with unbundle.open_bundle(path) as tf:
+        yield tf, unbundle.read_plan(tf, path)
+
+
 def inspect(src: str, *, home: Path, sha256: str | None = None) -> Artifact:
     """What ``apply --artifact --dry-run`` needs, read without extracting anything: the bundle's
-    sha256, every member (the checks of extraction), the manifest, and every file's size and sha256
-    streamed from the archive. ``home`` is used only to download a URL. The artifact's path names
-    the bundle itself (``BUNDLE/rocmbuild-artifact``): nothing exists there."""
+    sha256, the manifest, every header, and every file's size and sha256 streamed from the
+    archive. ``home`` is used only to download a URL. The artifact's path names the bundle itself
+    (``BUNDLE/rocmbuild-artifact``): nothing exists there."""
     path, _checked = _fetch(src, home, sha256)
-    try:
-        tf = tarfile.open(path, "r:*")
-    except (*CORRUPT, OSError) as exc:
-        raise _bundle_error(FetchError(f"cannot open bundle {path}: {exc}")) from exc
-    with tf:
-        try:
-            members = {parts: m for m, parts in check_members(tf.getmembers())}
-            top = members.get((TOP, MANIFEST))
-            if top is None or not top.isreg() or (TOP, TREE) not in members:
-                raise _not_a_bundle(path)
-            if top.size > MAX_MANIFEST:
-                raise InputError(f"{path}: the manifest is {top.size} bytes (at most {MAX_MANIFEST})",
-                                 "export the bundle again")
-            with tf.extractfile(top) as f:  # type: ignore[union-attr]
-                manifest = _parse_manifest(path, f.read())
-            _check_members_tree(manifest, tf, members)
-        except Refused as exc:
-            raise _bundle_error(refusal(path, exc)) from None
-        except CORRUPT as exc:
-            raise _bundle_error(corrupt(path, exc)) from exc
-    return Artifact(path / TOP, manifest, cached=False)
+    with _planned(path) as (tf, plan):
+        unbundle.check_streamed(tf, plan)
+    return Artifact(path / TOP, plan.manifest, cached=False)
 
 
 def import_bundle(src: str, *, home: Path, sha256: str | None = None) -> Artifact:
     """Check and place a bundle in the local cache (apart from built artifacts); returns it."""
     path, checked = _fetch(src, home, sha256)
-    idir = imported_dir(home)
-    idir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = idir.parent / f".tmp-import-{os.getpid()}"  # imported/ itself only once something is imported
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        try:
-            safe_extract(path, tmp)
-        except FetchError as exc:
-            raise _bundle_error(exc) from exc
-        top = tmp / TOP
-        if not (top / MANIFEST).is_file() or not (top / TREE).is_dir():
-            raise _not_a_bundle(path)
-        manifest = _parse_manifest(path, (top / MANIFEST).read_bytes())
-        final = idir / manifest.key
-        idir.mkdir(exist_ok=True)
-        existing = _reusable(final, manifest)
-        if existing is not None:
-            ui.info(f"artifact {manifest.key[:16]} is already in the cache (imported)")
-            return existing
-        _check_tree(manifest, top / TREE)
-        seal(top, manifest.files)
-        atomic_write_json(top / PROVENANCE, _provenance(src, path, checked))
-        os.replace(top, final)
-        fsync_dir(idir)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    with _planned(path) as (tf, plan):
+        manifest = plan.manifest
+        with Root.open(artifacts_dir(home), "the artifact cache", create=True) as root:
+            existing = _reusable(root, manifest)
+            if existing is not None:
+                ui.info(f"artifact {manifest.key[:16]} is already in the cache (imported)")
+                return existing
+            _place(tf, plan, root, _provenance(src, path, checked))
     ui.info(f"imported {manifest.recipe} {manifest.version or ''} ({manifest.key[:16]}) from {src}")
-    return Artifact(final, manifest, cached=True)
+    return Artifact(imported_dir(home) / manifest.key, manifest, cached=True)
+
+
+def _place(tf: tarfile.TarFile, plan: unbundle.Plan, root: Root, provenance: dict[str, Any]) -> None:
+    """Pass 2 into ``artifacts/.tmp-import-<pid>/``, then one rename to ``imported/<key>``
+    (``imported/`` itself is made only then), all beneath ``root``."""
+    tmp, final = f".tmp-import-{os.getpid()}", f"imported/{plan.manifest.key}"
+    root.rmtree(tmp)  # a killed import's leftover of this pid
+    root.mkdir(tmp)
+    try:
+        unbundle.extract_into(tf, plan, root, tmp)
+        root.write_atomic(f"{tmp}/{PROVENANCE}", (json.dumps(provenance, indent=2, sort_keys=True) + "\n").encode())
+        root.makedirs("imported")
+        _set_aside(root, final)
+        root.replace(tmp, final)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            root.rmtree(tmp)
+        raise
+
+
+def _reusable(root: Root, manifest: Manifest) -> Artifact | None:
+    """The imported artifact under this key if it holds exactly this manifest, intact."""
+    rel = f"imported/{manifest.key}"
+    if root.lstat(rel) is None:
+        return None
+    try:
+        existing = Artifact(Path(root.path) / rel, Manifest.from_json(json.loads(root.read_bytes(f"{rel}/{MANIFEST}"))),
+                            cached=True)
+        if existing.manifest == manifest and not existing.intact():
+            return existing
+    except (OSError, ValueError, KeyError, TypeError, InputError):
+        pass
+    return None
+
+
+def _set_aside(root: Root, rel: str) -> None:
+    """Move an older (or damaged) entry ``rel`` to ``.quarantine/`` and remove it there."""
+    if root.lstat(rel) is None:
+        return
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+    aside = f".quarantine/imported-{rel.rsplit('/', 1)[-1]}-{stamp}-{os.getpid()}"
+    root.makedirs(".quarantine")
+    root.replace(rel, aside)
+    with contextlib.suppress(OSError):
+        root.rmtree(aside)

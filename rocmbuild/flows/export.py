@@ -50,7 +50,7 @@ def find_cached(key_prefix: str) -> Artifact | None:
 def export(what: str, out: str, recipes_dirs: Sequence[str] = (), overrides: Overrides = Overrides(), *,
            wait: bool | LockWait = False) -> ExportResult:
     art = find_cached(what) or build.build(what, recipes_dirs, overrides, wait=wait)
-    info = bundle.export(art, Path(out))
+    info = bundle.export(art, out)  # a string: a trailing slash means a directory
     return ExportResult(info)
 
 
