@@ -228,19 +228,19 @@ def test_no_space_while_staging_exit_2_nothing_changed(txn_home, env350, tmp_pat
 def test_no_space_after_the_swap_rolls_back_exit_2(txn_home, env350, mocker, capsys):
     """Injected (pytest-mock): the journal write that records the verified state fails with ENOSPC,
     the one write no real filesystem can be made to refuse on cue. Every change is rolled back."""
-    from rocmbuild import disk
     from rocmbuild.cli import app as cli
+    from rocmbuild.swap import journal
 
     env = env350("conda")
     before = snapshot(env.prefix)
-    real = disk.atomic_write_json
+    real = journal.write_state_file  # every journal write goes through the state dir's root
 
-    def full(path, obj):
-        if isinstance(obj, dict) and obj.get("state") == "verified":
+    def full(state_dir, rel, data):
+        if json.loads(data).get("state") == "verified":
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        return real(path, obj)
+        return real(state_dir, rel, data)
 
-    mocker.patch("rocmbuild.disk.atomic_write_json", side_effect=full)
+    mocker.patch.object(journal, "write_state_file", side_effect=full)
     code = cli.main(["apply", txn_home.recipe("mini"), "--env", str(env.prefix), "--json"])
     out = json.loads(capsys.readouterr().out)
     assert code == 2 and out["error"]["type"] == "RolledBackFilesystemError", out
