@@ -40,14 +40,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from rocmbuild import schema as s
 from rocmbuild import ui
 from rocmbuild.build.archive import download
 from rocmbuild.build.artifact import MANIFEST, TREE, Artifact, Manifest, seal
+from rocmbuild.build.manifest import BAD_ARTIFACT_HINT, corrupt, parse_manifest
 from rocmbuild.build.cache import imported_dir, quarantine
 from rocmbuild.build.tarball import touch_download
 from rocmbuild.build.extract import CORRUPT, Refused, check_members, corrupt, parts_of, refusal, safe_extract
 from rocmbuild.disk import CHUNK, atomic_write_bytes, atomic_write_json, fsync_dir, read_json, sha256_file
-from rocmbuild.errors import FetchError, InputError
+from rocmbuild.errors import ArtifactError, FetchError, InputError
 from rocmbuild.home import downloads_dir
 
 PROVENANCE = "provenance.json"
@@ -205,19 +207,77 @@ def _not_a_bundle(path: Path) -> InputError:
 
 
 def _parse_manifest(path: Path, data: bytes) -> Manifest:
+    """The bundle's manifest; ArtifactError (exit 3) naming the bundle, the field and what was
+    expected when it is not one."""
+    where = f"{path} ({TOP}/{MANIFEST})"
     try:
-        return Manifest.from_json(json.loads(data))
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise InputError(f"{path}: unreadable manifest ({exc})", "export the bundle again") from exc
+        doc = json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        raise ArtifactError(f"corrupt artifact manifest {where}: not JSON ({exc})", BAD_ARTIFACT_HINT) from None
+    return parse_manifest(doc, where)
 
 
-def _provenance(src: str, path: Path, checked: str | None) -> dict[str, Any]:
+def _early_manifest(path: Path) -> None:
+    """Read the manifest before anything is extracted when it is the bundle's first member (as
+    ``export`` writes it): a bundle whose manifest is refused writes nothing at all."""
+    try:
+        with tarfile.open(path, "r:*") as tf:
+            first = tf.next()
+            if first is None or first.name != f"{TOP}/{MANIFEST}" or not first.isreg() or first.size > MAX_MANIFEST:
+                return
+            with tf.extractfile(first) as f:  # type: ignore[union-attr]
+                data = f.read()
+    except (*CORRUPT, OSError):
+        return  # extraction says what is wrong with the archive
+    _parse_manifest(path, data)
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where an imported artifact came from (``provenance.json``)."""
+
+    source: str  # the bundle's absolute path, or its URL
+    kind: str  # file | url
+    bundle_sha256: str
+    sha256_checked: bool  # checked against a given sha256 (--sha256 or the .sha256 file)
+    imported: str  # when (ISO 8601, UTC)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+PROVENANCE_SPEC = s.record(Provenance, kind=s.one_of("file", "url"), bundle_sha256=s.check(
+    s.string, lambda v: bool(re.fullmatch(r"[0-9a-f]{64}", v)), "a sha256 (64 lowercase hexadecimal digits)"))
+
+
+def parse_provenance(data: Any, file: object) -> Provenance:
+    """A provenance record; SchemaError naming ``file``, the field and what was expected."""
+    return s.load(PROVENANCE_SPEC, data, file)
+
+
+def read_provenance(artifact_dir: Path) -> Provenance | None:
+    """The provenance of an imported artifact (None: it has none); ArtifactError (exit 3) when
+    the file is there but is not one."""
+    path = Path(artifact_dir) / PROVENANCE
+    try:
+        data = read_json(path)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise ArtifactError(f"corrupt artifact provenance {path}: {exc}", BAD_ARTIFACT_HINT) from None
+    try:
+        return parse_provenance(data, path)
+    except s.SchemaError as exc:
+        raise corrupt(exc, "provenance") from None
+
+
+def _provenance(src: str, path: Path, checked: str | None) -> Provenance:
     import datetime as _dt
 
     is_url = urllib.parse.urlparse(src).scheme in ("http", "https")
-    return {"source": src if is_url else str(Path(path).absolute()), "kind": "url" if is_url else "file",
-            "bundle_sha256": checked or sha256_file(path), "sha256_checked": checked is not None,
-            "imported": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+    return Provenance(source=src if is_url else str(Path(path).absolute()), kind="url" if is_url else "file",
+                      bundle_sha256=checked or sha256_file(path), sha256_checked=checked is not None,
+                      imported=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
 
 
 def _reusable(final: Path, manifest: Manifest) -> Artifact | None:
@@ -277,6 +337,7 @@ def inspect(src: str, *, home: Path, sha256: str | None = None) -> Artifact:
 def import_bundle(src: str, *, home: Path, sha256: str | None = None) -> Artifact:
     """Check and place a bundle in the local cache (apart from built artifacts); returns it."""
     path, checked = _fetch(src, home, sha256)
+    _early_manifest(path)
     idir = imported_dir(home)
     idir.parent.mkdir(parents=True, exist_ok=True)
     tmp = idir.parent / f".tmp-import-{os.getpid()}"  # imported/ itself only once something is imported
@@ -298,7 +359,7 @@ def import_bundle(src: str, *, home: Path, sha256: str | None = None) -> Artifac
             return existing
         _check_tree(manifest, top / TREE)
         seal(top, manifest.files)
-        atomic_write_json(top / PROVENANCE, _provenance(src, path, checked))
+        atomic_write_json(top / PROVENANCE, _provenance(src, path, checked).to_json())
         os.replace(top, final)
         fsync_dir(idir)
     finally:
