@@ -139,9 +139,9 @@ def optional(spec: Spec) -> Spec:
 
 
 def list_of(spec: Spec) -> Spec:
-    """A JSON list of what ``spec`` takes, as a tuple."""
+    """A JSON list of what ``spec`` takes, as a tuple (a tuple is taken too: a value in memory)."""
     def parse(v: Any, field: str) -> tuple:
-        if type(v) is not list:
+        if type(v) not in (list, tuple):
             fail(field, "a list", v)
         return tuple(spec(x, _at(field, i)) for i, x in enumerate(v))
     return parse

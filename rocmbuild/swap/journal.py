@@ -219,8 +219,16 @@ TXN_RE = re.compile(r"^[0-9A-Za-z][0-9A-Za-z._-]{0,99}$")
 _OPT = s.OMIT
 _STR, _INT, _BOOL = s.optional(s.string), s.optional(s.integer), s.optional(s.boolean)
 _PREFIX_ID = s.obj({"path": (s.string, s.REQUIRED), "realpath": (_STR, _OPT), "dev": (_INT, _OPT), "ino": (_INT, _OPT)})
-META_SPEC = s.obj({"python": (_STR, _OPT), "artifact_path": (_STR, _OPT), "recipe": (s.optional(s.name("recipe")), _OPT),
-                   "commit": (s.optional(s.name("commit")), _OPT), "version": (s.optional(s.name("version")), _OPT)})
+_META = s.obj({"recipe": (s.optional(s.name("recipe")), _OPT), "commit": (s.optional(s.name("commit")), _OPT),
+               "version": (s.optional(s.name("version")), _OPT)})
+
+
+def META_SPEC(v: Any, field: str) -> dict[str, Any]:
+    """What the caller recorded (``python``, ``artifact_path``): strings or null, spread into the
+    history line, so a recipe, commit or version among them has its grammar too."""
+    return _META(s.dict_of(_STR)(v, field), field)
+
+
 _STEP = s.obj({"index": (s.integer, s.REQUIRED), "after": (s.valid(s.optional(PATH_STATE_SPEC)), None),
                "swapped": (s.boolean, False), "backup_copied": (_BOOL, _OPT)})
 JOURNAL_SPEC = s.obj({
