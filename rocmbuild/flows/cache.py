@@ -153,6 +153,7 @@ def gc(keep_days: float = housekeeping.DEFAULT_KEEP_DAYS, *, dry_run: bool = Fal
             blocked = f"a known target's journal cannot be read ({bad[0]}): what it uses is unknown"
         elif records:
             blocked = f"a known-targets record cannot be read ({records[0]}): which target it names is unknown"
+        if blocked:
             out["notes"].append(f"no artifact was removed: {blocked}; fix or move that file aside, then run gc again")
         gone = [t.target for t in targets if not t.target.exists]
         if gone:

@@ -227,3 +227,14 @@ def test_history_lines_never_raise(lines):
     (sdir / "history.jsonl").write_text("\n".join(x.replace("\n", " ") for x in lines) + "\n")
     ok, bad = state.history_lines(sdir)
     assert len(ok) + len(bad) <= len(lines)
+
+
+def test_a_known_target_record_that_cannot_be_read_is_listed(tmp_path):
+    """cache gc removes no artifact while one is listed (it may name a target that uses them)."""
+    reg = tmp_path / "known-targets"
+    reg.mkdir()
+    (reg / "a.json").write_text(json.dumps({"state_dir": "/env/.rocmbuild", "prefix": "/env"}))
+    (reg / "b.json").write_text(json.dumps({"state_dir": 7}))
+    (bad,) = known.unreadable_records(tmp_path)
+    assert "b.json" in bad and "'state_dir'" in bad and "expected" in bad
+    assert [t.state_dir for t in known.known(tmp_path)] == ["/env/.rocmbuild"]
