@@ -9,6 +9,9 @@ Layout of one artifact, ``$ROCMBUILD_HOME/artifacts/<key>/`` (built) or
     tree/              the install tree, relative to the recipe's install prefix
                        (e.g. tree/lib/libMIOpen.so.1.0, tree/share/miopen/db/...)
 
+The manifest's values and its schema are in :mod:`rocmbuild.build.manifest` (re-exported here);
+``identity.json`` is read by :data:`IDENTITY_SPEC` (one that is there but is not one: exit 3).
+
 Decisions: the artifact does not depend on any target and no target shares an inode with it
 (targets get a reflink or a hashed copy, see :func:`rocmbuild.disk.own_copy`). :func:`seal`
 makes its files read-only and records their identities *after* the chmod (a chmod moves the

@@ -22,6 +22,10 @@ Decisions:
 * An imported artifact is never a recipe's cache hit (``cache.lookup`` does not look there): a
   bundle is only trusted as what it is, for ``apply --artifact`` and ``export KEY`` (a re-export
   of an imported key is allowed: it carries the same manifest, and the importer checks it again).
+* The manifest is read by its schema (:mod:`rocmbuild.build.manifest`) before anything is
+  extracted when it is the bundle's first member (as :func:`export` writes it); one it refuses is
+  a corrupt artifact (``ArtifactError``, exit 3) naming the bundle and the field. ``provenance.json``
+  is read by :data:`PROVENANCE_SPEC` the same way.
 * An imported artifact already in the cache under the same key, intact and with the same manifest,
   is reused (its provenance is kept); one with another manifest is replaced by the new bundle.
 """
