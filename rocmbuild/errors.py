@@ -152,6 +152,11 @@ class SystemLimitError(InputError):
     must be shorter (exit 2)."""
 
 
+class ArtifactError(FetchError):
+    """An artifact's own record (its manifest, provenance or identity record) does not hold what it
+    must: corrupt, or not written by rocmbuild; nothing was changed (exit 3)."""
+
+
 class CorruptArchiveError(FetchError):
     """A tarball or bundle that cannot be read to its end: truncated or damaged (exit 3)."""
 

@@ -9,6 +9,9 @@ Layout of one artifact, ``$ROCMBUILD_HOME/artifacts/<key>/`` (built) or
     tree/              the install tree, relative to the recipe's install prefix
                        (e.g. tree/lib/libMIOpen.so.1.0, tree/share/miopen/db/...)
 
+The manifest's values and its schema are in :mod:`rocmbuild.build.manifest` (re-exported here);
+``identity.json`` is read by :data:`IDENTITY_SPEC` (one that is there but is not one: exit 3).
+
 Decisions: the artifact does not depend on any target and no target shares an inode with it
 (targets get a reflink or a hashed copy, see :func:`rocmbuild.disk.own_copy`). :func:`seal`
 makes its files read-only and records their identities *after* the chmod (a chmod moves the
@@ -22,129 +25,19 @@ from __future__ import annotations
 import fnmatch
 import os
 import posixpath
-import re
 import stat
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Iterable
 
-from rocmbuild.build.archive import inside
+from rocmbuild import schema as s
+from rocmbuild.build.manifest import (MANIFEST, SCHEMA, FileEntry, LibraryEntry, Manifest, corrupt,  # noqa: F401
+                                      parse_manifest, read_manifest)
 from rocmbuild.disk import atomic_write_json, make_read_only, read_json, sha256_file
-from rocmbuild.errors import InputError
+from rocmbuild.errors import ArtifactError, InputError
 
-SCHEMA = 1
-MANIFEST = "manifest.json"
 IDENTITY = "identity.json"
 TREE = "tree"
-_KEY_RE = re.compile(r"^[0-9a-f]{64}$")
-
-
-def _inside(rel: str) -> bool:
-    """True when ``rel`` is a non-empty relative POSIX path that stays inside its tree."""
-    return bool(rel) and posixpath.normpath(rel) != "." and inside(rel)
-
-
-@dataclass(frozen=True)
-class FileEntry:
-    path: str  # relative to the tree
-    type: str  # "file" | "link"
-    size: int = 0
-    sha256: str | None = None
-    mode: int = 0
-    mtime_ns: int = 0
-    target: str | None = None  # for links: the link's text (relative, as installed)
-
-
-@dataclass(frozen=True)
-class LibraryEntry:
-    name: str  # the stem from [install] libraries, e.g. "libMIOpen"
-    file: str  # the real file, relative to the tree: "lib/libMIOpen.so.1.0"
-    soname: str | None  # from the ELF dynamic section: "libMIOpen.so.1"
-    links: tuple[str, ...]  # links in the tree that resolve to it: "lib/libMIOpen.so", "lib/libMIOpen.so.1"
-    chain: tuple[str, ...]  # basenames, dev link first: ("libMIOpen.so", "libMIOpen.so.1", "libMIOpen.so.1.0")
-    sha256: str = ""
-    size: int = 0
-    other_links: tuple[str, ...] = ()  # links elsewhere in the tree that resolve to it (never mapped)
-
-
-@dataclass(frozen=True)
-class Manifest:
-    recipe: str
-    key: str
-    version: str | None  # read from the checkout (or None)
-    expect_version: str | None  # what verification expects (recipe's verify.version, "source" resolved)
-    encoding: str  # miopen | cudnn
-    smoke: str | None
-    commit: str | None
-    ref: str | None
-    url: str
-    install_prefix: str
-    files: tuple[FileEntry, ...]
-    libraries: tuple[LibraryEntry, ...]
-    data: tuple[str, ...] = ()
-    inputs: dict[str, Any] = field(default_factory=dict)
-    created: str = ""
-    schema: int = SCHEMA
-    gpu_targets: tuple[str, ...] | None = None  # GPU_TARGETS built for; None: none named (see recipe.arch)
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "Manifest":
-        d = dict(d)
-        if d.get("schema") != SCHEMA:
-            raise InputError(
-                f"unsupported manifest schema {d.get('schema')!r} (this rocmbuild reads {SCHEMA})",
-                "rebuild the artifact or upgrade rocmbuild",
-            )
-        d["files"] = tuple(FileEntry(**f) for f in d["files"])
-        d["libraries"] = tuple(
-            LibraryEntry(**{**lib, "links": tuple(lib["links"]), "chain": tuple(lib["chain"]),
-                            "other_links": tuple(lib.get("other_links", ()))})
-            for lib in d["libraries"]
-        )
-        d["data"] = tuple(d.get("data", ()))
-        if d.get("gpu_targets") is not None:
-            t = d["gpu_targets"]
-            if not isinstance(t, list) or not all(isinstance(x, str) for x in t):
-                raise TypeError(f"gpu_targets must be a list of strings, not {t!r:.80}")
-            d["gpu_targets"] = tuple(t)
-        m = cls(**d)
-        m.check_paths()
-        return m
-
-    def check_paths(self) -> None:
-        """A manifest may come from another machine (a bundle): its key must be a sha256 and every
-        path must stay inside the tree (no absolute paths, no ``..``, no link leaving the tree),
-        since those paths become paths in the cache and in the target."""
-        def bad(what: str, value: str) -> InputError:
-            return InputError(f"manifest of artifact {self.key[:16]!r}: unsafe {what} {value!r}",
-                              "the bundle is corrupt or malicious; build or export it again")
-
-        if not _KEY_RE.match(str(self.key)):
-            raise bad("key", str(self.key))
-        rels = [f.path for f in self.files] + list(self.data)
-        for lib in self.libraries:
-            rels += [lib.file, *lib.links, *lib.other_links]
-        for rel in rels:
-            if not _inside(rel):
-                raise bad("path", rel)
-        for f in self.files:
-            if f.type == "link" and (f.target is None or not _inside(posixpath.join(posixpath.dirname(f.path), f.target))):
-                raise bad("link target", f"{f.path} -> {f.target}")
-
-    def library(self, name: str) -> LibraryEntry | None:
-        for lib in self.libraries:
-            if lib.name == name:
-                return lib
-        return None
-
-    def file(self, rel: str) -> FileEntry | None:
-        for f in self.files:
-            if f.path == rel:
-                return f
-        return None
 
 
 @dataclass(frozen=True)
@@ -187,7 +80,7 @@ class Artifact:
         """From a bundle (stored apart, under ``artifacts/imported/``), not built here."""
         return self.path.parent.name == "imported"
 
-    def recorded(self) -> dict[str, dict[str, int]]:
+    def recorded(self) -> dict[str, dict[str, int] | None]:
         """The identities :func:`seal` recorded (empty: none, e.g. an artifact made before them)."""
         return _recorded(self.path)
 
@@ -236,13 +129,36 @@ def _identity_of(path: Path) -> dict[str, int] | None:
         return None
 
 
-def _recorded(root: Path) -> dict[str, dict[str, int]]:
+_ID = s.obj({k: (s.integer, s.REQUIRED) for k in ("size", "mtime_ns", "ctime_ns", "inode")}, keep=False)
+IDENTITY_SPEC = s.obj({"schema": (s.check(s.integer, lambda v: v == 1, "1"), s.REQUIRED),
+                       "files": (s.dict_of(s.optional(_ID)), s.REQUIRED)})
+
+
+def parse_identity(data: object, file: object) -> dict[str, dict[str, int] | None]:
+    """An identity record (``identity.json``): each file's identity (None: none could be taken);
+    SchemaError naming ``file`` and the field."""
+    return s.load(IDENTITY_SPEC, data, file)["files"]
+
+
+def _recorded(root: Path) -> dict[str, dict[str, int] | None]:
+    """The identities :func:`seal` recorded; empty when there is no record (an artifact made
+    before them: its files are hashed). A record that is there but not one is a corrupt artifact
+    (ArtifactError, exit 3): ``cache verify`` records the identities again."""
+    path = Path(root) / IDENTITY
     try:
-        data = read_json(Path(root) / IDENTITY)
-        files = data["files"]
-    except (OSError, ValueError, KeyError, TypeError):
+        data = read_json(path)
+    except FileNotFoundError:
         return {}
-    return files if isinstance(files, dict) else {}
+    except (OSError, ValueError) as exc:
+        data = exc
+    try:
+        if isinstance(data, Exception):
+            raise s.SchemaError("", "a JSON identity record", f"{type(data).__name__}: {data}", str(path))
+        return parse_identity(data, path)
+    except s.SchemaError as exc:
+        raise ArtifactError(f"corrupt artifact identity record {exc}",
+                            "run `rocmbuild cache verify`: it hashes every file of the artifact again and records "
+                            "their identities anew", details={"schema": exc.to_json()}) from None
 
 
 def seal(root: Path, files: Iterable[FileEntry]) -> None:

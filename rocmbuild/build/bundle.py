@@ -39,6 +39,10 @@ Decisions:
 * An imported artifact is never a recipe's cache hit (``cache.lookup`` does not look there): a
   bundle is only trusted as what it is, for ``apply --artifact`` and ``export KEY`` (a re-export
   of an imported key is allowed: it carries the same manifest, and the importer checks it again).
+* The manifest is read by its schema (:mod:`rocmbuild.build.manifest`) before anything is
+  extracted when it is the bundle's first member (as :func:`export` writes it); one it refuses is
+  a corrupt artifact (``ArtifactError``, exit 3) naming the bundle and the field. ``provenance.json``
+  is read by :data:`PROVENANCE_SPEC` the same way.
 * An imported artifact already in the cache under the same key, intact and with the same manifest,
   is reused after the header pass (its provenance is kept; nothing is extracted); one with another
   manifest (or damaged) is set aside and replaced once the new one is complete.
@@ -61,6 +65,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any, Iterator
 
+from rocmbuild import schema as s
 from rocmbuild import ui
 from rocmbuild.build import unbundle
 from rocmbuild.build.archive import download
@@ -69,9 +74,12 @@ from rocmbuild.build.cache import corrupt, imported_dir
 from rocmbuild.build.tarball import touch_download
 from rocmbuild.build.unbundle import MAX_MANIFEST, TOP, checked_names  # noqa: F401 (re-exported)
 from rocmbuild.disk import CHUNK, sha256_fd, sha256_file
-from rocmbuild.errors import FetchError, InputError
+from rocmbuild.errors import ArtifactError, FetchError, InputError
 from rocmbuild.home import artifacts_dir, downloads_dir
 from rocmbuild.root import Root, file_mode
+from rocmbuild import schema as s
+from rocmbuild.build import manifest as _manifest
+from rocmbuild.disk import read_json
 
 PROVENANCE = "provenance.json"
 
@@ -260,11 +268,50 @@ def _fetch(src: str, home: Path, sha256: str | None) -> tuple[Path, str | None]:
     return path, expected
 
 
-def _provenance(src: str, path: Path, checked: str | None) -> dict[str, Any]:
-    kind = "url" if is_url(src) else "file"
-    return {"source": src if kind == "url" else str(Path(path).absolute()), "kind": kind,
-            "bundle_sha256": checked or sha256_file(path), "sha256_checked": checked is not None,
-            "imported": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+@dataclass(frozen=True)
+class Provenance:
+    """Where an imported artifact came from (``provenance.json``)."""
+
+    source: str  # the bundle's absolute path, or its URL
+    kind: str  # file | url
+    bundle_sha256: str
+    sha256_checked: bool  # checked against a given sha256 (--sha256 or the .sha256 file)
+    imported: str  # when (ISO 8601, UTC)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+PROVENANCE_SPEC = s.record(Provenance, kind=s.one_of("file", "url"), bundle_sha256=s.check(
+    s.string, lambda v: bool(re.fullmatch(r"[0-9a-f]{64}", v)), "a sha256 (64 lowercase hexadecimal digits)"))
+
+
+def parse_provenance(data: Any, file: object) -> Provenance:
+    """A provenance record; SchemaError naming ``file``, the field and what was expected."""
+    return s.load(PROVENANCE_SPEC, data, file)
+
+
+def read_provenance(artifact_dir: Path) -> Provenance | None:
+    """The provenance of an imported artifact (None: it has none); ArtifactError (exit 3) when
+    the file is there but is not one."""
+    path = Path(artifact_dir) / PROVENANCE
+    try:
+        data = read_json(path)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise ArtifactError(f"corrupt artifact provenance {path}: {exc}", _manifest.BAD_ARTIFACT_HINT) from None
+    try:
+        return parse_provenance(data, path)
+    except s.SchemaError as exc:
+        raise _manifest.corrupt(exc, "provenance") from None
+
+
+def _provenance(src: str, path: Path, checked: str | None) -> Provenance:
+    url = is_url(src)
+    return Provenance(source=src if url else str(Path(path).absolute()), kind="url" if url else "file",
+                      bundle_sha256=checked or sha256_file(path), sha256_checked=checked is not None,
+                      imported=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
 
 
 def is_url(src: str) -> bool:
@@ -304,7 +351,7 @@ def import_bundle(src: str, *, home: Path, sha256: str | None = None) -> Artifac
     return Artifact(imported_dir(home) / manifest.key, manifest, cached=True)
 
 
-def _place(tf: tarfile.TarFile, plan: unbundle.Plan, root: Root, provenance: dict[str, Any]) -> None:
+def _place(tf: tarfile.TarFile, plan: unbundle.Plan, root: Root, provenance: "Provenance") -> None:
     """Pass 2 into ``artifacts/.tmp-import-<pid>/``, then one rename to ``imported/<key>``
     (``imported/`` itself is made only then), all beneath ``root``."""
     tmp, final = f".tmp-import-{os.getpid()}", f"imported/{plan.manifest.key}"
@@ -312,7 +359,7 @@ def _place(tf: tarfile.TarFile, plan: unbundle.Plan, root: Root, provenance: dic
     root.mkdir(tmp)
     try:
         unbundle.extract_into(tf, plan, root, tmp)
-        root.write_atomic(f"{tmp}/{PROVENANCE}", (json.dumps(provenance, indent=2, sort_keys=True) + "\n").encode())
+        root.write_atomic(f"{tmp}/{PROVENANCE}", (json.dumps(provenance.to_json(), indent=2, sort_keys=True) + "\n").encode())
         root.makedirs("imported")
         _set_aside(root, final)
         root.replace(tmp, final)

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rocmbuild.build import buildtree
-from rocmbuild.build.retry import ATTEMPT, read_attempt  # noqa: F401 - ATTEMPT: the record's name, for callers
+from rocmbuild.build.retry import ATTEMPT, AttemptRecord, read_attempt  # noqa: F401 - ATTEMPT: the record's name, for callers
 from rocmbuild.build.artifact import MANIFEST, Manifest
 from rocmbuild.build.cache import entries, imported_dir, key_lock
 from rocmbuild.disk import read_json
@@ -147,11 +147,10 @@ class Candidate:
                 "bytes": self.bytes, "since": self.since}
 
 
-def attempt(tree: Path) -> dict | None:
+def attempt(tree: Path) -> AttemptRecord | None:
     """The builder's record of the last attempt in ``tree`` (``retry.read_attempt``), or None when
-    it has no status."""
-    data = read_attempt(Path(tree))
-    return data if data is not None and isinstance(data.get("status"), str) else None
+    it has none that can be read."""
+    return read_attempt(Path(tree))
 
 
 def parse_iso(text) -> float | None:
@@ -173,9 +172,9 @@ def build_dir_reason(home: Path, tree: Path, gone: set = frozenset()) -> tuple[s
     being removed."""
     rec = attempt(tree)
     has_artifact = tree.name not in gone and (artifacts_dir(home) / tree.name / MANIFEST).is_file()
-    since = parse_iso(rec.get("ended")) if rec else None
+    since = parse_iso(rec.ended) if rec else None
     since = since or _mtime(tree)
-    status = rec.get("status") if rec else None
+    status = rec.status if rec else None
     if status == "failed":
         return "the build failed", since
     if status == "running":

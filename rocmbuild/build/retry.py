@@ -36,9 +36,12 @@ import json
 import os
 import shutil
 import subprocess  # for its TimeoutExpired only: processes run through rocmbuild.runner
+from dataclasses import dataclass
 from pathlib import Path
 
 from rocmbuild import runner, ui
+from rocmbuild import schema as s
+from rocmbuild.schema import MappingRecord
 from rocmbuild.build import buildtree
 from rocmbuild.build.cache import key_lock
 from rocmbuild.disk import atomic_write_json
@@ -74,12 +77,35 @@ class Attempt:
             pass  # the tree is gone (or the disk full): the record is advisory
 
 
-def read_attempt(tree: Path) -> dict | None:
+@dataclass(frozen=True)
+class AttemptRecord(MappingRecord):
+    """One attempt record as read (also a mapping of its JSON object)."""
+
+    recipe: str
+    commit: str | None
+    key: str
+    status: str  # running | failed | succeeded
+    started: str
+    ended: str | None = None
+
+
+ATTEMPT_SPEC = s.record(AttemptRecord, status=s.one_of("running", "failed", "succeeded"))
+
+
+def parse_attempt(data: object, file: object) -> AttemptRecord:
+    """An attempt record; SchemaError naming ``file``, the field and what was expected."""
+    return s.load(ATTEMPT_SPEC, data, file)
+
+
+def read_attempt(tree: Path) -> AttemptRecord | None:
+    """The attempt record of ``tree``; None when there is none, or one its schema refuses: the
+    record is advisory (such a tree is never a retry's seed, and ``cache gc`` judges it by its
+    age as a tree without a record)."""
+    path = tree / ATTEMPT
     try:
-        data = json.loads((tree / ATTEMPT).read_text())
-    except (OSError, ValueError):
+        return parse_attempt(json.loads(path.read_text()), path)
+    except (OSError, ValueError, RecursionError):
         return None
-    return data if isinstance(data, dict) else None
 
 
 def previous(root: Path, *, recipe: str, commit: str | None, key: str) -> Path | None:
@@ -90,9 +116,9 @@ def previous(root: Path, *, recipe: str, commit: str | None, key: str) -> Path |
     found = []
     for tree in root.iterdir():
         rec = read_attempt(tree) if tree.name != key and not tree.is_symlink() and tree.is_dir() else None
-        if rec and rec.get("recipe") == recipe and rec.get("commit") == commit and \
-                rec.get("status") in ("failed", "running") and (tree / "CMakeCache.txt").is_file():
-            found.append((rec.get("ended") or rec.get("started") or "", tree))
+        if rec and rec.recipe == recipe and rec.commit == commit and \
+                rec.status in ("failed", "running") and (tree / "CMakeCache.txt").is_file():
+            found.append((rec.ended or rec.started, tree))
     for _when, tree in sorted(found, reverse=True):
         if not buildtree.users(tree):
             return tree

@@ -54,7 +54,8 @@ from rocmbuild.build.archive import unsafe_member
 from rocmbuild.build.artifact import IDENTITY, MANIFEST, TREE, FileEntry, Manifest, identity
 from rocmbuild.build.extract import CORRUPT, Refused, check_members, corrupt, parts_of, refusal, subtree
 from rocmbuild.disk import CHUNK
-from rocmbuild.errors import BuildFilesystemError, FetchError, InputError
+from rocmbuild.build.manifest import BAD_ARTIFACT_HINT, parse_manifest
+from rocmbuild.errors import ArtifactError, BuildFilesystemError, FetchError, InputError
 from rocmbuild.names import bad_name_reason
 from rocmbuild.root import Root
 
@@ -161,10 +162,14 @@ def _read(tf: tarfile.TarFile, m: tarfile.TarInfo) -> bytes:
 
 
 def _parse_manifest(path: Path, data: bytes) -> Manifest:
+    """The bundle's manifest by its schema; ArtifactError (exit 3) naming the bundle, the field
+    and what was expected when it is not one."""
+    where = f"{path} ({TOP}/{MANIFEST})"
     try:
-        return Manifest.from_json(json.loads(data))
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise InputError(f"{path}: unreadable manifest ({exc})", "export the bundle again") from exc
+        doc = json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        raise ArtifactError(f"corrupt artifact manifest {where}: not JSON ({exc})", BAD_ARTIFACT_HINT) from None
+    return parse_manifest(doc, where)
 
 
 def _kind(m: tarfile.TarInfo) -> str:

@@ -5,8 +5,8 @@ manifest; quarantine what does not match. ``cache list`` and ``cache gc``: the c
 Decisions:
 * Every byte is read (``Artifact.bytes_problems``): this is the slow, thorough check that the
   hot path skips (an apply hashes only files whose recorded identity moved).
-* A bad entry (a file that differs, a missing file, a link that moved, an unreadable manifest)
-  is renamed to ``artifacts/.quarantine/`` (``cache.quarantine``), never deleted: it is never
+* A bad entry (a file that differs, a missing file, a link that moved, a manifest or a provenance
+  that its schema refuses: docs/state-files.md) is renamed to ``artifacts/.quarantine/`` (``cache.quarantine``), never deleted: it is never
   served again, and is there to be looked at. A later build of its recipe builds it anew.
 * An entry found intact is sealed again (``artifact.seal``: read-only, identities re-recorded),
   so an identity that moved harmlessly (a backup tool restoring the cache, a chmod) costs a hash
@@ -30,9 +30,9 @@ from pathlib import Path
 
 from rocmbuild.build import bundle, cache, housekeeping
 from rocmbuild.build.housekeeping import Candidate
-from rocmbuild.build.artifact import MANIFEST, Artifact, Manifest, seal
-from rocmbuild.disk import FileLock, read_json
-from rocmbuild.errors import InputError
+from rocmbuild.build.artifact import MANIFEST, Artifact, read_manifest, seal
+from rocmbuild.disk import FileLock
+from rocmbuild.errors import ArtifactError, InputError
 from rocmbuild.home import artifacts_dir, cache_home
 from rocmbuild.build.cache import CacheEntry
 from rocmbuild.results import CacheGcResult, CacheListResult, CacheVerifyResult
@@ -43,12 +43,15 @@ from rocmbuild.swap.known import Use
 PROVENANCE = bundle.PROVENANCE
 
 
-def _provenance(path: Path) -> dict | None:
+def _provenance(path: Path, problems: list[str]) -> dict | None:
+    """The provenance of an imported artifact as JSON (None: it has none); one that cannot be read
+    is a problem of the entry (it is quarantined with it: where it came from is unknown)."""
     try:
-        data = read_json(path / PROVENANCE)
-    except (OSError, ValueError):
+        prov = bundle.read_provenance(path)
+    except ArtifactError as exc:
+        problems.append(f"{PROVENANCE}: {exc.message}")
         return None
-    return data if isinstance(data, dict) else None
+    return prov.to_json() if prov is not None else None
 
 
 def check(path: Path) -> CacheEntry:
@@ -56,13 +59,13 @@ def check(path: Path) -> CacheEntry:
     kind = "imported" if path.parent.name == "imported" else "built"
     art = None
     try:
-        art = Artifact(path, Manifest.from_json(read_json(path / MANIFEST)), cached=True)
+        art = Artifact(path, read_manifest(path / MANIFEST), cached=True)
         problems = art.bytes_problems()
-    except (OSError, ValueError, KeyError, TypeError, InputError) as exc:
-        problems = [f"{MANIFEST}: unreadable ({exc})"]
+    except (OSError, ArtifactError) as exc:
+        problems = [f"{MANIFEST}: unreadable ({getattr(exc, 'message', exc)})"]
     recipe = art.manifest.recipe if art else None
     version = art.manifest.version if art else None
-    prov = _provenance(path) if kind == "imported" else None
+    prov = _provenance(path, problems) if kind == "imported" else None
     if problems:
         return CacheEntry(path.name, kind, recipe, version, str(path), "quarantined", tuple(problems),
                           str(cache.quarantine(path)), prov)
@@ -144,10 +147,14 @@ def gc(keep_days: float = housekeeping.DEFAULT_KEEP_DAYS, *, dry_run: bool = Fal
     with nullcontext() if dry_run else FileLock(home / ".gc.lock", wait=False, what="the cache's garbage collection"):
         targets, by_key = _uses(home)
         bad = [p for t in targets for p in t.unreadable]
+        records = known.unreadable_records(home)
         blocked = None
         if bad:
             blocked = f"a known target's journal cannot be read ({bad[0]}): what it uses is unknown"
-            out["notes"].append(f"no artifact was removed: {blocked}; fix or move that journal aside, then run gc again")
+        elif records:
+            blocked = f"a known-targets record cannot be read ({records[0]}): which target it names is unknown"
+        if blocked:
+            out["notes"].append(f"no artifact was removed: {blocked}; fix or move that file aside, then run gc again")
         gone = [t.target for t in targets if not t.target.exists]
         if gone:
             out["notes"].append(f"{len(gone)} known target(s) no longer exist (e.g. {gone[0].prefix or gone[0].state_dir}): "

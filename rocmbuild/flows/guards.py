@@ -50,11 +50,12 @@ RESTORED_WARN_ONLY = ("compatibility",)
 
 
 def unreadable_state(prefix: Path) -> list[_txn.Unreadable]:
-    """Every journal and history line of the target (all its state dirs) that cannot be read."""
+    """Every journal and history line of the target (all its state dirs) that cannot be read, and
+    every outside-prefix target record (it may be this target's)."""
     out: list[_txn.Unreadable] = []
     for d in state.state_dirs_for(prefix):
         out += _txn.unreadable(d) + state.history_lines(d)[1]
-    return out
+    return out + state.unreadable_targets()
 
 
 def refuse_unreadable(prefix: Path) -> None:
@@ -63,6 +64,8 @@ def refuse_unreadable(prefix: Path) -> None:
     for u in bad:
         if u.kind == "history":
             ui.warn(u.describe() + " (the line is skipped; the others are read)")
+        elif u.kind == "target":
+            ui.warn(u.describe() + " (that state dir is not used until its record is fixed)")
     broken = [u for u in bad if u.kind == "journal"]
     if not broken:
         return

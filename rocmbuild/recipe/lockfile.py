@@ -11,7 +11,10 @@
 refuses (exit 2) if its content hash differs from the lock's ("the recipe changed since the lock
 was written"), and builds exactly the locked commit with the locked overrides.
 
-Decision: the content hash is over the *parsed* recipe (so comments and formatting do not
+Decisions: the file is read by one schema (:data:`LOCK_SPEC`: every field typed, the recipe
+name and the commit by their grammar, the overrides by their own types, an unknown override key
+refused); anything else is an InputError (exit 2) naming the file, the field and what was
+expected. The content hash is over the *parsed* recipe (so comments and formatting do not
 matter) and the bytes of every patch it applies (so a changed patch does).
 """
 
@@ -20,10 +23,12 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import hashlib
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from rocmbuild import schema as s
 from rocmbuild.disk import atomic_write_json, read_json
 from rocmbuild.errors import InputError, RecipeError
 from rocmbuild.recipe.search import load as load_recipe
@@ -60,23 +65,32 @@ class Lock:
         }
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "Lock":
-        ov = dict(d.get("overrides", {}))
-        ov["defines"] = tuple(ov.get("defines", ()))
-        return cls(
-            recipe=d["recipe"],
-            recipe_path=d["recipe_path"],
-            recipe_sha256=d["recipe_sha256"],
-            ref=d.get("ref"),
-            commit=d.get("commit"),
-            overrides=Overrides(**{k: v for k, v in ov.items() if k in _OVERRIDE_FIELDS}),
-            created=d.get("created", ""),
-            schema=d["schema"],
-        )
+    def from_json(cls, d: Any, file: object = "lock file") -> "Lock":
+        """The lock ``d`` (JSON) read by its schema; SchemaError naming ``file``, the field and
+        what was expected."""
+        return s.load(LOCK_SPEC, d, file)
 
     def pinned(self) -> Overrides:
         """The locked overrides, with the ref pinned to the locked commit."""
         return dataclasses.replace(self.overrides, ref=self.commit) if self.commit else self.overrides
+
+
+_SHA = s.check(s.string, lambda v: bool(re.fullmatch(r"[0-9a-f]{64}", v)), "a sha256 (64 lowercase hexadecimal digits)")
+_OVERRIDES = s.record(Overrides, jobs=s.optional(s.check(s.integer, lambda v: v >= 0, "an integer of 0 or more")))
+_SCHEMA = s.obj({"schema": (s.check(s.integer, lambda v: v == SCHEMA, f"{SCHEMA} (the lock file schema this "
+                                     "rocmbuild reads)"), s.REQUIRED)})
+_RECORD = s.record(Lock, recipe=s.name("recipe"), recipe_sha256=_SHA, commit=s.optional(s.name("commit")),
+                   overrides=_OVERRIDES)
+
+
+def LOCK_SPEC(v: Any, where: str) -> Lock:
+    """A lock file's schema: the schema number first (a file of another kind is said as such)."""
+    if type(v) is dict:
+        _SCHEMA(v, where)
+    lock = _RECORD(v, where)
+    if type(v.get("overrides")) is dict and set(v["overrides"]) - _OVERRIDE_FIELDS:
+        s.fail("overrides", "only the keys " + ", ".join(sorted(_OVERRIDE_FIELDS)), sorted(set(v["overrides"]) - _OVERRIDE_FIELDS)[0])
+    return lock
 
 
 def content_hash(r: Recipe) -> str:
@@ -107,13 +121,16 @@ def load(path: str | Path, recipes_dirs: Sequence[str] = ()) -> tuple[str, Overr
     """(recipe name or path, overrides pinned to the locked commit, the lock) after checking the
     recipe has not changed since the lock was written."""
     p = Path(path).expanduser()
+    hint = "write one with `rocmbuild lock RECIPE -o FILE`"
     try:
         data = read_json(p)
     except (OSError, ValueError) as exc:
-        raise InputError(f"cannot read lock file {p}: {exc}", "write one with `rocmbuild lock RECIPE -o FILE`") from exc
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA or "recipe" not in data:
-        raise InputError(f"{p} is not a rocmbuild lock file (schema {SCHEMA})", "write one with `rocmbuild lock RECIPE -o FILE`")
-    lock = Lock.from_json(data)
+        raise InputError(f"cannot read lock file {p}: {exc}", hint) from exc
+    try:
+        lock = Lock.from_json(data, p)
+    except s.SchemaError as exc:
+        raise InputError(f"not a usable rocmbuild lock file: {exc}", hint + " (or fix the field it names)",
+                         details={"schema": exc.to_json()}) from None
     name = lock.recipe
     try:
         r = load_recipe(name, recipes_dirs)

@@ -2,7 +2,7 @@
 backups and history.
 
 The names below are the package's face to the flows (``from rocmbuild import swap``); the
-modules, in import order: observe, records, mapping, plan, undo, actions, journal, backups, history, protocol
+modules, in import order: observe, records, mapping, plan, undo, actions, journal, backups, history, protocol, recovery
 (and state: the lock, the state dirs, the history file).
 """
 
@@ -13,7 +13,8 @@ from rocmbuild.swap.journal import (FAILPOINTS, FINISHED, Journal, active, forei
 from rocmbuild.swap.plan import Plan, TargetFacts, facts_from, make
 from rocmbuild.swap.outcome import (Expectation, Outcome, Verify, expectation_after, expectation_before, failures_json,
                                     verdict_json)
-from rocmbuild.swap.protocol import execute, needs_recovery, recover
+from rocmbuild.swap.protocol import execute
+from rocmbuild.swap.recovery import needs_recovery, recover
 from rocmbuild.swap.records import Drift, Pruned, Recovered, Restored, Unreadable
 
 __all__ = [

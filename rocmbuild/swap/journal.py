@@ -4,9 +4,10 @@ replay that says which committed transactions are in effect (:func:`active`).
 Decisions:
 * an id is ``NNNN-YYYYmmddTHHMMSSZ``: a sequence number (ordered, short to type for ``--to``;
   the caller holds the lock, so it is unique) and the UTC time;
-* every journal write is atomic (temp, fsync, rename, fsync dir); a journal that cannot be read
-  (not JSON, not an object, missing or mistyped keys) is left out of :func:`journals`, never
-  guessed at, and listed by :func:`unreadable` with what it still tells (the id from its name,
+* every journal write is atomic (temp, fsync, rename, fsync dir); a journal is read by one schema
+  (:data:`JOURNAL_SPEC`, the plan by :data:`~rocmbuild.swap.plan.PLAN_SPEC`: docs/state-files.md);
+  one it refuses (not JSON, not an object, a field missing or of another type, an id other than
+  its file name's) is left out of :func:`journals`, never guessed at, and listed by :func:`unreadable` with what it still tells (the id from its name,
   a verb, state and paths found in its text, where its backups are) for every verb to report;
 * on disk (schema 2) every path inside the prefix is relative to it and the journal records the
   prefix's identity (:func:`~rocmbuild.swap.paths.prefix_identity`); loading makes them absolute
@@ -32,10 +33,12 @@ from typing import Any
 import re
 
 from rocmbuild import disk
+from rocmbuild import schema as s
 from rocmbuild.home import STATE_DIRNAME
 from rocmbuild.swap import actions as _actions
 from rocmbuild.swap.paths import origin, prefix_identity, rebased, relative_to, under
-from rocmbuild.swap.plan import Plan
+from rocmbuild.swap.observe import PATH_STATE_SPEC
+from rocmbuild.swap.plan import PLAN_SPEC, Plan
 from rocmbuild.swap.records import Unreadable
 from rocmbuild.swap.roots import Roots, write_state_file
 
@@ -98,34 +101,26 @@ class Journal:
 
     @classmethod
     def load(cls, path: Path) -> "Journal":
-        """Read and check a journal (ValueError, with what is wrong, when it cannot be used)."""
+        """Read and check a journal: SchemaError (a ValueError) naming the file, the field and what
+        was expected when it cannot be used; OSError or ValueError when it cannot be read."""
         path = Path(path)
-        data = disk.read_json(path)
-        if not isinstance(data, dict):
-            raise ValueError(f"a journal is a JSON object, this is {type(data).__name__}")
         try:
-            j = cls(path, _from_disk(data, path.parent.parent))
-            j.check()
-        except (KeyError, TypeError, AttributeError) as exc:
-            raise ValueError(f"{type(exc).__name__}: {exc}") from None
+            data = disk.read_json(path)
+        except RecursionError:
+            raise s.SchemaError("", "a journal", "JSON nested too deeply", str(path)) from None
+        j = cls(path, _from_disk(parse(data, path), path.parent.parent))
+        j.check()
         return j
 
     def check(self) -> None:
-        """Every key the protocol reads, with its type; every step indexes an action."""
-        d = self.data
-        for key in ("id", "verb", "state"):
-            if not isinstance(d.get(key), str):
-                raise ValueError(f"key {key!r} is missing or not a string")
-        if not isinstance(d.get("steps"), list) or not isinstance(d.get("meta", {}), dict):
-            raise ValueError("key 'steps' is missing or not a list")
-        try:
-            plan = self.plan
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise ValueError(f"its plan cannot be read ({type(exc).__name__}: {exc})") from None
-        for step in d["steps"]:
-            if not (isinstance(step, dict) and type(step.get("index")) is int
-                    and 0 <= step["index"] < len(plan.actions) and isinstance(step.get("after") or {}, dict)):
-                raise ValueError(f"a step is not a valid entry: {step!r:.80}")
+        """Its schema (:data:`JOURNAL_SPEC`); every step indexes an action; every path it names is
+        one a plan may change (:func:`check_places`; SchemaError or ValueError naming it)."""
+        s.load(JOURNAL_SPEC, self.data, self.path)
+        plan = self.plan
+        for i, step in enumerate(self.data["steps"]):
+            if not 0 <= step["index"] < len(plan.actions):
+                raise s.SchemaError(f"steps[{i}].index", f"the index of one of the plan's {len(plan.actions)} actions",
+                                    s.describe(step["index"]), str(self.path))
         check_places(plan, self.path.parent.parent)
 
     @property
@@ -234,17 +229,59 @@ def _to_disk(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _from_disk(data: dict[str, Any], state_dir: Path) -> dict[str, Any]:
-    """The journal in memory: absolute paths under the prefix this state dir belongs to now."""
-    plan = data.get("plan")
-    if not isinstance(plan, dict):
-        raise ValueError("key 'plan' is missing or not an object")
-    if data.get("schema", 1) == 1 and isinstance(plan.get("prefix"), str):  # absolute: make them relative
+    """The journal in memory (its schema checked): absolute paths under the prefix this state dir
+    belongs to now."""
+    plan = data["plan"]
+    if data.get("schema", 1) == 1:  # absolute: make them relative
         old = plan["prefix"]
         plan = _map_plan(plan, lambda p: relative_to(p, old))
         data = {**data, "prefix_identity": data.get("prefix_identity") or {"path": old}}
-    recorded = (data.get("prefix_identity") or {}).get("path") if isinstance(data.get("prefix_identity"), dict) else None
+    recorded = (data.get("prefix_identity") or {}).get("path")
     base = state_dir.parent if state_dir.name == STATE_DIRNAME else Path(recorded or plan.get("prefix") or "/")
     return {**data, "plan": _map_plan(plan, lambda p: rebased(p, base))}
+
+
+# --------------------------------------------------------------------------------------------
+# the schema of a journal (docs/state-files.md): kept as JSON (the protocol updates it in place),
+# every field the protocol reads checked, the plan read by its own schema
+
+TXN_RE = re.compile(r"^[0-9A-Za-z][0-9A-Za-z._-]{0,99}$")
+_OPT = s.OMIT
+_STR, _INT, _BOOL = s.optional(s.string), s.optional(s.integer), s.optional(s.boolean)
+_PREFIX_ID = s.obj({"path": (s.string, s.REQUIRED), "realpath": (_STR, _OPT), "dev": (_INT, _OPT), "ino": (_INT, _OPT)})
+_META = s.obj({"recipe": (s.optional(s.name("recipe")), _OPT), "commit": (s.optional(s.name("commit")), _OPT),
+               "version": (s.optional(s.name("version")), _OPT)})
+
+
+def META_SPEC(v: Any, field: str) -> dict[str, Any]:
+    """What the caller recorded (``python``, ``artifact_path``): strings or null, spread into the
+    history line, so a recipe, commit or version among them has its grammar too."""
+    return _META(s.dict_of(_STR)(v, field), field)
+
+
+_STEP = s.obj({"index": (s.integer, s.REQUIRED), "after": (s.valid(s.optional(PATH_STATE_SPEC)), None),
+               "swapped": (s.boolean, False), "backup_copied": (_BOOL, _OPT)})
+JOURNAL_SPEC = s.obj({
+    "schema": (s.check(s.integer, lambda v: v in (1, JOURNAL_SCHEMA), f"1 or {JOURNAL_SCHEMA}"), _OPT),
+    "id": (s.check(s.string, lambda v: bool(TXN_RE.match(v)) and ".." not in v, "a transaction id"), s.REQUIRED),
+    "verb": (s.one_of("apply", "rollback"), s.REQUIRED), "state": (s.string, s.REQUIRED),
+    "plan": (s.valid(PLAN_SPEC), s.REQUIRED), "steps": (lambda v, f: list(s.list_of(_STEP)(v, f)), s.REQUIRED),
+    "meta": (META_SPEC, {}), "prefix_identity": (s.optional(_PREFIX_ID), _OPT), "pid": (_INT, _OPT),
+    **{k: (_STR, _OPT) for k in ("created", "updated", "committed", "rolled_back", "backups_pruned", "history_outcome",
+                                 "state_before_rollback", "reason")},
+    "history_written": (_BOOL, _OPT), "backup_copies": (_INT, _OPT),
+    "revert_messages": (s.valid(s.list_of(s.string)), _OPT), "verdict": (s.json_value, _OPT),
+})
+
+
+def parse(data: Any, path: Path) -> dict[str, Any]:
+    """A journal as read from ``path`` (on-disk form), checked by :data:`JOURNAL_SPEC`; its id must
+    be the one its file name says (an id names the backups dir: it never leaves ``backups/``)."""
+    out = s.load(JOURNAL_SPEC, data, path)
+    if out["id"] != Path(path).stem:
+        raise s.SchemaError("id", f"the transaction id its file name says ({Path(path).stem!r})",
+                            s.describe(out["id"]), str(path))
+    return out
 
 
 _HINTS = {"verb": re.compile(r'"verb":\s*"(\w+)"'), "state": re.compile(r'"state":\s*"(\w+)"')}

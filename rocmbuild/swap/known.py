@@ -7,6 +7,8 @@ Decisions:
   (``{"state_dir", "prefix", "registered"}``): one small file per target, written atomically, no
   shared file to race on. Outside-prefix state dirs (``home/targets/<hash>/``) are known by being
   there. A target applied by an older rocmbuild is known from its next apply on.
+* A record is read by one schema (:data:`RECORD_SPEC`); one that cannot be read hides a target:
+  ``cache gc`` then removes no artifact (:func:`unreadable_records`), like for a bad journal.
 * A registered state dir that no longer exists (the env was deleted) is *gone*: it uses nothing.
 * What a target uses, from its journals (:func:`uses`), each with the transaction and a role:
   ``in-effect`` (the latest apply in effect: what it loads now), ``rollback`` (an earlier apply
@@ -26,10 +28,13 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from rocmbuild import schema as s
 from rocmbuild.disk import read_json
+from rocmbuild.errors import StateError
 from rocmbuild.root import Root
 from rocmbuild.home import STATE_DIRNAME, known_targets_dir, targets_dir
 from rocmbuild.swap.journal import FINISHED, active, backup_dir, journals, unreadable
+from rocmbuild.swap.state import read_target_record
 
 ROLES = ("in-effect", "rollback", "redo", "recovery")
 
@@ -60,13 +65,28 @@ def _record(home: Path, state_dir: Path) -> Path:
     return known_targets_dir(home) / f"{digest}.json"
 
 
+RECORD_SPEC = s.obj({"state_dir": (s.check(s.string, lambda v: v.startswith("/"), "an absolute path"), s.REQUIRED),
+                     "prefix": (s.optional(s.string), None), "registered": (s.optional(s.string), None)})
+
+
+def read_record(path: Path) -> dict:
+    """A known-targets record; OSError when it cannot be opened, SchemaError (a ValueError)
+    naming the file, the field and what was expected when it is not one."""
+    try:
+        data = read_json(path)
+    except RecursionError:
+        raise s.SchemaError("", "a known-target record", "JSON nested too deeply", str(path)) from None
+    return s.load(RECORD_SPEC, data, path)
+
+
 def register(home: Path, state_dir: Path, prefix: Path) -> None:
-    """Remember that ``state_dir`` (of ``prefix``) holds transactions made with this home."""
+    """Remember that ``state_dir`` (of ``prefix``) holds transactions made with this home (a
+    record that cannot be read is written anew)."""
     path = _record(home, Path(state_dir))
     try:
-        if Path(read_json(path).get("state_dir", "")) == Path(state_dir):
+        if Path(read_record(path)["state_dir"]) == Path(state_dir):
             return
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError):
         pass
     data = {"state_dir": str(state_dir), "prefix": str(prefix),
             "registered": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
@@ -75,26 +95,39 @@ def register(home: Path, state_dir: Path, prefix: Path) -> None:
         root.write_atomic(f"{path.parent.name}/{path.name}", (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
 
 
+def unreadable_records(home: Path) -> list[str]:
+    """The known-targets records that cannot be read ("path: why"): the target each names is
+    unknown, so ``cache gc`` removes no artifact while there is one."""
+    reg = known_targets_dir(home)
+    out = []
+    for p in sorted(reg.glob("*.json")) if reg.is_dir() else ():
+        try:
+            read_record(p)
+        except (OSError, ValueError) as exc:
+            out.append(str(exc) if isinstance(exc, s.SchemaError) else f"{p}: {type(exc).__name__}: {exc}")
+    return out
+
+
 def known(home: Path) -> list[KnownTarget]:
-    """Every target this home knows: the registered ones, then the outside-prefix state dirs."""
+    """Every target this home knows: the registered ones (:func:`unreadable_records` lists those
+    that cannot be read), then the outside-prefix state dirs."""
     found: dict[str, KnownTarget] = {}
     reg = known_targets_dir(home)
     for p in sorted(reg.glob("*.json")) if reg.is_dir() else ():
         try:
-            data = read_json(p)
-            sdir = Path(data["state_dir"])
-        except (OSError, ValueError, KeyError, TypeError):
+            data = read_record(p)
+        except (OSError, ValueError):
             continue
-        prefix = data.get("prefix") if isinstance(data.get("prefix"), str) else None
-        found[str(sdir)] = KnownTarget(str(sdir), prefix, sdir.is_dir())
+        sdir = Path(data["state_dir"])
+        found[str(sdir)] = KnownTarget(str(sdir), data["prefix"], sdir.is_dir())
     outside = targets_dir(home)
     for d in sorted(outside.iterdir()) if outside.is_dir() else ():
         if d.is_dir() and not d.is_symlink() and str(d) not in found:
             try:
-                prefix = str(read_json(d / "target.json")["prefix"])
-            except (OSError, ValueError, KeyError, TypeError):
-                prefix = None
-            found[str(d)] = KnownTarget(str(d), prefix, True)
+                rec = read_target_record(d)
+            except StateError:
+                rec = None
+            found[str(d)] = KnownTarget(str(d), rec["prefix"] if rec else None, True)
     return list(found.values())
 
 

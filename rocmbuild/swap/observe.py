@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from rocmbuild import schema as s
 from rocmbuild.disk import sha256_file
 
 
@@ -42,12 +43,9 @@ class PathState:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, d: dict[str, Any] | None) -> "PathState":
-        if not d:
-            return cls("absent")
-        if not isinstance(d, dict) or not isinstance(d.get("kind"), str):
-            raise ValueError(f"not a path state: {d!r}")
-        return cls(**d)
+    def from_json(cls, d: Any, file: object = "a path state") -> "PathState":
+        """A journaled path state (null or ``{}``: absent); SchemaError naming the field."""
+        return s.load(PATH_STATE_SPEC, d, file)
 
     @classmethod
     def from_stat(cls, st: os.stat_result, target: str | None = None) -> "PathState":
@@ -75,6 +73,15 @@ class PathState:
         if self.kind == "link":
             return f"link -> {self.target}"
         return self.kind
+
+
+KINDS = ("file", "link", "absent", "other")
+_RECORD = s.record(PathState, kind=s.one_of(*KINDS))
+
+
+def PATH_STATE_SPEC(v: Any, field: str) -> PathState:
+    """The schema of a path state in a journal: null or ``{}`` is absent."""
+    return PathState("absent") if v is None or v == {} else _RECORD(v, field)
 
 
 def observe(path: str | os.PathLike) -> PathState:

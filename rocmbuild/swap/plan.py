@@ -21,10 +21,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
+from rocmbuild import schema as s
 from rocmbuild.errors import InputError, TargetError
 from rocmbuild.home import target_state_dir
 from rocmbuild.swap.mapping import After, NameMap, check_chains, find_beside, layout_of, lib_dir_names
-from rocmbuild.swap.observe import FsObserver, Observer, PathState, resolve
+from rocmbuild.swap.observe import PATH_STATE_SPEC, FsObserver, Observer, PathState, resolve
 from rocmbuild.swap.paths import Places, clean_relative, missing_dirs, plain_name
 
 if TYPE_CHECKING:
@@ -54,11 +55,8 @@ class Action:
         return d
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "Action":
-        d = dict(d)
-        d["before"] = PathState.from_json(d["before"])
-        d["create_dirs"] = tuple(d.get("create_dirs", ()))
-        return cls(**d)
+    def from_json(cls, d: Any, file: object = "a plan action") -> "Action":
+        return s.load(ACTION_SPEC, d, file)  # SchemaError naming the field
 
     def describe(self) -> str:
         if self.kind == "remove":
@@ -111,13 +109,8 @@ class Plan:
         return d
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "Plan":
-        d = dict(d)
-        d["actions"] = tuple(Action.from_json(a) for a in d["actions"])
-        d["names"] = tuple(NameMap(**n) for n in d.get("names", ()))
-        for k in ("notes", "undoes", "remove_dirs"):
-            d[k] = tuple(d.get(k, ()))
-        return cls(**d)
+    def from_json(cls, d: Any, file: object = "a plan") -> "Plan":
+        return s.load(PLAN_SPEC, d, file)  # SchemaError naming the field
 
     def render(self) -> str:
         lines = [f"{self.verb} on {self.prefix} ({self.layout} layout, lib dir {self.libdir})"]
@@ -125,6 +118,14 @@ class Plan:
         lines += [f"  name: {n.describe()}" for n in self.names]
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
+
+
+# the schemas of a journaled plan (docs/state-files.md)
+ACTION_SPEC = s.record(Action, kind=s.one_of(*ACTION_KINDS), before=PATH_STATE_SPEC)
+PLAN_SPEC = s.record(Plan, verb=s.one_of("apply", "rollback"), actions=s.list_of(ACTION_SPEC),
+                     encoding=s.one_of("miopen", "cudnn"), recipe=s.optional(s.name("recipe")),
+                     commit=s.optional(s.name("commit")), version_before=s.optional(s.name("version")),
+                     version_after=s.optional(s.name("version")))
 
 
 @dataclass(frozen=True)

@@ -127,7 +127,7 @@ class Unreadable(Record):
     why not, and what it still tells (``known``: the id from the file name, a verb, a state and
     paths found in its text) and where the backups of that transaction are."""
 
-    kind: str  # journal | history
+    kind: str  # journal | history | target (an outside-prefix state dir's target.json)
     path: str
     error: str
     txn: str | None = None

@@ -5,8 +5,13 @@ Decisions:
   ``home()/targets/<sha256(libdir)[:16]>/`` with a ``target.json`` naming the prefix and lib dir,
   so that verbs that only know the prefix (history, recover) find it again.
 * a ``history.jsonl`` line names its files relative to the prefix and records the prefix's
-  identity; reading rebases them onto the prefix the state dir is in now; a line that cannot be
-  read (not JSON, not an object, mistyped keys) is reported, never hides the others;
+  identity; reading rebases them onto the prefix the state dir is in now; each line is read by
+  one schema (:data:`HISTORY_SPEC`, docs/state-files.md) into a read-only mapping; a line it
+  refuses (not JSON, not an object, a field of another type, a commit that is not one) is
+  reported, never hides the others;
+* ``target.json`` is read by :data:`TARGET_SPEC`; one that cannot be read is a StateError (exit 2)
+  where its state dir is about to be used, and is listed (:func:`unreadable_targets`) by every
+  verb that lists what cannot be read;
 * ``history.jsonl`` is rewritten atomically (read, append one line, atomic_write_bytes) rather than
   appended in place: it is small, and a torn last line can never happen.
 * The lock is ``fcntl.flock`` on the ``lock`` file (:class:`rocmbuild.disk.FileLock`): the holder
@@ -26,10 +31,14 @@ import errno
 import json
 import os
 import stat
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
+from typing import Any
 
+from rocmbuild import schema as s
 from rocmbuild.disk import FileLock, read_json
-from rocmbuild.errors import RocmbuildError, StatePathError, from_os_error
+from rocmbuild.errors import RocmbuildError, StateError, StatePathError, from_os_error
 from rocmbuild.locks import LockWait
 from rocmbuild.home import STATE_DIRNAME, cache_home, target_state_dir, targets_dir
 from rocmbuild.swap.paths import rebased
@@ -37,17 +46,59 @@ from rocmbuild.swap.records import Unreadable
 from rocmbuild.swap.roots import open_state, write_state_file
 
 __all__ = ["STATE_DIRNAME", "target_state_dir", "TargetLock", "register_outside_target", "state_dirs_for",
-           "append_history", "read_history", "history_lines"]
+           "append_history", "read_history", "history_lines", "parse_history_line", "read_target_record",
+           "unreadable_targets"]
+
+
+TARGET_SPEC = s.obj({"prefix": (s.string, s.REQUIRED), "libdir": (s.string, s.REQUIRED)}, keep=False)
+
+
+def read_target_record(state_dir: Path) -> dict[str, str] | None:
+    """The ``target.json`` of an outside-prefix state dir (None: there is none); StateError
+    (exit 2) naming the file, the field and what was expected when it cannot be read."""
+    path = Path(state_dir) / "target.json"
+    try:
+        data = read_json(path)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, RecursionError) as exc:
+        raise _bad_record(path, f"{type(exc).__name__}: {exc}") from None
+    try:
+        return s.load(TARGET_SPEC, data, path)
+    except s.SchemaError as exc:
+        raise _bad_record(path, str(exc)) from None
+
+
+def _bad_record(path: Path, why: str) -> StateError:
+    return StateError(f"the target record {path} cannot be read ({why}); nothing was changed",
+                      f"it names the environment whose library lives outside its prefix: write "
+                      f'{{"prefix": "/path/to/env", "libdir": "/its/lib/dir"}} into it, or move {path.parent} aside',
+                      details={"path": str(path)})
 
 
 def register_outside_target(state_dir: Path, prefix: Path, libdir: Path) -> None:
-    if not (Path(state_dir) / "target.json").exists():
+    """Record which prefix an outside-prefix state dir belongs to (a record that is there but
+    cannot be read: StateError, exit 2), through the state dir's root."""
+    if read_target_record(state_dir) is None:
         data = json.dumps({"prefix": str(prefix), "libdir": str(libdir)}, indent=2, sort_keys=True) + "\n"
         write_state_file(state_dir, "target.json", data.encode())
 
 
+def unreadable_targets() -> list[Unreadable]:
+    """The outside-prefix state dirs whose target record cannot be read (whose they are is unknown)."""
+    out = []
+    targets = targets_dir(cache_home())
+    for d in sorted(targets.iterdir()) if targets.is_dir() else ():
+        try:
+            read_target_record(d)
+        except StateError as exc:
+            out.append(Unreadable("target", str(d / "target.json"), exc.message))
+    return out
+
+
 def state_dirs_for(prefix: Path) -> list[Path]:
-    """Every state directory that belongs to ``prefix`` (its own, and outside-prefix ones)."""
+    """Every state directory that belongs to ``prefix`` (its own, and outside-prefix ones; one
+    whose record cannot be read is :func:`unreadable_targets`')."""
     out = []
     own = Path(prefix) / STATE_DIRNAME
     if own.is_dir():
@@ -56,10 +107,11 @@ def state_dirs_for(prefix: Path) -> list[Path]:
     if targets.is_dir():
         for d in sorted(targets.iterdir()):
             try:
-                if Path(read_json(d / "target.json")["prefix"]) == Path(prefix):
-                    out.append(d)
-            except (OSError, ValueError, KeyError):
+                rec = read_target_record(d)
+            except StateError:
                 continue
+            if rec is not None and Path(rec["prefix"]) == Path(prefix):
+                out.append(d)
     return out
 
 
@@ -148,23 +200,27 @@ def append_history(state_dir: Path, record: dict) -> None:
     write_state_file(state_dir, "history.jsonl", old + line.encode())
 
 
-def _checked(rec: object) -> dict:
-    """A history line as the verbs read it (ValueError: what is wrong with it)."""
-    if not isinstance(rec, dict):
-        raise ValueError(f"a history line is a JSON object, this is {type(rec).__name__}")
-    for key in ("id", "verb"):
-        if not isinstance(rec.get(key), str):
-            raise ValueError(f"key {key!r} is missing or not a string")
-    if not isinstance(rec.get("time") or "", str):
-        raise ValueError("key 'time' is not a string")
-    for key in ("files", "undoes"):
-        v = rec.get(key) or []
-        if not (isinstance(v, list) and all(isinstance(x, str) for x in v)):
-            raise ValueError(f"key {key!r} is not a list of strings")
-    return rec
+_STR, _OPT = s.optional(s.string), s.OMIT
+HISTORY_SPEC = s.obj({
+    "id": (s.string, s.REQUIRED), "verb": (s.one_of("apply", "rollback"), s.REQUIRED), "time": (_STR, None),
+    "recipe": (s.optional(s.name("recipe")), None), "commit": (s.optional(s.name("commit")), None),
+    "version_before": (s.optional(s.name("version")), None), "version_after": (s.optional(s.name("version")), None),
+    "artifact": (_STR, None), "artifact_path": (_STR, _OPT), "python": (_STR, _OPT), "outcome": (_STR, None),
+    "files": (s.list_of(s.string), ()), "undoes": (s.list_of(s.string), ()),
+    "backup_bytes": (s.optional(s.check(s.integer, lambda v: v >= 0, "an integer of 0 or more")), _OPT),
+    "prefix_identity": (s.optional(s.obj({"path": (s.string, s.REQUIRED), "realpath": (_STR, _OPT),
+                                          "dev": (s.optional(s.integer), _OPT), "ino": (s.optional(s.integer), _OPT)})), _OPT),
+})
 
 
-def history_lines(state_dir: Path) -> tuple[list[dict], list[Unreadable]]:
+def parse_history_line(rec: object, file: object) -> dict:
+    """One ``history.jsonl`` line (decoded JSON) as the verbs read it: every field typed, the
+    recipe, commit and versions by their grammar (docs/state-files.md); keys it does not name are
+    kept. SchemaError (a ValueError) naming ``file`` (and the line), the field and what was expected."""
+    return s.load(HISTORY_SPEC, rec, file)
+
+
+def history_lines(state_dir: Path) -> tuple[list[Mapping[str, Any]], list[Unreadable]]:
     """The lines of ``history.jsonl`` that can be read (their paths absolute under the prefix the
     state dir belongs to now), and the others, each reported: one bad line hides nothing else."""
     path = Path(state_dir) / "history.jsonl"
@@ -172,24 +228,24 @@ def history_lines(state_dir: Path) -> tuple[list[dict], list[Unreadable]]:
         return [], []
     good, bad = [], []
     sdir = Path(state_dir)
-    for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+    for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").split("\n"), 1):
         if not line.strip():
             continue
         try:
-            rec = _checked(json.loads(line))
-        except ValueError as exc:
+            rec = parse_history_line(json.loads(line), f"{path} line {n}")
+        except (ValueError, RecursionError) as exc:
             bad.append(Unreadable("history", str(path), f"{type(exc).__name__}: {exc}", line=n,
                                   known={"text": line.strip()[:120]}))
             continue
-        ident = rec.get("prefix_identity") if isinstance(rec.get("prefix_identity"), dict) else {}
+        ident = rec.get("prefix_identity") or {}
         base = sdir.parent if sdir.name == STATE_DIRNAME else Path(ident.get("path") or "/")
-        rec = {**rec, "files": [rebased(f, base) for f in rec.get("files") or []]}
-        if isinstance(rec.get("python"), str):
+        rec = {**rec, "files": [rebased(f, base) for f in rec["files"]], "undoes": list(rec["undoes"])}
+        if rec.get("python"):
             rec["python"] = rebased(rec["python"], base)
-        good.append(rec)
+        good.append(MappingProxyType(rec))
     return good, bad
 
 
-def read_history(state_dir: Path) -> list[dict]:
+def read_history(state_dir: Path) -> list[Mapping[str, Any]]:
     """The readable history lines (:func:`history_lines` reports the others)."""
     return history_lines(state_dir)[0]

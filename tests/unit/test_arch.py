@@ -7,6 +7,7 @@ import json
 import pytest
 
 from rocmbuild.build.artifact import Manifest
+from rocmbuild.schema import SchemaError
 from rocmbuild.errors import EXIT_INPUT, InputError, RecipeError
 from rocmbuild.recipe import Overrides, apply_overrides, arch, parse
 from rocmbuild.target import gpu
@@ -130,5 +131,6 @@ def test_manifest_round_trip_and_old_manifests():
 
 @pytest.mark.parametrize("bad", ["gfx1100", [1], {"a": "b"}, [None]])
 def test_a_hostile_gpu_targets_is_refused(bad):
-    with pytest.raises(TypeError):
+    with pytest.raises(SchemaError) as ei:  # its schema's error, never a TypeError
         Manifest.from_json(_manifest_json(gpu_targets=bad))
+    assert "'gpu_targets" in str(ei.value) and "expected" in str(ei.value)

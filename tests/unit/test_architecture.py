@@ -19,7 +19,7 @@ LAYERS = (
     ("target",),
     ("build",),
     ("recipe",),
-    ("disk", "root", "beneath", "names", "home", "locks", "runner", "reaper", "stop", "ui", "progress", "errors", "__init__"),
+    ("disk", "root", "beneath", "names", "schema", "home", "locks", "runner", "reaper", "stop", "ui", "progress", "errors", "__init__"),
 )
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
