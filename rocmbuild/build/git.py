@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Mapping
 
 from rocmbuild import ui
+from rocmbuild.names import safe_text
 from rocmbuild.errors import FetchError, RequirementError
 
 FULL_SHA_RE = re.compile(r"^[0-9a-f]{40}$")
@@ -175,7 +176,7 @@ def ls_remote(url: str, *, cwd: Path, timeout: float | None, log: Path | None = 
     status, out, err = Git(cwd, log).run("ls-remote", "--", url, check=False, timeout=timeout)
     if status != 0:
         raise FetchError(
-            f"cannot reach git remote {url}: {last_line(err) or f'git ls-remote exit code {status}'}",
+            f"cannot reach git remote {safe_text(url)}: {last_line(err) or f'git ls-remote exit code {status}'}",
             "check the URL (recipe source.git or --source), your network/proxy and credentials; "
             "a local directory must be a git repository",
             details={"url": url, "git": err.strip()},
@@ -204,24 +205,24 @@ def fetch_refused(url: str, sha: str, ref: str | None, output: str) -> FetchErro
     details = {"url": url, "commit": sha, "git": output.strip()}
     if missing_objects(output) or (named and "not our ref" in output):
         return FetchError(
-            f"cannot fetch commit {sha} from {url}: the remote is missing objects of it ({first})",
+            f"cannot fetch commit {sha} from {safe_text(url)}: the remote is missing objects of it ({first})",
             "the remote repository is damaged or incomplete (a shallow or partial mirror?): repair it "
             "(`git fsck` there) or use a complete remote with --source URL",
             details={**details, "reason": "missing_objects"})
     if "not our ref" in output:
         return FetchError(
-            f"cannot fetch commit {sha} from {url}: the remote does not serve it ({first})",
+            f"cannot fetch commit {sha} from {safe_text(url)}: the remote does not serve it ({first})",
             "either the commit is not on that remote, or the server does not serve commits by sha "
             "(plain git servers need uploadpack.allowAnySHA1InWant; GitHub does): use a branch or tag "
             "name that contains it as the ref",
             details={**details, "reason": "not_served_by_sha"})
-    return FetchError(f"cannot fetch commit {sha} from {url}: {last_line(output)}",
+    return FetchError(f"cannot fetch commit {sha} from {safe_text(url)}: {last_line(output)}",
                       "check the remote is reachable and has the commit (`git ls-remote URL`)", details=details)
 
 
 def unknown_ref(ref: str | None, url: str, refs: Mapping[str, str]) -> FetchError:
     return FetchError(
-        f"ref '{ref}' not found on {url}",
+        f"ref '{safe_text(ref)}' not found on {safe_text(url)}",
         f"use a branch, tag or commit sha that exists there ({describe_refs(refs)}); "
         "set source.ref in the recipe or pass --ref",
         details={"url": url, "ref": ref},

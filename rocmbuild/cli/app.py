@@ -21,6 +21,7 @@ import traceback
 from typing import Callable
 
 from rocmbuild import progress, stop, ui
+from rocmbuild.names import safe_lines
 from rocmbuild.cli import args as a
 from rocmbuild.cli import completion, help, render
 from rocmbuild.cli.args import Parser, UsageError
@@ -134,7 +135,7 @@ def _main(argv: list[str]) -> int:
                 out["error"] = error.to_json()
             ui.emit_json(out)
         elif rendered:
-            print(rendered, flush=True)
+            print(safe_lines(rendered), flush=True)  # the renderers escape each one-line value; this, the rest
         if error is not None:  # once, on stderr, after the data it is about (the text does not repeat it)
             ui.error(error.message, error.hint)
     except BrokenPipeError:

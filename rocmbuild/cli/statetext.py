@@ -6,6 +6,9 @@ Decisions:
 * A file's version is said only where something vouches for it: the plan's ``version_before`` for
   the file the target's torch loads now, the artifact's version for a library it places, the
   process's version for a drifted file it loads; else "version unknown".
+* Each value is shown through ``names.safe_text`` (a history line is read from a file anyone with
+  write access to the prefix may have written): a table cell's facts one line each, the other
+  lines through ``layout.lines``.
 * Keys and sha256 digests read as their first 16 hex digits; paths inside the prefix as relative.
 """
 
@@ -14,6 +17,7 @@ from __future__ import annotations
 import os
 
 from rocmbuild.cli import layout
+from rocmbuild.names import safe_text
 from rocmbuild.results import short_txn
 
 
@@ -55,7 +59,7 @@ def _history_state(r) -> str:
         facts.append("backups pruned")
     if r.get("origin") in ("copied", "moved"):
         facts.append(f"{r['origin']} from {r['prefix_identity'].get('path')}")
-    return "\n".join(facts)
+    return "\n".join(safe_text(f) for f in facts)
 
 
 def history_row(r) -> tuple[str, ...]:
@@ -65,8 +69,8 @@ def history_row(r) -> tuple[str, ...]:
     if r.get("undoes"):
         what += f" (undoes {', '.join(short_txn(u) for u in r['undoes'])})"
     when = (r.get("time") or "?").replace("T", " ").rstrip("Z")
-    return (f"{short_txn(r['id'])} {r['verb']}", when, what,
-            f"{r.get('version_before') or '?'} -> {r.get('version_after') or '?'}", _history_state(r))
+    return (safe_text(f"{short_txn(r['id'])} {r['verb']}"), safe_text(when), safe_text(what),
+            safe_text(f"{r.get('version_before') or '?'} -> {r.get('version_after') or '?'}"), _history_state(r))
 
 
 def _before(a, plan) -> str:
@@ -111,10 +115,9 @@ def plan_tree(tp) -> str:
     head = (f"{plan.verb} {plan.recipe or '-'} {version} (artifact {layout.short(plan.artifact) or '-'}) on "
             f"{plan.prefix} ({plan.layout} layout)")
     pending = len(plan.pending)
-    lines = [layout.tree(head, dirs.items()), _compat(tp),
-             f"verification after the swap expects {plan.version_after or 'no particular version'}",
+    lines = [_compat(tp), f"verification after the swap expects {plan.version_after or 'no particular version'}",
              ("already applied: nothing would change" if not pending else
               f"{pending} path(s) would change, {len(plan.actions) - pending} already as wanted")]
     lines += [f"name: {n.describe()}" for n in plan.names]  # which artifact name lands where, and why
     lines += [f"note: {n}" for n in plan.notes]
-    return "\n".join(lines)
+    return layout.tree(head, dirs.items()) + "\n" + layout.lines(lines)
