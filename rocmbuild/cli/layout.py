@@ -11,7 +11,8 @@ Decisions:
 * A 64-hex run (a cache key, a sha256) reads as its first :data:`KEY_DIGITS` digits and an
   ellipsis in text; JSON keeps it whole.
 * Every value shown passes :func:`rocmbuild.names.safe_text` (control characters escaped): a
-  table cell and a tree node here, a line of a renderer through :func:`lines` (each element is one
+  table cell (a string is one line; a cell of several lines is a tuple of them) and a tree node
+  here, a line of a renderer through :func:`lines` (each element is one
   line, so a newline inside a value is escaped rather than starting a line of its own); the CLI
   passes the whole text through :func:`rocmbuild.names.safe_lines` once more on its way out.
 * Where stdout is not UTF-8 (``PYTHONIOENCODING=ascii``), trees and ellipses are drawn in ASCII.
@@ -32,7 +33,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from rocmbuild.names import safe_lines, safe_text
+from rocmbuild.names import safe_text
 
 OFF_TERMINAL = 120
 KEY_DIGITS = 16
@@ -110,10 +111,18 @@ def _widths(cells: list[list[str]], cols: int) -> list[int] | None:
     return widths
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]], cols: int | None = None) -> str | None:
+Cell = str | tuple[str, ...]  # one line, or several (one fact each)
+
+
+def cell_text(cell: Cell, sep: str = "\n") -> str:
+    """A cell as text, each of its lines through :func:`safe_text` (``sep`` between them)."""
+    return sep.join(safe_text(c) for c in cell) if isinstance(cell, tuple) else safe_text(cell)
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Cell]], cols: int | None = None) -> str | None:
     """A plain table that fits ``cols`` columns, its cells wrapped at spaces; each column at least
     as wide as its longest word. None when even that does not fit (the caller lists the rows)."""
-    rows = [[safe_lines(c) for c in r] for r in rows]  # a cell may hold lines (one fact each)
+    rows = [[cell_text(c) for c in r] for r in rows]
     cells = [[h, *(r[i] for r in rows)] for i, h in enumerate(headers)]
     widths = _widths(cells, cols or width())
     if widths is None:

@@ -305,7 +305,7 @@ def _history(h: HistoryResult) -> str:
     if table is not None:
         out.append(table)
     else:
-        out += [layout.wrap("  ".join(c.replace("\n", ", ") for c in row), cols, "  ") for row in rows]
+        out += [layout.wrap("  ".join(layout.cell_text(c, ", ") for c in row), cols, "  ") for row in rows]
     if not h.transactions:
         out.append("  no transactions" + (" that can be read" if h.unreadable else ""))
     shown, total = len(h.transactions), h.to_json()["total"]

@@ -7,8 +7,9 @@ Decisions:
   the file the target's torch loads now, the artifact's version for a library it places, the
   process's version for a drifted file it loads; else "version unknown".
 * Each value is shown through ``names.safe_text`` (a history line is read from a file anyone with
-  write access to the prefix may have written): a table cell's facts one line each, the other
-  lines through ``layout.lines``.
+  write access to the prefix may have written): a history row's cells are one line each (its
+  state a tuple of one-line facts) and escaped by ``layout.table``; other lines pass
+  ``layout.lines``.
 * Keys and sha256 digests read as their first 16 hex digits; paths inside the prefix as relative.
 """
 
@@ -17,7 +18,6 @@ from __future__ import annotations
 import os
 
 from rocmbuild.cli import layout
-from rocmbuild.names import safe_text
 from rocmbuild.results import short_txn
 
 
@@ -51,7 +51,7 @@ def drift_text(d, prefix: str | None = None) -> str:
 HISTORY_HEADERS = ("txn", "when", "what", "version", "state")
 
 
-def _history_state(r) -> str:
+def _history_state(r) -> tuple[str, ...]:
     """One line per fact: in effect / undone / the outcome, then pruned backups and foreign origin."""
     out = r.get("outcome") or "?"
     facts = ["in effect" if r.get("in_effect") else ("undone" if out == "committed" else out)]
@@ -59,18 +59,19 @@ def _history_state(r) -> str:
         facts.append("backups pruned")
     if r.get("origin") in ("copied", "moved"):
         facts.append(f"{r['origin']} from {r['prefix_identity'].get('path')}")
-    return "\n".join(safe_text(f) for f in facts)
+    return tuple(facts)
 
 
-def history_row(r) -> tuple[str, ...]:
+def history_row(r) -> tuple[layout.Cell, ...]:
+    """The cells of a history line (the table escapes each)."""
     what = r.get("recipe") or "-"
     if r.get("commit"):
         what += f" @ {r['commit'][:12]}"
     if r.get("undoes"):
         what += f" (undoes {', '.join(short_txn(u) for u in r['undoes'])})"
     when = (r.get("time") or "?").replace("T", " ").rstrip("Z")
-    return (safe_text(f"{short_txn(r['id'])} {r['verb']}"), safe_text(when), safe_text(what),
-            safe_text(f"{r.get('version_before') or '?'} -> {r.get('version_after') or '?'}"), _history_state(r))
+    return (f"{short_txn(r['id'])} {r['verb']}", when, what,
+            f"{r.get('version_before') or '?'} -> {r.get('version_after') or '?'}", _history_state(r))
 
 
 def _before(a, plan) -> str:
