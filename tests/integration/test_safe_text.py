@@ -165,16 +165,23 @@ def test_a_hostile_history_line_is_replayed_escaped_by_status_and_history(txn_ho
     env = target_env("3.5.0", compile_version="3.5.1")
     r = rb("apply", txn_home.recipe("mini"), "--env", env.prefix)
     assert r.returncode == 0, r.stderr
-    history = env.prefix / ".rocmbuild" / "history.jsonl"
+    hostile = {"recipe": "mini" + HOSTILE, "version_after": "3.5.1\x1b[2J\r\nFAKE: all good",
+               "commit": "c" * 40 + "\x1b[2J\nFAKE: all good"}
+    state = env.prefix / ".rocmbuild"
+    history = state / "history.jsonl"  # what `history` replays
     records = [json.loads(line) for line in history.read_text().splitlines()]
-    records[-1].update(recipe="mini" + HOSTILE, version_after="3.5.1\x1b[2J\r\nFAKE: all good",
-                       commit="c" * 12 + "\x1b[2J\nFAKE: all good")
+    records[-1].update(hostile)
     history.write_text("".join(json.dumps(rec) + "\n" for rec in records))
+    for journal in (state / "journal").glob("*.json"):  # what `status` replays
+        data = json.loads(journal.read_text())
+        data["plan"].update(hostile)
+        journal.write_text(json.dumps(data))
     for verb in ("status", "history"):
         r = rb(verb, "--env", env.prefix)
         assert r.returncode in (0, 2), r.stderr
         assert "Traceback" not in r.stderr, r.stderr
         _inert(r.stdout, r.stderr)
+        # shown escaped (or named, escaped, as a state file that cannot be read)
         assert "\\x1b[2J" in r.stdout + r.stderr, (verb, r.stdout, r.stderr)
     r = rb("history", "--env", env.prefix, env={"COLUMNS": "60"})  # a narrow terminal: one block per row
     _inert(r.stdout, r.stderr)
@@ -185,12 +192,13 @@ def test_a_hostile_history_line_is_replayed_escaped_by_status_and_history(txn_ho
 
 
 _PROGRESS = ("import time\nfrom rocmbuild import progress\n"
+             "with progress.phase('fetch', {label!r}):\n    time.sleep(0.4)\n"
              "with progress.phase('build', {label!r}) as p:\n"
-             "    p.line('[1/2] Building ' + {label!r})\n    time.sleep(0.6)\n")
+             "    p.line('[1/2] Building ' + {line!r})\n    time.sleep(0.6)\n")
 
 
 def _progress(env: dict) -> subprocess.CompletedProcess:
-    code = _PROGRESS.format(label=HOSTILE)
+    code = _PROGRESS.format(label=HOSTILE, line=HOSTILE.replace("\n", ""))  # a tool's line has no newline
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO,
                           env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "COLUMNS": "200", **env})
 
@@ -199,7 +207,8 @@ def test_progress_labels_and_lines_are_escaped_off_and_on_a_terminal():
     plain = _progress({"ROCMBUILD_HEARTBEAT_S": "0.1"})  # stderr a pipe: plain lines and heartbeats
     assert plain.returncode == 0, plain.stderr
     _inert(plain.stderr)
-    assert "Building desc \\x1b[2J" in plain.stderr, plain.stderr
+    assert "Building desc \\x1b[2J" in plain.stderr, plain.stderr  # the step line (50%)
+    assert "fetch: desc \\x1b[2J\\x1b]0;owned\\x07 clear\\x0d\\x0aFAKE" in plain.stderr  # a heartbeat: the label
     tty = _progress({"FORCE_COLOR": "1"})  # a (forced) terminal: rich draws, our text is escaped
     assert tty.returncode == 0, tty.stderr
     assert "\x1b[2J" not in tty.stderr and "\x1b]0;" not in tty.stderr and "\x07" not in tty.stderr
