@@ -9,6 +9,8 @@ Decisions:
 * the grammars: a recipe name is ``[A-Za-z0-9][A-Za-z0-9._+-]*`` (at most 100 characters, not
   ending in ``.``, no ``..``); a version is ``[0-9A-Za-z][0-9A-Za-z._+~-]*`` (at most 64); a
   commit is 40 (sha1) or 64 (sha256) lowercase hex digits;
+* a byte of a path that is not UTF-8 (Python's surrogateescape, ``\\udcff``) is shown as the byte
+  (``\\xff``);
 * :func:`safe_text` escapes every control character (C0, DEL, C1, and the Unicode format and
   line/paragraph separators a terminal may act on) as a visible ``\\x1b``/``\\u202e`` form;
   JSON output keeps the exact strings (it is escaped by JSON itself). A newline is kept only
@@ -29,16 +31,17 @@ __all__ = ["RECIPE_RE", "VERSION_RE", "COMMIT_RE", "is_recipe_name", "is_version
 
 
 def is_recipe_name(value: object) -> bool:
-    return (isinstance(value, str) and bool(RECIPE_RE.match(value)) and ".." not in value
+    # fullmatch: ``$`` alone would let a trailing newline through ("mini\n")
+    return (isinstance(value, str) and bool(RECIPE_RE.fullmatch(value)) and ".." not in value
             and not value.endswith("."))
 
 
 def is_version(value: object) -> bool:
-    return isinstance(value, str) and bool(VERSION_RE.match(value)) and ".." not in value
+    return isinstance(value, str) and bool(VERSION_RE.fullmatch(value)) and ".." not in value
 
 
 def is_commit(value: object) -> bool:
-    return isinstance(value, str) and bool(COMMIT_RE.match(value))
+    return isinstance(value, str) and bool(COMMIT_RE.fullmatch(value))
 
 
 _GRAMMAR = {
@@ -58,11 +61,14 @@ def bad_name_reason(kind: str, value: object) -> str | None:
         return None
     if not isinstance(value, str):
         return f"expected a string ({expected}), got {type(value).__name__}"
-    return f"expected {expected}, got {safe_text(value)!r}"[:300]
+    shown = safe_text(value)
+    return f"expected {expected}, got '{shown if len(shown) <= 120 else shown[:119] + '…'}'"
 
 
 def _escape(ch: str) -> str:
     o = ord(ch)
+    if 0xDC80 <= o <= 0xDCFF:  # a byte that was not UTF-8 (a path's surrogateescape): shown as that byte
+        return f"\\x{o - 0xDC00:02x}"
     if o < 0x100:
         return f"\\x{o:02x}"
     if o < 0x10000:

@@ -14,7 +14,10 @@ and make's ``[ 44%]`` prefixes. Where it goes depends on the mode (:func:`config
 * ``json`` (``--json``): the same events, as one JSON object per line on stderr (docs/json.md).
 * ``quiet`` (``-q``): nothing.
 
-Decisions: progress is on stderr only, never in the result; ``--json`` events follow the plain
+Decisions: a label, a build tool's line and a phase line are shown through
+``names.safe_text`` (one line each, control characters escaped: a compiler's colours or a
+recipe's ref cannot move the cursor or fake a line); ``--json`` events keep the exact strings.
+Progress is on stderr only, never in the result; ``--json`` events follow the plain
 cadence (steps of 10 %, heartbeats), not every compile line; the ETA is linear from the phase's
 start (elapsed * what is left / what is done), the same number in every mode. The two cadences
 may be shortened through ``ROCMBUILD_HEARTBEAT_S`` and ``ROCMBUILD_PROGRESS_STEP`` (tests: a
@@ -37,6 +40,7 @@ from rich.progress import BarColumn, Progress, ProgressColumn, SpinnerColumn
 from rich.table import Column
 from rich.text import Text
 
+from rocmbuild.names import safe_text
 from rocmbuild.ui import console, silence
 
 _NINJA = re.compile(r"^\[(\d+)/(\d+)\]\s*(.*)$")
@@ -120,7 +124,7 @@ def _event(obj: dict) -> None:
 
 def _plain(text: str) -> None:
     with _lock:
-        console.print(Text(text), soft_wrap=True)
+        console.print(Text(safe_text(text)), soft_wrap=True)
 
 
 _lock = threading.RLock()
@@ -320,12 +324,12 @@ def _cut(text: str, width: int, *, keep_end: bool = False) -> str:
 
 class _Label(ProgressColumn):
     def render(self, task) -> Text:
-        return Text(_cut(task.description, _widths(console.width)[0]), style="progress.description")
+        return Text(_cut(safe_text(task.description), _widths(console.width)[0]), style="progress.description")
 
 
 class _Target(ProgressColumn):
     def render(self, task) -> Text:
-        return Text(_cut(task.fields.get("target") or "", _widths(console.width)[2], keep_end=True))
+        return Text(_cut(safe_text(task.fields.get("target") or ""), _widths(console.width)[2], keep_end=True))
 
 
 class _Bar(BarColumn):

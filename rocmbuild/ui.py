@@ -7,6 +7,14 @@ Decision: message text is never rich markup (nor emoji codes): callers' text nam
 (``[build]``), make's ``gmake[2]: *** [src/x.o] Error 1`` and paths, so every message is a
 :class:`rich.text.Text` whose style is set here, never parsed from the text.
 
+Decision: every text passes :func:`rocmbuild.names.safe_text` here, at the one sink, so an escape
+sequence, a carriage return or a newline in a recipe's description, a ref, a hint, a path or a
+stored history line is shown escaped (``\x1b``), never acted on. ``info``, ``warn`` and ``detail``
+are one line each (a newline inside is escaped too: a stray ``\nFAKE: all good`` cannot print a
+line of its own); an error's message and hint may have several lines (a list of what is missing, a
+build log's tail, a usage) and keep them (:func:`rocmbuild.names.safe_lines`), so what an error
+embeds from outside (a ref, a recipe's hint) is escaped with ``safe_text`` where it is made.
+
 Decision: a reader that leaves (``rocmbuild apply ... 2>&1 | head -2``) ends our output, never our
 work. rich's default answer to a closed pipe is ``SystemExit(1)``, which would abort (and roll
 back) a transaction half way; :class:`_Console` instead points the stream at ``/dev/null`` and
@@ -23,6 +31,7 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
+from rocmbuild.names import safe_lines, safe_text
 
 
 class _Console(Console):
@@ -60,8 +69,10 @@ def set_verbose(verbose: bool) -> None:
     _verbose = verbose
 
 
-def say(label: str, style: str, text: str) -> None:
-    """Print ``label`` (styled) then ``text`` exactly as given: never parsed as markup."""
+def say(label: str, style: str, text: str, *, lines: bool = False) -> None:
+    """Print ``label`` (styled) then ``text``, never parsed as markup, its control characters
+    escaped (``lines``: its line breaks kept)."""
+    text = safe_lines(text) if lines else safe_text(text)
     console.print(Text.assemble((label, style), " ", text) if label else Text(text))
 
 
@@ -81,9 +92,9 @@ def warn(text: str) -> None:
 
 
 def error(message: str, hint: str = "") -> None:
-    say("error:", "bold red", message)
+    say("error:", "bold red", message, lines=True)
     if hint:
-        say("hint:", "cyan", hint)
+        say("hint:", "cyan", hint, lines=True)
 
 
 def emit_json(obj: dict[str, Any]) -> None:

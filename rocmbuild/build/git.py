@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Mapping
 
 from rocmbuild import runner
+from rocmbuild.names import safe_text
 from rocmbuild.errors import FetchError, RequirementError
 
 FULL_SHA_RE = re.compile(r"^[0-9a-f]{40}$")
@@ -264,17 +265,17 @@ def unreachable(url: str, status: int, err: str) -> FetchError:
     details = {"url": url, "git": err.strip()}
     if "dubious ownership" in err:
         return FetchError(
-            f"git refuses the local remote {url}: it is owned by another user (git's 'dubious ownership')",
+            f"git refuses the local remote {safe_text(url)}: it is owned by another user (git's 'dubious ownership')",
             "rocmbuild runs git without your git config, so a safe.directory there does not apply: "
             "serve that repository over ssh or https, or clone it to a path you own and name that",
             details={**details, "reason": "dubious_ownership"})
     if "not allowed" in err and "transport" in err:
         return FetchError(
-            f"cannot fetch {url}: {last_line(err)}",
+            f"cannot fetch {safe_text(url)}: {last_line(err)}",
             f"a recipe's git URL may use these transports only: {', '.join(PROTOCOLS)} (or a local path)",
             details={**details, "reason": "transport_not_allowed"})
     return FetchError(
-        f"cannot reach git remote {url}: {last_line(err) or f'git ls-remote exit code {status}'}",
+        f"cannot reach git remote {safe_text(url)}: {last_line(err) or f'git ls-remote exit code {status}'}",
         "check the URL (recipe source.git or --source), your network/proxy and credentials; "
         "a local directory must be a git repository",
         details=details,
@@ -302,24 +303,24 @@ def fetch_refused(url: str, sha: str, ref: str | None, output: str) -> FetchErro
     details = {"url": url, "commit": sha, "git": output.strip()}
     if missing_objects(output) or (named and "not our ref" in output):
         return FetchError(
-            f"cannot fetch commit {sha} from {url}: the remote is missing objects of it ({first})",
+            f"cannot fetch commit {sha} from {safe_text(url)}: the remote is missing objects of it ({first})",
             "the remote repository is damaged or incomplete (a shallow or partial mirror?): repair it "
             "(`git fsck` there) or use a complete remote with --source URL",
             details={**details, "reason": "missing_objects"})
     if "not our ref" in output:
         return FetchError(
-            f"cannot fetch commit {sha} from {url}: the remote does not serve it ({first})",
+            f"cannot fetch commit {sha} from {safe_text(url)}: the remote does not serve it ({first})",
             "either the commit is not on that remote, or the server does not serve commits by sha "
             "(plain git servers need uploadpack.allowAnySHA1InWant; GitHub does): use a branch or tag "
             "name that contains it as the ref",
             details={**details, "reason": "not_served_by_sha"})
-    return FetchError(f"cannot fetch commit {sha} from {url}: {last_line(output)}",
+    return FetchError(f"cannot fetch commit {sha} from {safe_text(url)}: {last_line(output)}",
                       "check the remote is reachable and has the commit (`git ls-remote URL`)", details=details)
 
 
 def unknown_ref(ref: str | None, url: str, refs: Mapping[str, str]) -> FetchError:
     return FetchError(
-        f"ref '{ref}' not found on {url}",
+        f"ref '{safe_text(ref)}' not found on {safe_text(url)}",
         f"use a branch, tag or commit sha that exists there ({describe_refs(refs)}); "
         "set source.ref in the recipe or pass --ref",
         details={"url": url, "ref": ref},

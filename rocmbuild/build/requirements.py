@@ -30,6 +30,7 @@ from packaging.version import InvalidVersion, Version
 
 from rocmbuild import runner
 from rocmbuild.errors import RocmbuildError
+from rocmbuild.names import safe_text
 from rocmbuild.recipe import Recipe, split_requirement
 
 OK, WARN, FAIL = "ok", "warn", "fail"
@@ -52,7 +53,8 @@ class DoctorCheck:
 
     def render(self) -> str:
         mark = {OK: "  ok", WARN: "warn", FAIL: "FAIL"}[self.status]
-        return f"[{mark}] {self.name}: {self.detail}" + (f"\n       fix: {self.fix}" if self.fix else "")
+        # two lines at most: a name, a detail or a fix (a recipe's hint) is shown as one line each
+        return safe_text(f"[{mark}] {self.name}: {self.detail}") + (f"\n       fix: {safe_text(self.fix)}" if self.fix else "")
 
 
 def program_version(prog: str) -> Version | None:

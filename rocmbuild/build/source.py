@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from rocmbuild import ui
+from rocmbuild import names, ui
 from rocmbuild.build import tarball
 from rocmbuild.build.git import (
     FULL_SHA_RE, SHORT_SHA_RE, Git, GitFailed, fetch_refused, is_full_sha, last_line, ls_remote, match_ref,
@@ -303,7 +303,16 @@ def read_version(recipe: Recipe, source_dir: Path) -> str | None:
             "fix source.version.regex so that group 1 captures the version (e.g. 'VERSION ([0-9.]+)')",
             details=details,
         )
-    return m.group(1).strip()
+    version = m.group(1).strip()
+    why = names.bad_name_reason("version", version)
+    if why is not None:  # it names files and directories later, and is shown: never stored as it is
+        raise RecipeError(
+            f"{recipe.path}: source.version: regex {names.safe_text(spec.regex)} matched in {f}, but what it "
+            f"captured is not a version: {why}",
+            "make source.version.regex capture only the version (e.g. 'VERSION ([0-9.]+)')",
+            details={**details, "captured": version},
+        )
+    return version
 
 
 def _fetch_tarball(recipe: Recipe, home: Path, log: Path | None) -> Checkout:

@@ -21,6 +21,7 @@ import traceback
 from typing import Callable
 
 from rocmbuild import progress, stop, ui
+from rocmbuild.names import safe_lines
 from rocmbuild.cli import args as a
 from rocmbuild.cli import completion, help, render
 from rocmbuild.cli.args import Parser, UsageError
@@ -65,6 +66,7 @@ def _run(argv: list[str], want_json: bool, debug: bool) -> tuple[str | None, Ver
         ui.set_quiet(args.json or args.quiet)
         ui.set_verbose(bool(args.verbose))
         a.resolve_env_name(args)
+        a.check_target_paths(args)
         progress.configure(json=args.json, quiet=args.quiet)
         result = handlers[verb](args)
         return verb, result, (result.to_json() if want_json else render.text(result))
@@ -134,7 +136,7 @@ def _main(argv: list[str]) -> int:
                 out["error"] = error.to_json()
             ui.emit_json(out)
         elif rendered:
-            print(rendered, flush=True)
+            print(safe_lines(rendered), flush=True)  # the renderers escape each one-line value; this, the rest
         if error is not None:  # once, on stderr, after the data it is about (the text does not repeat it)
             ui.error(error.message, error.hint)
     except BrokenPipeError:

@@ -213,6 +213,17 @@ def resolve_env_name(args: argparse.Namespace) -> None:
     ui.info(f"environment {name}: {args.env}")
 
 
+def check_target_paths(args: argparse.Namespace) -> None:
+    """``--env`` / ``--python`` (and ``-n NAME``'s prefix) must be UTF-8 paths: refused here, before
+    any build (exit 2), with the path shown escaped; ``target.resolve`` checks what it finds too."""
+    from rocmbuild.target import target
+
+    for flag in ("env", "python"):
+        value = getattr(args, flag, None)
+        if value:
+            target.require_utf8(value, f"--{flag}")
+
+
 def positive(text: str, why: str = "") -> int:
     """A count of 1 or more (``--keep``, ``history --limit``); ``why``: said when it is not."""
     try:

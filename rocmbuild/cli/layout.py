@@ -10,6 +10,11 @@ Decisions:
   ellipsis; prose wraps at spaces and, inside a path longer than the line, after a ``/``.
 * A 64-hex run (a cache key, a sha256) reads as its first :data:`KEY_DIGITS` digits and an
   ellipsis in text; JSON keeps it whole.
+* Every value shown passes :func:`rocmbuild.names.safe_text` (control characters escaped): a
+  table cell (a string is one line; a cell of several lines is a tuple of them) and a tree node
+  here, a line of a renderer through :func:`lines` (each element is one
+  line, so a newline inside a value is escaped rather than starting a line of its own); the CLI
+  passes the whole text through :func:`rocmbuild.names.safe_lines` once more on its way out.
 * Where stdout is not UTF-8 (``PYTHONIOENCODING=ascii``), trees and ellipses are drawn in ASCII.
 """
 
@@ -28,9 +33,16 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
+from rocmbuild.names import safe_text
+
 OFF_TERMINAL = 120
 KEY_DIGITS = 16
 _KEY = re.compile(r"(?<![0-9a-fA-F])([0-9a-fA-F]{%d})[0-9a-fA-F]{%d}(?![0-9a-fA-F])" % (KEY_DIGITS, 64 - KEY_DIGITS))
+
+
+def lines(items: Iterable[str]) -> str:
+    """One line per item, each through :func:`safe_text` (a newline inside one is escaped)."""
+    return "\n".join(safe_text(i) for i in items)
 
 
 def width() -> int:
@@ -99,9 +111,18 @@ def _widths(cells: list[list[str]], cols: int) -> list[int] | None:
     return widths
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]], cols: int | None = None) -> str | None:
+Cell = str | tuple[str, ...]  # one line, or several (one fact each)
+
+
+def cell_text(cell: Cell, sep: str = "\n") -> str:
+    """A cell as text, each of its lines through :func:`safe_text` (``sep`` between them)."""
+    return sep.join(safe_text(c) for c in cell) if isinstance(cell, tuple) else safe_text(cell)
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Cell]], cols: int | None = None) -> str | None:
     """A plain table that fits ``cols`` columns, its cells wrapped at spaces; each column at least
     as wide as its longest word. None when even that does not fit (the caller lists the rows)."""
+    rows = [[cell_text(c) for c in r] for r in rows]
     cells = [[h, *(r[i] for r in rows)] for i, h in enumerate(headers)]
     widths = _widths(cells, cols or width())
     if widths is None:
@@ -117,9 +138,9 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]], cols: int | Non
 
 def tree(label: str, branches: Iterable[tuple[str, Sequence[str]]], cols: int | None = None) -> str:
     """``label`` over branches ``(label, leaves)``, drawn as a tree."""
-    root = Tree(Text(label), guide_style="")
+    root = Tree(Text(safe_text(label)), guide_style="")
     for name, leaves in branches:
-        node = root.add(Text(name))
+        node = root.add(Text(safe_text(name)))
         for leaf in leaves:
-            node.add(Text(leaf))
+            node.add(Text(safe_text(leaf)))
     return to_text(root, cols)

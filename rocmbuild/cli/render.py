@@ -3,6 +3,12 @@
 ``text(result)`` picks the renderer by the result's type. Kept apart from parsing and exit codes
 (app.py, verbs.py) and from the flows that do the work, so wording changes touch only this file.
 Renderers read the result's ``to_json()`` form where the text mirrors it key for key.
+
+Every value a renderer shows passes ``names.safe_text`` (rocmbuild.names): a renderer builds its
+text as a list of lines and joins them with ``layout.lines``, which escapes each (so a newline in a
+description, a ref or a stored history line cannot start a line of its own); a block that is
+several lines already (a tree, a table, a nested renderer's text, a recipe file shown by ``show``)
+is escaped where it is made. ``--json`` keeps every string exact.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from functools import singledispatch
 from typing import Any
 
 from rocmbuild import runner
+from rocmbuild.names import safe_lines, safe_text
 from rocmbuild.cli import layout
 from rocmbuild.cli.statetext import HISTORY_HEADERS, drift_text, history_row, plan_tree, rel
 from rocmbuild.results import (
@@ -45,14 +52,15 @@ def text(result: VerbResult) -> str:
 
 @text.register
 def _recipes(r: RecipesResult) -> str:
-    lines = [f"{e.name:24} {e.description or ('INVALID: ' + e.error if e.error else '')}\n{'':24} {e.path}"
-             for e in r.recipes]
-    return "\n".join(lines) or "no recipes found"
+    lines = [line for e in r.recipes
+             for line in (f"{e.name:24} {e.description or ('INVALID: ' + e.error if e.error else '')}",
+                          f"{'':24} {e.path}")]
+    return layout.lines(lines) or "no recipes found"
 
 
 @text.register
 def _show(r: ShowResult) -> str:
-    return "\n".join([f"{r.name}: {r.description}", f"file: {r.path}", r.toml])
+    return layout.lines([f"{r.name}: {r.description}", f"file: {r.path}"]) + "\n" + safe_lines(r.toml)
 
 
 @text.register
@@ -77,19 +85,19 @@ def build_plan(plan: BuildPlan) -> str:
     lines.append(f"  tools    {tools['cmake']}; {tools['cc']}; {tools['cxx']}")
     lines += [f"  MISSING  {c.name}: {c.detail}" + (f" ({c.fix})" if c.fix else "") for c in plan.missing]
     lines += [f"  note     {n}" for n in plan.notes]
-    return layout.short_keys("\n".join(lines))  # the key and the paths named after it: 16 digits
+    return layout.short_keys(layout.lines(lines))  # the key and the paths named after it: 16 digits
 
 
 @text.register
 def _build(r: BuildResult) -> str:
     data = r.to_json()
     verb = "cached (no configure, no compile)" if data["cached"] else "built"
-    out = f"{data['recipe']} {data['version'] or ''} @ {(data['commit'] or '')[:12]}: {verb}\nartifact: {data['artifact']}"
-    for lib in data["libraries"]:
-        out += f"\n  {lib['name']}: {' -> '.join(lib['chain'])} (SONAME {lib['soname']})"
+    out = [f"{data['recipe']} {data['version'] or ''} @ {(data['commit'] or '')[:12]}: {verb}",
+           f"artifact: {data['artifact']}"]
+    out += [f"  {lib['name']}: {' -> '.join(lib['chain'])} (SONAME {lib['soname']})" for lib in data["libraries"]]
     if data["log"]:
-        out += f"\nlog: {data['log']}"
-    return out
+        out.append(f"log: {data['log']}")
+    return layout.lines(out)
 
 
 # --------------------------------------------------------------------------------------------
@@ -112,7 +120,7 @@ def _loaded(data: dict[str, Any]) -> str:
                      f"device {lib['device']} inode {lib['inode']}" + (f" sha256 {lib['sha256']}" if lib["sha256"] else ""))
     if not data["libraries"]:
         lines.append("  no libMIOpen/libamdhip64/libcudnn loaded")
-    return "\n".join(lines)
+    return layout.lines(lines)
 
 
 @text.register
@@ -131,20 +139,20 @@ def status_changes(c: StatusChanges, prefix: str | None = None) -> str:
     lines += [drift_text(d, prefix) + " (`rocmbuild rollback` refuses without --force)" for d in c.drift]
     lines += [f"UNREADABLE {u.describe()}" + (": rocmbuild changes nothing here until it is dealt with "
               "(`rocmbuild recover` says how)" if u.kind == "journal" else "") for u in c.unreadable]
-    return "\n".join(lines or ["rocmbuild has changed nothing in this target"])
+    return layout.lines(lines or ["rocmbuild has changed nothing in this target"])
 
 
 @text.register
 def _status(r: StatusResult) -> str:
     """The summary line first, then what is loaded, then rocmbuild's changes grouped per transaction."""
     prefix = str(r.target.prefix)
-    body = r.summary + "\n" + _loaded(r.to_json()) + "\n" + status_changes(r.changes, prefix)
+    body = safe_text(r.summary) + "\n" + _loaded(r.to_json()) + "\n" + status_changes(r.changes, prefix)
     return layout.short_keys(body)
 
 
 @text.register
 def _verify(r: VerifyResult) -> str:
-    return f"verified {r.target.prefix}\n" + r.verdict.render()
+    return safe_text(f"verified {r.target.prefix}") + "\n" + r.verdict.render()
 
 
 @text.register
@@ -160,13 +168,15 @@ def _doctor(r: DoctorResult) -> str:
 
 @text.register
 def _cache_verify(r: CacheVerifyResult) -> str:
-    lines = [f"{e.status:11} {e.kind:8} {e.key[:16]} {e.recipe or '?'} {e.version or ''}".rstrip()
-             + "".join(f"\n  {p}" for p in e.problems)
-             + (f"\n  quarantined to {e.quarantined_to}" if e.quarantined_to else "") for e in r.entries]
+    lines = []
+    for e in r.entries:
+        lines.append(f"{e.status:11} {e.kind:8} {e.key[:16]} {e.recipe or '?'} {e.version or ''}".rstrip())
+        lines += [f"  {p}" for p in e.problems]
+        lines += [f"  quarantined to {e.quarantined_to}"] if e.quarantined_to else []
     bad = sum(e.status != "ok" for e in r.entries)
     lines.append(f"{len(r.entries)} artifact(s) in {r.cache} re-hashed: "
                  + (f"{bad} quarantined" if bad else "all match their manifests"))
-    return "\n".join(lines)
+    return layout.lines(lines)
 
 
 def _size(n: int) -> str:
@@ -190,7 +200,7 @@ def _cache_list(r: CacheListResult) -> str:
                  f"{len(r.targets)} known target(s)" + (f" ({gone} no longer there)" if gone else ""))
     lines += [f"  cannot read {p} (a journal of {t.target.prefix or t.target.state_dir})"
               for t in r.targets for p in t.unreadable]
-    return "\n".join(lines)
+    return layout.lines(lines)
 
 
 @text.register
@@ -202,21 +212,21 @@ def _cache_gc(r: CacheGcResult) -> str:
     lines.append(f"{len(r.removed)} item(s) {'would be removed' if r.dry_run else 'removed'}, {_size(r.freed_bytes)} "
                  + ("would be freed (dry run: nothing was removed)" if r.dry_run else "freed")
                  + f" (kept: whatever was used in the last {r.keep_days:g} day(s), and what targets use)")
-    return "\n".join(lines)
+    return layout.lines(lines)
 
 
 @text.register
 def _export(r: ExportResult) -> str:
     b = r.bundle
-    return (f"{b.file}\n{b.sha256}  (also in {b.sha256_file})\n"
-            f"apply it elsewhere with: rocmbuild apply --artifact {b.file} --env PREFIX")
+    return layout.lines([f"{b.file}", f"{b.sha256}  (also in {b.sha256_file})",
+                         f"apply it elsewhere with: rocmbuild apply --artifact {b.file} --env PREFIX"])
 
 
 @text.register
 def _lock(r: LockResult) -> str:
     lk = r.lock
-    return (f"{r.lock_file}: {lk['recipe']} @ {lk['ref']} -> {lk['commit']}\n"
-            f"rebuild exactly this with: rocmbuild apply --from-lock {r.lock_file}")
+    return layout.lines([f"{r.lock_file}: {lk['recipe']} @ {lk['ref']} -> {lk['commit']}",
+                         f"rebuild exactly this with: rocmbuild apply --from-lock {r.lock_file}"])
 
 
 def gpu_arch_line(m) -> str:
@@ -231,8 +241,8 @@ def _apply(r: ApplyResult) -> str:
     p = r.plan
     arch_line = [gpu_arch_line(r.gpu_arch)] if r.gpu_arch is not None else []
     if r.already_applied:
-        return "\n".join([f"already applied: {p.recipe} ({p.version_after or '?'}) is in place in {p.prefix}; "
-                          "nothing changed", *arch_line])
+        return layout.lines([f"already applied: {p.recipe} ({p.version_after or '?'}) is in place in {p.prefix}; "
+                             "nothing changed", *arch_line])
     lines = [f"applied {r.txn}: {p.recipe} {p.version_before or '?'} -> {p.version_after or '?'} "
              f"in {p.prefix} ({p.layout} layout)"]
     lines += [f"  {a.path}" for a in p.pending]
@@ -244,26 +254,27 @@ def _apply(r: ApplyResult) -> str:
         lines.append(f"verified: {', '.join(passed)}")
     lines += arch_line
     lines.append("undo with: rocmbuild rollback" + (f" --env {p.prefix}" if p.prefix else ""))
-    return "\n".join(lines)
+    return layout.lines(lines)
 
 
 @text.register
 def _dry_run(d: DryRunResult) -> str:
-    lines = ["dry run: nothing is fetched, built or changed"]
+    lines = ["dry run: nothing is fetched, built or changed"]  # each one line, or a block escaped where made
     if d.build is not None:
         lines.append(build_plan(d.build))
     if d.artifact is not None:
         a = d.artifact
         built_for = ", ".join(a.gpu_targets) if a.gpu_targets else "no GPU targets recorded"
-        lines.append(f"artifact {a.recipe} {a.version or ''} ({a.key[:16]}), built for {built_for}, bundle checked")
+        lines.append(safe_text(f"artifact {a.recipe} {a.version or ''} ({a.key[:16]}), built for {built_for}, "
+                               "bundle checked"))
     if d.gpu_arch is not None:
-        lines.append(gpu_arch_line(d.gpu_arch))
+        lines.append(safe_text(gpu_arch_line(d.gpu_arch)))
     if d.target_plan is not None:
         lines.append(plan_tree(d.target_plan))
     elif d.target_error is not None:  # the error itself is printed once, on stderr
         lines.append(f"target: the apply would be refused ({type(d.target_error).__name__}); nothing would change")
     elif d.target_note:
-        lines.append(f"target: {d.target_note}")
+        lines.append(safe_text(f"target: {d.target_note}"))
     return layout.short_keys("\n".join(lines))
 
 
@@ -279,7 +290,7 @@ def _rollback(r: RollbackResult) -> str:
     warnings = r.warnings
     out.append(f"verified {p.library} ({p.version_after or '?'})" + (
         f" with {len(warnings)} warning(s): " + ", ".join(w["name"] for w in warnings) if warnings else ""))
-    return "\n".join(out)
+    return layout.lines(out)
 
 
 @text.register
@@ -287,24 +298,25 @@ def _history(h: HistoryResult) -> str:
     """A table at the terminal's width, newest first (a narrow terminal: one block per transaction)."""
     cols = layout.width()
     rows = [history_row(r) for r in reversed(h.transactions)]
-    out = [layout.wrap(f"history of {h.prefix} (newest first)", cols)]
-    out += [layout.wrap(f"this state was {o['relation']} from {o['from']} ({o['state_dir']}): its transactions "
-                        "ran there; rollback and recover act on this prefix only", cols) for o in h.origins]
+    out = [layout.wrap(safe_text(f"history of {h.prefix} (newest first)"), cols)]
+    out += [layout.wrap(safe_text(f"this state was {o['relation']} from {o['from']} ({o['state_dir']}): its "
+                                  "transactions ran there; rollback and recover act on this prefix only"), cols)
+            for o in h.origins]
     table = layout.table(HISTORY_HEADERS, rows, cols) if rows else None
     if table is not None:
         out.append(table)
     else:
-        out += [layout.wrap("  ".join(c.replace("\n", ", ") for c in row), cols, "  ") for row in rows]
+        out += [layout.wrap("  ".join(layout.cell_text(c, ", ") for c in row), cols, "  ") for row in rows]
     if not h.transactions:
         out.append("  no transactions" + (" that can be read" if h.unreadable else ""))
     shown, total = len(h.transactions), h.to_json()["total"]
     if total > shown:
         out.append(layout.wrap(f"the newest {shown} of {total} transactions (--limit {h.limit}); "
                                "`rollback --to` takes a txn number", cols))
-    out += [layout.wrap(f"in progress: {u.id} {u.verb} (pid {u.running_pid})" if u.running_pid else
-                        f"UNFINISHED {u.id} {u.verb} (stopped at '{u.state}'): run `rocmbuild recover`", cols)
+    out += [layout.wrap(safe_text(f"in progress: {u.id} {u.verb} (pid {u.running_pid})" if u.running_pid else
+                                  f"UNFINISHED {u.id} {u.verb} (stopped at '{u.state}'): run `rocmbuild recover`"), cols)
             for u in h.unfinished]
-    out += [layout.wrap(f"UNREADABLE {u.describe()}", cols) for u in h.unreadable]
+    out += [layout.wrap(safe_text(f"UNREADABLE {u.describe()}"), cols) for u in h.unreadable]
     out.append(layout.wrap(f"backups hold {h.backup_bytes} bytes on disk that nothing else keeps alive "
                            "(backups hardlinked to files still in use cost nothing)", cols))
     return layout.short_keys("\n".join(out))
@@ -314,9 +326,9 @@ def _history(h: HistoryResult) -> str:
 def _recover(r: RecoverResult) -> str:
     if not r.recovered:
         return f"nothing to recover in {r.prefix}"
-    return "\n".join(f"recovered {e['verb']} {e['id']} (stopped at '{e['interrupted_at']}'): rolled back"
-                     + ("" if e["restored"].get("ok") else " -- WARNING: the old state did not verify")
-                     for e in r.recovered)
+    return layout.lines(f"recovered {e['verb']} {e['id']} (stopped at '{e['interrupted_at']}'): rolled back"
+                        + ("" if e["restored"].get("ok") else " -- WARNING: the old state did not verify")
+                        for e in r.recovered)
 
 
 @text.register
@@ -326,7 +338,7 @@ def _demo(r: DemoResult) -> str:
              for s in r.steps]
     where = f"kept in {r.scratch}" if r.kept else f"{r.scratch} removed"
     verdict = "demo passed" if r.error is None else f"demo FAILED at {r.failed.name if r.failed else '?'}"
-    return "\n".join(["demo steps:", *lines, f"{verdict} in {r.seconds:.1f} s; {where}"])
+    return layout.lines(["demo steps:", *lines, f"{verdict} in {r.seconds:.1f} s; {where}"])
 
 
 @text.register

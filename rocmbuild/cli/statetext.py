@@ -6,6 +6,10 @@ Decisions:
 * A file's version is said only where something vouches for it: the plan's ``version_before`` for
   the file the target's torch loads now, the artifact's version for a library it places, the
   process's version for a drifted file it loads; else "version unknown".
+* Each value is shown through ``names.safe_text`` (a history line is read from a file anyone with
+  write access to the prefix may have written): a history row's cells are one line each (its
+  state a tuple of one-line facts) and escaped by ``layout.table``; other lines pass
+  ``layout.lines``.
 * Keys and sha256 digests read as their first 16 hex digits; paths inside the prefix as relative.
 """
 
@@ -47,7 +51,7 @@ def drift_text(d, prefix: str | None = None) -> str:
 HISTORY_HEADERS = ("txn", "when", "what", "version", "state")
 
 
-def _history_state(r) -> str:
+def _history_state(r) -> tuple[str, ...]:
     """One line per fact: in effect / undone / the outcome, then pruned backups and foreign origin."""
     out = r.get("outcome") or "?"
     facts = ["in effect" if r.get("in_effect") else ("undone" if out == "committed" else out)]
@@ -55,10 +59,11 @@ def _history_state(r) -> str:
         facts.append("backups pruned")
     if r.get("origin") in ("copied", "moved"):
         facts.append(f"{r['origin']} from {r['prefix_identity'].get('path')}")
-    return "\n".join(facts)
+    return tuple(facts)
 
 
-def history_row(r) -> tuple[str, ...]:
+def history_row(r) -> tuple[layout.Cell, ...]:
+    """The cells of a history line (the table escapes each)."""
     what = r.get("recipe") or "-"
     if r.get("commit"):
         what += f" @ {r['commit'][:12]}"
@@ -111,10 +116,9 @@ def plan_tree(tp) -> str:
     head = (f"{plan.verb} {plan.recipe or '-'} {version} (artifact {layout.short(plan.artifact) or '-'}) on "
             f"{plan.prefix} ({plan.layout} layout)")
     pending = len(plan.pending)
-    lines = [layout.tree(head, dirs.items()), _compat(tp),
-             f"verification after the swap expects {plan.version_after or 'no particular version'}",
+    lines = [_compat(tp), f"verification after the swap expects {plan.version_after or 'no particular version'}",
              ("already applied: nothing would change" if not pending else
               f"{pending} path(s) would change, {len(plan.actions) - pending} already as wanted")]
     lines += [f"name: {n.describe()}" for n in plan.names]  # which artifact name lands where, and why
     lines += [f"note: {n}" for n in plan.notes]
-    return "\n".join(lines)
+    return layout.tree(head, dirs.items()) + "\n" + layout.lines(lines)

@@ -24,6 +24,7 @@ from rocmbuild.build.artifact import Artifact
 from rocmbuild.errors import InputError, RequirementError, RocmbuildError
 from rocmbuild.home import artifacts_dir, cache_home
 from rocmbuild.locks import LockWait
+from rocmbuild.names import safe_text
 from rocmbuild.recipe import Overrides, Recipe
 from rocmbuild.results import BuildPlan, BuildResult, SourcePlan
 from rocmbuild.target import gpu
@@ -51,8 +52,8 @@ def require(r: Recipe) -> None:
     """Raise RequirementError (exit 2) listing every missing requirement, before any fetch."""
     failed = [c for c in requirement_checks(r) if c.status == "fail"]
     if failed:
-        lines = "\n".join(f"  - {c.name}: {c.detail}" for c in failed)
-        fixes = "; ".join(c.fix for c in failed if c.fix)
+        lines = "\n".join(safe_text(f"  - {c.name}: {c.detail}") for c in failed)  # one line each
+        fixes = "; ".join(safe_text(c.fix) for c in failed if c.fix)
         raise RequirementError(
             f"recipe '{r.name}' needs what this machine does not have:\n{lines}",
             fixes or "install the missing programs; `rocmbuild doctor " + r.name + "` shows every check",

@@ -21,11 +21,12 @@ import tomllib
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from rocmbuild import names
 from rocmbuild.errors import InputError, RecipeError
 from rocmbuild.recipe import arch
 from rocmbuild.recipe.paths import prefix_problem, relative_inside
 from rocmbuild.recipe.model import (
-    DEFINE_RE, ENCODINGS, GENERATORS, LAUNCHERS, NAME_RE, SMOKES, SYSTEMS, Build, DefineValue, Install, Recipe,
+    DEFINE_RE, ENCODINGS, GENERATORS, LAUNCHERS, SMOKES, SYSTEMS, Build, DefineValue, Install, Recipe,
     Requires, Source, Verify, VersionSpec,
 )
 
@@ -359,13 +360,18 @@ def _verify(v: Mapping[str, Any], install: Install, source: Source, path: Path) 
     if verify.version == "source" and source.version is None:
         raise _fail(path, "verify.version", "verify.version = \"source\" needs [source] version = { file, regex }",
                     "add source.version, or give a fixed version such as \"3.5.1\"")
+    if verify.version not in (None, "source") and not names.is_version(verify.version):
+        raise _fail(path, "verify.version", f"invalid version: {names.bad_name_reason('version', verify.version)}",
+                    "give \"source\" or a version such as \"3.5.1\"")
     return verify
 
 
 def _name(data: Mapping[str, Any], path: Path) -> str:
     name = data.get("name", path.stem)
-    if not NAME_RE.match(name):
-        raise _fail(path, "name", f"invalid recipe name '{name}'", "use letters, digits, '.', '_', '+', '-'")
+    why = names.bad_name_reason("recipe", name)
+    if why is not None:  # the name reaches file names (cache, logs, patches/<name>/, bundles)
+        raise _fail(path, "name", f"invalid recipe name: {why}",
+                    "use letters, digits and '.', '_', '+', '-' (e.g. miopen-develop)")
     return name
 
 

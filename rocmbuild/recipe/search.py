@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 from typing import Sequence
 
+from rocmbuild import names
 from rocmbuild.errors import RecipeError
 from rocmbuild.recipe.model import Recipe
 from rocmbuild.recipe.parsing import parse
@@ -57,13 +58,17 @@ def find(name_or_path: str, recipes_dirs: Sequence[str | Path] = ()) -> Path:
         if not p.is_file():
             raise RecipeError(f"recipe file not found: {p}", "check the path, or give a recipe name (rocmbuild recipes)")
         return p.resolve()
+    why = names.bad_name_reason("recipe", name_or_path)
+    if why is not None:  # never joined into a file name: "..", a newline, a control character
+        raise RecipeError(f"not a recipe name: {why}",
+                          "give a recipe name (rocmbuild recipes lists them) or a path to a .toml file")
     for d in search_path(recipes_dirs):
         f = d / f"{name_or_path}.toml"
         if f.is_file():
             return f
     found = available(recipes_dirs)
-    names = [n for n, _ in found]
-    close = difflib.get_close_matches(name_or_path, names, n=1)
+    known = [n for n, _ in found]
+    close = difflib.get_close_matches(name_or_path, known, n=1)
     listing = "; ".join(f"{n} ({p})" for n, p in found) or "none"
     hint = (f"did you mean '{close[0]}'? " if close else "") + f"recipes found: {listing}"
     raise RecipeError(

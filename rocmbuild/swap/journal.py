@@ -121,7 +121,7 @@ class Journal:
             if not 0 <= step["index"] < len(plan.actions):
                 raise s.SchemaError(f"steps[{i}].index", f"the index of one of the plan's {len(plan.actions)} actions",
                                     s.describe(step["index"]), str(self.path))
-        check_places(plan, self.path.parent.parent)
+        check_places(plan, self.path.parent.parent, self.path)
 
     @property
     def id(self) -> str:
@@ -176,31 +176,33 @@ class Journal:
         return out
 
 
-def check_places(plan: Plan, sdir: Path) -> None:
+def check_places(plan: Plan, sdir: Path, file: object = None) -> None:
     """The replay rules: every path a journal names is one a plan may change -- strictly under the
     library's lib dir or the ``share`` dir beside it, no ``..``, never rocmbuild's state -- and
     its lib dir belongs to this state dir (inside its prefix; or, for an outside-prefix target,
-    the lib dir whose hash names the state dir). ValueError: the journal is refused as unreadable."""
+    the lib dir whose hash names the state dir). SchemaError (a ValueError): the journal is
+    refused as unreadable."""
     libdir = os.path.normpath(plan.libdir)
     if sdir.name == STATE_DIRNAME:
         if not under(libdir, os.path.normpath(str(sdir.parent)), strictly=True) and not under(
                 libdir, os.path.realpath(sdir.parent), strictly=True):
-            raise ValueError(f"its lib dir {libdir} is outside the prefix {sdir.parent} it lives in")
+            raise s.SchemaError("plan.libdir", f"a lib dir inside the prefix {sdir.parent} it lives in", s.describe(libdir), str(file))
     elif hashlib.sha256(str(Path(plan.libdir)).encode()).hexdigest()[:16] != sdir.name:
-        raise ValueError(f"its lib dir {libdir} is not the one this state dir ({sdir.name}) belongs to")
+        raise s.SchemaError("plan.libdir", f"the lib dir this state dir ({sdir.name}) belongs to", s.describe(libdir), str(file))
     share = os.path.join(os.path.dirname(libdir), "share")
 
     def allowed(p: str, is_dir: bool) -> bool:
         return (os.path.normpath(p) == p and STATE_DIRNAME not in p.split("/")
                 and (under(p, libdir, strictly=True) or under(p, share, strictly=not is_dir)))
 
-    for a in plan.actions:
+    where = f"a path under the lib dir {libdir} or {share}"
+    for i, a in enumerate(plan.actions):
         for p, is_dir in ((a.path, False), *((d, True) for d in a.create_dirs)):
             if not allowed(p, is_dir):
-                raise ValueError(f"it names {p}, which is not under the lib dir {libdir} or {share}")
+                raise s.SchemaError(f"plan.actions[{i}].path", where, s.describe(p), str(file))
     for d in plan.remove_dirs:
         if not allowed(d, True):
-            raise ValueError(f"it names the directory {d}, which is not under the lib dir {libdir} or {share}")
+            raise s.SchemaError("plan.remove_dirs", where, s.describe(d), str(file))
 
 
 def _map_plan(plan: dict[str, Any], f) -> dict[str, Any]:

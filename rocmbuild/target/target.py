@@ -10,6 +10,11 @@ Decisions:
   else a :class:`TargetError` asking for ``--env``. :func:`resolve` runs the interpreter once
   (``-c 'import sys; print(sys.prefix)'``, no torch) so "this Python does not run" is reported
   before anything else. All of these errors exit 2.
+* A target path that is not UTF-8 (``--env $'/tmp/\\xff-env'``, an interpreter or a ``sys.prefix``
+  there, or a prefix that resolves there) is refused by :func:`resolve` with a
+  :class:`TargetError` (exit 2) showing the path escaped: the probe's report, the journal and the
+  history are UTF-8 JSON, and a path that cannot be written there cannot be undone exactly. The
+  interpreter prints its ``sys.prefix`` with ``ascii()``, so the path read back is exact.
 * :func:`discover` is :func:`resolve` then :func:`discover_at` (one probe); a caller that must do
   something between the two (recover an interrupted swap first) calls them separately.
 * The prefix keeps the path the user gave (made absolute); comparisons (:meth:`Target.inside_prefix`)
@@ -27,6 +32,7 @@ Decisions:
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 from dataclasses import dataclass
@@ -35,6 +41,7 @@ from pathlib import Path
 from rocmbuild import runner
 from rocmbuild.errors import RequirementError, TargetError
 from rocmbuild.home import target_state_dir
+from rocmbuild.names import safe_text
 from rocmbuild.target.probe import LoadedLibrary, ProbeReport, run_probe
 
 _MAIN = {"miopen": "libMIOpen", "cudnn": "libcudnn", "hip": "libamdhip64"}
@@ -107,11 +114,34 @@ class Target:
         return {"prefix": str(self.prefix), "python": str(self.python), "state_dir": str(self.state_dir)}
 
 
+def require_utf8(path: str | os.PathLike, source: str) -> None:
+    """TargetError (exit 2) when ``path`` (or what it resolves to) is not valid UTF-8."""
+    for p in (os.fspath(path), os.path.realpath(path)):
+        try:
+            p.encode("utf-8")
+        except UnicodeEncodeError:
+            raise TargetError(
+                f"the environment path {safe_text(p)} (from {source}) is not valid UTF-8; rocmbuild needs a "
+                "UTF-8 path",
+                "move or create the environment under a path whose name is UTF-8 (the bytes shown as \\xNN are "
+                "not), then pass that path",
+                details={"path": safe_text(p), "from": source}) from None
+
+
+def _prefix_line(line: str) -> Path:
+    """The ``ascii()`` of a ``sys.prefix`` read back exactly (else the line as it is)."""
+    try:
+        value = ast.literal_eval(line)
+    except (ValueError, SyntaxError):
+        return Path(line)
+    return Path(value) if isinstance(value, str) else Path(line)
+
+
 def _ask_prefix(python: Path) -> Path:
     """Run ``python`` once (no torch) and return its sys.prefix; TargetError when it does not run."""
     hint = "pass --python with a working interpreter, or --env with the environment's prefix"
     try:
-        done = runner.capture([str(python), "-c", "import sys; print(sys.prefix)"], timeout=RESOLVE_TIMEOUT)
+        done = runner.capture([str(python), "-c", "import sys; print(ascii(sys.prefix))"], timeout=RESOLVE_TIMEOUT)
     except RequirementError as exc:
         raise TargetError(f"Python not found or not executable: {python}", hint) from exc
     except subprocess.TimeoutExpired as exc:
@@ -126,7 +156,7 @@ def _ask_prefix(python: Path) -> Path:
             + (f"\n{tail}" if tail else ""),
             hint,
         )
-    return Path(out[-1])
+    return _prefix_line(out[-1])
 
 
 def _python_in(prefix: Path) -> Path | None:
@@ -149,7 +179,10 @@ def resolve(env: str | None = None, python: str | None = None) -> tuple[Path, Pa
                 raise TargetError(f"Python not found on PATH: {python}", "give the interpreter's full path")
             exe = Path(found)
         exe = Path(os.path.abspath(exe))
-        return _ask_prefix(exe), exe
+        require_utf8(exe, "--python")
+        prefix = _ask_prefix(exe)
+        require_utf8(prefix, f"the sys.prefix of {safe_text(exe)}")
+        return prefix, exe
     source = "--env"
     if not env:
         for var in ("CONDA_PREFIX", "VIRTUAL_ENV"):
@@ -163,6 +196,7 @@ def resolve(env: str | None = None, python: str | None = None) -> tuple[Path, Pa
                 "pass --env PREFIX (a conda env or venv) or --python EXE, or activate the environment first",
             )
     prefix = Path(os.path.abspath(Path(env).expanduser()))
+    require_utf8(prefix, source)
     if not prefix.exists():
         raise TargetError(f"target prefix does not exist: {prefix} (from {source})",
                           "check the path: --env takes the environment's root directory (the one with bin/)")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from rocmbuild.names import safe_text
 from rocmbuild.target.probe import ProbeReport
 
 
@@ -26,7 +27,8 @@ class Check:
     def render(self) -> str:
         mark = "skip" if self.skipped else ("ok" if self.ok else "FAIL")
         line = f"[{mark:>4}] {self.name}: expected {self.expected}; found {self.found}"
-        return line + (f"\n       {self.message}" if self.message else "")
+        # what the target's Python reported is shown, never acted on: one line each
+        return safe_text(line) + (f"\n       {safe_text(self.message)}" if self.message else "")
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,7 @@ def test_wrap_breaks_at_spaces_and_after_slashes_never_inside_a_name():
 
 def test_table_fits_or_says_it_cannot():
     rows = [("0003 rollback", "2026-11-29 23:57:19", "miopen-develop (undoes 0002)", "3.6.0 -> 3.5.0",
-             "in effect\nbackups pruned")]
+             ("in effect", "backups pruned"))]
     headers = ("txn", "when", "what", "version", "state")
     for cols in (60, 200):
         out = layout.table(headers, rows, cols)
@@ -62,3 +62,54 @@ def test_table_fits_or_says_it_cannot():
     wide = layout.table(headers, rows, 200)
     assert "0003 rollback  2026-11-29 23:57:19  miopen-develop (undoes 0002)" in wide
     assert layout.table(headers, rows, 30) is None  # the longest words do not fit: the caller lists rows
+
+
+# --------------------------------------------------------------------------------------------
+# every value shown passes names.safe_text
+
+HOSTILE = "evil\x1b[2J\r\nFAKE: all good\u202e"
+
+
+def _inert(text: str) -> None:
+    assert "\x1b" not in text and "\r" not in text and "\u202e" not in text, repr(text)
+    assert not [line for line in text.splitlines() if line.lstrip(" │├└─|`-").startswith("FAKE")], text
+
+
+def test_tables_trees_and_lines_escape_every_value():
+    rows = [("0001 apply", "2026-11-29", HOSTILE, "3.5.0 -> 3.5.1", ("in effect", HOSTILE))]
+    out = layout.table(("txn", "when", "what", "version", "state"), rows, 400)
+    _inert(out)
+    assert "evil\\x1b[2J" in out and "in effect" in out
+    tree = layout.tree(HOSTILE, [(HOSTILE, [HOSTILE, "ok"])], 200)
+    _inert(tree)
+    assert tree.count("evil\\x1b[2J\\x0d\\x0aFAKE: all good\\u202e") == 3
+    lines = layout.lines(["one", HOSTILE, "three"])
+    _inert(lines)
+    assert lines.splitlines()[0] == "one" and lines.splitlines()[2] == "three"
+
+
+def test_a_hostile_history_record_renders_as_one_row_of_escaped_cells():
+    from rocmbuild.cli.statetext import history_row
+
+    row = history_row({"id": "0001-20261129T235717Z", "verb": "apply", "recipe": HOSTILE, "commit": "c" * 12 + HOSTILE,
+                       "time": "2026-11-29T23:57:17Z", "version_before": HOSTILE, "version_after": "3.5.1",
+                       "outcome": HOSTILE})
+    out = layout.table(("txn", "when", "what", "version", "state"), [row], 400)
+    _inert(out)
+    assert out.count("FAKE: all good") == 3 and len(out.splitlines()) == 3  # recipe, version, state: one row
+
+
+def test_status_changes_and_checks_render_stored_and_reported_text_escaped():
+    from rocmbuild.build.requirements import DoctorCheck
+    from rocmbuild.cli.render import status_changes
+    from rocmbuild.target.verdict import Check
+
+    c = StatusChanges(in_effect=(_apply("0001-20261129T235717Z", HOSTILE, HOSTILE),),
+                      unreadable=(Unreadable("journal", "/p/.rocmbuild/journal/1.json", HOSTILE),))
+    _inert(status_changes(c, "/p"))
+    doctor = DoctorCheck("requires x", "fail", HOSTILE, HOSTILE).render()
+    _inert(doctor)
+    assert len(doctor.splitlines()) == 2
+    check = Check("torch version", False, "3.5.1", HOSTILE, HOSTILE).render()
+    _inert(check)
+    assert len(check.splitlines()) == 2

@@ -96,7 +96,7 @@ _TMP = Path(tempfile.mkdtemp(prefix="rb-schemas-"))
 
 
 def _journal_load(data):
-    sdir = _TMP / "state"
+    sdir = _TMP / "env" / ".rocmbuild"  # an own state dir: the journal's paths rebase onto its prefix
     (sdir / "journal").mkdir(parents=True, exist_ok=True)
     p = sdir / "journal" / f"{TXN}.json"
     p.write_text(json.dumps(data))
