@@ -64,6 +64,7 @@ def make_world(work: Path, size_mib: int) -> World:
                           capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"rocmbuild build failed ({done.returncode}):\n{done.stderr}")
+    compiled(ROOT / "rocmbuild")
     return World(recipe, stock, env, work)
 
 
@@ -90,8 +91,15 @@ def manual_apply(new: Path, lib: Path, python: Path) -> tuple[float, str]:
     return time.perf_counter() - start, out
 
 
+def compiled(*dirs: Path) -> None:
+    """Byte-compile ``dirs`` as ``pip install`` does: a user's rocmbuild and torch start from .pyc
+    files (this machine may set PYTHONDONTWRITEBYTECODE, which would recompile them every run)."""
+    subprocess.run([sys.executable, "-m", "compileall", "-q", *map(str, dirs)], check=True, capture_output=True)
+
+
 def fresh_env(w: World, name: str):
     e = make_env(w.work / name, layout="conda", lib_dir=w.stock, compile_version="3.5.0")
+    compiled(e.site_packages)
     os.sync()
     return e
 
