@@ -1,7 +1,11 @@
-"""Count the files a rocmbuild process hashes (benchmarks only: put this directory first on
-PYTHONPATH and set ROCMBUILD_BENCH_HASHES to a file). Every Python process that imports it and
-can import rocmbuild replaces ``rocmbuild.disk.sha256_file`` before any module takes the name,
-and appends one JSON line ``{"pid", "files", "bytes", "paths"}`` to that file at exit.
+"""Count the files a rocmbuild process hashes and the copies it makes (benchmarks only: put this
+directory first on PYTHONPATH and set ROCMBUILD_BENCH_HASHES to a file). Every Python process
+that imports it and can import rocmbuild replaces ``rocmbuild.disk.sha256_file``,
+``rocmbuild.disk.sha256_fd`` and ``rocmbuild.disk.copy_fd`` before any module takes the names,
+and appends one JSON line ``{"pid", "files", "bytes", "paths", "fds", "fd_bytes", "copies"}`` to
+that file at exit: ``fds``/``fd_bytes`` count the open files hashed by ``sha256_fd``, ``copies``
+lists what each ``copy_fd`` returned (``"reflink"``, ``"copy_file_range"`` or ``"copy"``, the
+last one streamed through sha256) with the bytes copied.
 """
 
 import atexit
@@ -15,7 +19,9 @@ if os.environ.get("ROCMBUILD_BENCH_HASHES"):
         _disk = None
     if _disk is not None:
         _orig = _disk.sha256_file
-        _seen = {"pid": os.getpid(), "files": 0, "bytes": 0, "paths": []}
+        _orig_fd = _disk.sha256_fd
+        _orig_copy = _disk.copy_fd
+        _seen = {"pid": os.getpid(), "files": 0, "bytes": 0, "paths": [], "fds": 0, "fd_bytes": 0, "copies": []}
 
         def _counting(path, *a, **kw):
             _seen["files"] += 1
@@ -23,7 +29,19 @@ if os.environ.get("ROCMBUILD_BENCH_HASHES"):
             _seen["paths"].append(str(path))
             return _orig(path, *a, **kw)
 
+        def _counting_fd(fd, *a, **kw):
+            _seen["fds"] += 1
+            _seen["fd_bytes"] += os.fstat(fd).st_size
+            return _orig_fd(fd, *a, **kw)
+
+        def _recording_copy(src_fd, *a, **kw):
+            how = _orig_copy(src_fd, *a, **kw)
+            _seen["copies"].append({"how": how, "bytes": os.fstat(src_fd).st_size})
+            return how
+
         _disk.sha256_file = _counting
+        _disk.sha256_fd = _counting_fd
+        _disk.copy_fd = _recording_copy
 
         @atexit.register
         def _report():

@@ -238,7 +238,7 @@ def check_library(report: ProbeReport, library: str, libs: tuple[LoadedLibrary, 
     """3. exactly one library of that name is mapped; for a set (``libcudnn*``) one file per SONAME."""
     expected, found = (f"one file per SONAME of {library} loaded" if is_set(library)
                        else f"exactly one {library} loaded"), _shown(libs)
-    dups = duplicates(libs) if is_set(library) else ({library: list(libs)} if len(libs) > 1 else {})
+    dups = duplicates(libs) if is_set(library) and len(libs) > 1 else ({library: list(libs)} if len(libs) > 1 else {})
     if libs and not dups:
         return Check("library", True, expected, found)
     if not libs:
@@ -284,7 +284,8 @@ def check_identity(expected_files: tuple[Path, ...], libs: tuple[LoadedLibrary, 
         except OSError as exc:
             shown.append(f"{f} ({exc.strerror})")
     expected = "; ".join(shown) if len(shown) != 1 else shown[0]
-    if not libs or (not is_set(library) and len(libs) != 1) or duplicates(libs):
+    # one file mapped has no duplicate: its SONAME (an ELF read) is needed only beside another
+    if not libs or (not is_set(library) and len(libs) != 1) or (len(libs) > 1 and duplicates(libs)):
         return Check("identity", False, expected, _shown(libs), "cannot check identity: not exactly one loaded"
                      + (" per SONAME" if is_set(library) else ""))
     got = "; ".join(_ident(lib.path, lib.dev, lib.inode) for lib in libs)

@@ -121,3 +121,20 @@ def test_smoke_suite_is_one_check_each():
         {"name": "install", "status": "skipped", "reason": "no GPU"}]}), smoke=True)
     s = {c.name: c for c in skipped.checks}["smoke: install"]
     assert skipped.ok and s.skipped and s.found == "skipped: no GPU"
+
+
+def test_one_mapped_file_is_judged_without_reading_its_soname(tmp_path, monkeypatch):
+    """A single mapped file has no duplicate: verification reads no ELF (the SONAME is read, and
+    pyelftools imported, only when two or more files are mapped; the test above fails without it)."""
+    placed = tmp_path / "libcudnn.so.9"
+    placed.write_bytes(b"not even an ELF")
+
+    def no_elf_read(path):
+        raise AssertionError(f"read the SONAME of {path}")
+
+    monkeypatch.setattr("rocmbuild.target.probe.read_soname", no_elf_read)
+    v = judge(report([lib(placed)]), expect="9.24.0", expected_file=placed)
+    c = {c.name: c for c in v.checks}
+    assert v.ok and c["library"].ok and c["identity"].ok, v.render()
+    with pytest.raises(AssertionError, match="read the SONAME"):  # two files: the SONAMEs are read
+        judge(report([lib(placed), lib(tmp_path / "libcudnn.so.9.24.0", 7)]), expected_file=placed)

@@ -1,0 +1,146 @@
+"""The whole apply, end to end, as a user runs it (benchmarks/swap.py's second figure).
+
+* **rocmbuild**: ``python -m rocmbuild apply RECIPE --env ENV --json`` in a fresh process, the
+  artifact already in the cache (built once beforehand by ``python -m rocmbuild build``): start-up,
+  recipe and cache key (one ``git ls-remote`` of the fixture monorepo), recovery check, the probe
+  of the target, planning, preflight, lock, journal, the target's own copy of the library, backup
+  (hardlink), renames, commit, and the verification probe -- everything.
+* **manual**: the DESIGN.md story end to end, real processes started through
+  :mod:`rocmbuild.runner`: ``cp`` the library to ``.backup_system``, ``cp`` the cache's new one
+  over it, ``ln -sf`` the two links, then ``python -c "import torch;
+  print(torch.backends.cudnn.version())"`` in the env (the user's check that it loads).
+
+The world is the tests' (tests/support via benchmarks/_common.py): the fixture monorepo, the
+fixture recipe with ``MIOPEN_FIXTURE_PAD_MB`` so that the built libMIOpen is ``size + 1 MiB``
+(two builds differ in size), and per run a fresh conda-layout venv whose fake ``torch`` really
+``dlopen``s its libMIOpen 3.5.0, a real build padded to ``size``. Each run gets two fresh envs
+(one per procedure), synced to disk before the clock starts.
+
+One more rocmbuild apply runs with benchmarks/hashcount/ on PYTHONPATH (not timed): it records
+how ``disk.copy_fd`` made the target's copy (reflink / copy_file_range / copy) and what was
+hashed, so the figure says which path was measured without a hook in rocmbuild itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmarks._common import ROOT, build_library, fixture_recipe, make_env, make_monorepo
+from rocmbuild import runner
+
+REAL = "libMIOpen.so.1.0"
+GOAL = 0.60
+
+
+@dataclass(frozen=True)
+class World:
+    recipe: Path
+    stock: Path  # the staged lib dir of the env's libMIOpen 3.5.0 (padded)
+    env: dict  # the process environment: ROCMBUILD_HOME
+    work: Path
+
+
+def make_world(work: Path, size_mib: int) -> World:
+    """The monorepo, the padded recipe built into a fresh home, the padded stock library."""
+    print(f"whole apply: building the fixture libMIOpen 3.5.0 ({size_mib} MiB) and the recipe's 3.5.1 "
+          f"({size_mib + 1} MiB, `rocmbuild build`) ...", flush=True)
+    work.mkdir(parents=True)
+    repo = make_monorepo(work / "rocm-libraries", big_mb=1)
+    recipe = work / "bench.toml"
+    recipe.write_text(fixture_recipe(name="bench", url=repo.url, ref="rocm-7.1.0", data=None,
+                                     defines={"MIOPEN_FIXTURE_PAD_MB": size_mib + 1}))
+    stock = build_library("3.5.0", work / "stock", pad_mb=size_mib)
+    shutil.rmtree(work / "stock" / "build")  # its 1 GiB object and link output: not needed
+    env = dict(os.environ, ROCMBUILD_HOME=str(work / "home"))
+    done = subprocess.run([sys.executable, "-m", "rocmbuild", "build", str(recipe)], env=env, cwd=ROOT,
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"rocmbuild build failed ({done.returncode}):\n{done.stderr}")
+    compiled(ROOT / "rocmbuild")
+    return World(recipe, stock, env, work)
+
+
+def rocmbuild_apply(w: World, prefix: Path, env: dict | None = None) -> tuple[float, dict]:
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "rocmbuild", "apply", str(w.recipe), "--env", str(prefix), "--json"],
+                          env=env or w.env, cwd=ROOT, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        sys.exit(f"rocmbuild apply failed ({done.returncode}):\n{done.stderr}\n{done.stdout}")
+    res = json.loads(done.stdout)
+    if res.get("already_applied") or not res["verdict"]["ok"]:
+        sys.exit(f"rocmbuild apply did not swap and verify: {done.stdout}")
+    return seconds, res
+
+
+def manual_apply(new: Path, lib: Path, python: Path) -> tuple[float, str]:
+    start = time.perf_counter()
+    runner.run(["cp", lib / REAL, lib / f"{REAL}.backup_system"])
+    runner.run(["cp", new, lib / REAL])
+    runner.run(["ln", "-sf", REAL, lib / "libMIOpen.so.1"])
+    runner.run(["ln", "-sf", "libMIOpen.so.1", lib / "libMIOpen.so"])
+    out = runner.capture([python, "-c", "import torch; print(torch.backends.cudnn.version())"]).stdout.strip()
+    return time.perf_counter() - start, out
+
+
+def compiled(*dirs: Path) -> None:
+    """Byte-compile ``dirs`` as ``pip install`` does: a user's rocmbuild and torch start from .pyc
+    files (this machine may set PYTHONDONTWRITEBYTECODE, which would recompile them every run)."""
+    subprocess.run([sys.executable, "-m", "compileall", "-q", *map(str, dirs)], check=True, capture_output=True)
+
+
+def fresh_env(w: World, name: str):
+    e = make_env(w.work / name, layout="conda", lib_dir=w.stock, compile_version="3.5.0")
+    compiled(e.site_packages)
+    os.sync()
+    return e
+
+
+def counted(w: World) -> dict:
+    """One untimed apply with benchmarks/hashcount/: the copies made and the bytes hashed."""
+    out = w.work / "counts.jsonl"
+    e = fresh_env(w, "env-counted")
+    path = os.pathsep.join([str(ROOT / "benchmarks" / "hashcount"), str(ROOT)])
+    rocmbuild_apply(w, e.prefix, dict(w.env, ROCMBUILD_BENCH_HASHES=str(out), PYTHONPATH=path))
+    shutil.rmtree(e.prefix)
+    seen = [json.loads(line) for line in out.read_text().splitlines()]
+    return {"copies": [c for s in seen for c in s.get("copies", [])],
+            "hashed": sum(s["bytes"] + s.get("fd_bytes", 0) for s in seen),
+            "paths": [p for s in seen for p in s["paths"]]}
+
+
+def run(work: Path, size_mib: int, runs: int, label: str) -> bool:
+    """Build the world in ``work``, print ``runs`` runs and the summary; True when the goal is met."""
+    w = make_world(work, size_mib)
+    rb, man, new = [], [], None
+    for i in range(runs):
+        e = fresh_env(w, f"env-rb-{i}")
+        t, res = rocmbuild_apply(w, e.prefix)
+        shutil.rmtree(e.prefix)
+        new = next((Path(res["artifact"]) / "tree").rglob(REAL))
+        m = fresh_env(w, f"env-manual-{i}")
+        mt, version = manual_apply(new, m.prefix / "lib", m.python)
+        shutil.rmtree(m.prefix)
+        rb.append(t)
+        man.append(mt)
+        print(f"whole apply run {i + 1}: rocmbuild {t:6.2f} s   manual {mt:6.2f} s   "
+              f"(manual's torch.backends.cudnn.version() -> {version})", flush=True)
+    c = counted(w)
+    hows = sorted({x["how"] for x in c["copies"] if x["bytes"] >= size_mib << 20}) or ["(no large copy)"]
+    r, m = statistics.median(rb), statistics.median(man)
+    met = r <= GOAL * m
+    print()
+    print(f"summary: whole apply end to end, {label} ({size_mib} MiB library, median of {runs} runs)")
+    print(f"  the target's copy of the library was made by: {', '.join(hows)}; "
+          f"bytes hashed by the apply: {c['hashed']}" + (f" ({', '.join(c['paths'][:3])})" if c["paths"] else ""))
+    print(f"  `rocmbuild apply` {r:.2f} s   manual (cp, cp, ln -sf x2, import torch) {m:.2f} s   "
+          f"ratio {r / m * 100:.0f}% of manual  -> goal <= {GOAL:.0%}: {'MET' if met else 'NOT MET'}")
+    return met
