@@ -32,13 +32,12 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from typing import Iterator
 
 from rocmbuild.beneath import DIR_FLAGS, culprit, has_openat2, open_beneath, parts, walk_open
 from rocmbuild.disk import ContentMismatch, copy_fd, sha256_fd
 from rocmbuild.errors import TargetError
 
-__all__ = ["Root", "ConfinementError", "ContentMismatch", "has_openat2", "parts", "walk_files", "file_mode"]
+__all__ = ["Root", "ConfinementError", "ContentMismatch", "has_openat2", "parts", "file_mode"]
 
 
 
@@ -271,7 +270,14 @@ class Root:
         if not stat.S_ISDIR(st.st_mode):
             self.unlink(rel, sync=False)
             return
-        for name in self.listdir(rel):
+        names = self.listdir(rel)
+        if names and not st.st_mode & stat.S_IWUSR:  # a read-only directory (a sealed tree): let go of it
+            fd = self._opendir(self._checked(rel), os.fspath(rel))
+            try:
+                os.fchmod(fd, stat.S_IMODE(st.st_mode) | stat.S_IWUSR | stat.S_IXUSR)
+            finally:
+                os.close(fd)
+        for name in names:
             self.rmtree(f"{os.fspath(rel)}/{name}")
         self.rmdir(rel, sync=False)
 
@@ -380,17 +386,6 @@ class _Parent:
 
     def __exit__(self, *exc) -> None:
         os.close(self.fd)
-
-
-def walk_files(root: Root, rel: str = "") -> Iterator[str]:
-    """Every non-directory entry beneath ``rel`` (relative paths), never following a link."""
-    for name in root.listdir(rel):
-        sub = f"{rel}/{name}" if rel else name
-        st = root.lstat(sub)
-        if st is not None and stat.S_ISDIR(st.st_mode):
-            yield from walk_files(root, sub)
-        else:
-            yield sub
 
 
 def file_mode(src_mode: int) -> int:

@@ -20,7 +20,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -28,7 +27,8 @@ from typing import Any, Iterator, Mapping
 
 from rocmbuild import runner, ui
 from rocmbuild.build.artifact import MANIFEST, Artifact, Manifest
-from rocmbuild.disk import FileLock, atomic_write_json, read_json, sha256_file
+from rocmbuild.disk import FileLock, read_json, sha256_file
+from rocmbuild.root import Root
 from rocmbuild.errors import FetchError, InputError
 from rocmbuild.locks import LockWait
 from rocmbuild.home import artifacts_dir, logs_dir
@@ -120,7 +120,8 @@ def tool_version(program: str, home: Path, *, remember: bool = True) -> str:
     version = text[0].strip() if text else f"unknown (exit {done.returncode})"
     if remember:
         db[ident] = version
-        atomic_write_json(db_path, db)
+        with Root.open(home, "the cache", create=True) as root:
+            root.write_atomic(db_path.name, (json.dumps(db, indent=2, sort_keys=True) + "\n").encode())
     return version
 
 
@@ -233,13 +234,13 @@ def quarantine(path: Path) -> Path:
     reading it is not disturbed); returns where it went. It is never served again."""
     path = Path(path)
     adir = path.parent.parent if path.parent.name == "imported" else path.parent
-    qdir = adir / ".quarantine"
-    qdir.mkdir(parents=True, exist_ok=True)
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
     kind = "imported-" if path.parent.name == "imported" else ""
-    dest = qdir / f"{kind}{path.name}-{stamp}-{os.getpid()}"
-    os.replace(path, dest)
-    return dest
+    name = f"{kind}{path.name}-{stamp}-{os.getpid()}"
+    with Root.open(adir, "the artifact cache") as root:  # never through a symlink
+        root.makedirs(".quarantine")
+        root.replace(os.path.relpath(path, adir), f".quarantine/{name}")
+    return adir / ".quarantine" / name
 
 
 def corrupt(art: Artifact, problems: list[str]) -> FetchError:
@@ -310,12 +311,13 @@ def check_untampered(art: Artifact) -> None:
 
 def _discard(path: Path) -> None:
     """Move a bad artifact aside (renamed, so a process still using it is not disturbed)."""
-    aside = path.with_name(f".bad-{path.name}-{os.getpid()}")
+    aside = f".bad-{path.name}-{os.getpid()}"
     try:
-        os.replace(path, aside)
+        with Root.open(path.parent, "the artifact cache") as root:
+            root.replace(path.name, aside)
+            root.rmtree(aside)
     except OSError:
         return
-    shutil.rmtree(aside, ignore_errors=True)
 
 
 @contextmanager
@@ -323,6 +325,6 @@ def key_lock(home: Path, key: str, wait: bool | LockWait = True) -> Iterator[Non
     """Serialize builds of the same key (a second one, told to wait, then finds the cache hit;
     ``wait`` is the lock policy, see :class:`rocmbuild.disk.FileLock`)."""
     d = artifacts_dir(home)
-    d.mkdir(parents=True, exist_ok=True)
+    Root.open(d, "the artifact cache", create=True).close()
     with FileLock(d / f".{key}.lock", wait=wait, what=f"the build of artifact {key[:16]}"):
         yield

@@ -27,7 +27,6 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import re
-import shutil
 import stat as _stat
 import time
 from dataclasses import dataclass
@@ -37,6 +36,7 @@ from rocmbuild.build import buildtree
 from rocmbuild.build.retry import ATTEMPT, AttemptRecord, read_attempt  # noqa: F401 - ATTEMPT: the record's name, for callers
 from rocmbuild.build.artifact import MANIFEST, Manifest
 from rocmbuild.build.cache import entries, imported_dir, key_lock
+from rocmbuild.root import Root
 from rocmbuild.disk import read_json
 from rocmbuild.errors import InputError, LockedError
 from rocmbuild.home import artifacts_dir, build_dir, downloads_dir
@@ -60,9 +60,13 @@ def touch(home: Path, path: Path) -> None:
     path = Path(path)
     stamp = _stamp(home, path.name, path.parent.name == "imported")
     try:
-        stamp.parent.mkdir(parents=True, exist_ok=True)
-        stamp.touch()
-        os.utime(stamp)
+        with Root.open(stamp.parent.parent, "the artifact cache") as root:
+            root.makedirs(stamp.parent.name)
+            fd = root.open_file(f"{stamp.parent.name}/{stamp.name}", os.O_WRONLY | os.O_CREAT, 0o644)
+            try:
+                os.utime(fd)
+            finally:
+                os.close(fd)
     except OSError:
         pass
 
@@ -244,22 +248,14 @@ def quarantined(home: Path, cutoff: float) -> list[Candidate]:
     return out
 
 
-def _writable(func, path, _exc) -> None:
-    """rmtree's error handler: make the parent directory writable once, then try again."""
-    parent = os.path.dirname(path)
-    os.chmod(parent, os.stat(parent).st_mode | _stat.S_IWUSR | _stat.S_IXUSR)
-    func(path)
-
-
 def remove(path: Path) -> None:
-    """Rename ``path`` aside, then remove it (files or trees; read-only files are fine)."""
+    """Rename ``path`` aside, then remove it (files or trees; read-only files are fine), through
+    its directory's fd: nothing beneath it is followed."""
     path = Path(path)
-    aside = path.with_name(f".gc-{path.name}-{os.getpid()}")
-    os.replace(path, aside)
-    if aside.is_dir() and not aside.is_symlink():
-        shutil.rmtree(aside, onerror=_writable)
-    else:
-        aside.unlink()
+    aside = f".gc-{path.name}-{os.getpid()}"
+    with Root.open(path.parent, "the cache") as root:
+        root.replace(path.name, aside)
+        root.rmtree(aside)
 
 
 def removable_now(home: Path, c: Candidate) -> str | None:
@@ -287,7 +283,12 @@ def take(home: Path, c: Candidate, *, dry_run: bool, still=None) -> str | None:
 def _remove(home: Path, c: Candidate) -> None:
     remove(Path(c.path))
     if c.kind == "artifact" and c.key:
-        _stamp(home, c.key, Path(c.path).parent.name == "imported").unlink(missing_ok=True)
+        stamp = _stamp(home, c.key, Path(c.path).parent.name == "imported")
+        try:
+            with Root.open(stamp.parent, "the artifact cache") as root:
+                root.unlink(stamp.name)
+        except FileNotFoundError:  # never used: no stamp
+            pass
 
 
 def _alive(pid: int) -> bool:

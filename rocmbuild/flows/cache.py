@@ -31,6 +31,7 @@ from pathlib import Path
 from rocmbuild.build import bundle, cache, housekeeping
 from rocmbuild.build.housekeeping import Candidate
 from rocmbuild.build.artifact import MANIFEST, Artifact, read_manifest, seal
+from rocmbuild.root import Root
 from rocmbuild.disk import FileLock
 from rocmbuild.errors import ArtifactError, InputError
 from rocmbuild.home import artifacts_dir, cache_home
@@ -143,7 +144,7 @@ def gc(keep_days: float = housekeeping.DEFAULT_KEEP_DAYS, *, dry_run: bool = Fal
     cutoff = time.time() - keep_days * 86400
     out: dict = {"removed": [], "kept": [], "notes": []}
     if not dry_run:
-        home.mkdir(parents=True, exist_ok=True)
+        Root.open(home, "the cache", create=True).close()
     with nullcontext() if dry_run else FileLock(home / ".gc.lock", wait=False, what="the cache's garbage collection"):
         targets, by_key = _uses(home)
         bad = [p for t in targets for p in t.unreadable]
