@@ -78,6 +78,8 @@ class FileCache:
         return Entry(self.url, key, manifest, sha, st.st_size, self._read(root, n["sig"]))
 
     def lookup(self, key: str) -> Entry | None:
+        if not os.path.isdir(self.dir):
+            return None  # nothing pushed yet: a miss (listing it is an error)
         with self._root() as root:
             return self._entry(root, check_key(key))
 
