@@ -20,6 +20,7 @@ from tests.support.envs import make_env
 from tests.support.machine import write_kfd_topology
 from tests.support.monorepo import Monorepo, make_monorepo
 from tests.support.project import build_library
+from tests.support import registry
 from tests.support.world import World, build_world
 
 
@@ -58,6 +59,8 @@ def _isolated_home(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
     monkeypatch.delenv("ROCMBUILD_RECIPES", raising=False)
     monkeypatch.delenv("ROCMBUILD_FAILPOINTS", raising=False)
+    monkeypatch.delenv("ROCMBUILD_CONFIG", raising=False)
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "docker-config"))
     monkeypatch.delenv("ROCMBUILD_PAUSEPOINTS", raising=False)
     monkeypatch.delenv("CONDA_PREFIX", raising=False)
     monkeypatch.delenv("VIRTUAL_ENV", raising=False)
@@ -141,3 +144,39 @@ def fake_gpu(tmp_path, monkeypatch):
         return root
 
     return make
+
+
+@pytest.fixture
+def oci_registry(tmp_path):
+    """A real OCI registry (docker-registry) on 127.0.0.1, no auth; killed in teardown."""
+    why = registry.missing()
+    if why:
+        pytest.fail(why)
+    server = registry.start(tmp_path / "registry")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def oci_registry_auth(tmp_path):
+    """The same with htpasswd basic auth (user ``registry.USER``, password ``registry.PASSWORD``)."""
+    why = registry.missing()
+    if why:
+        pytest.fail(why)
+    server = registry.start(tmp_path / "registry-auth", auth=True)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def static_http(tmp_path):
+    """A directory served over plain HTTP on 127.0.0.1 (a static web cache)."""
+    server = registry.static_server(tmp_path / "www")
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -67,6 +67,7 @@ def _run(argv: list[str], want_json: bool, debug: bool) -> tuple[str | None, Ver
         ui.set_verbose(bool(args.verbose))
         a.resolve_env_name(args)
         a.check_target_paths(args)
+        a.config_defaults(args)
         progress.configure(json=args.json, quiet=args.quiet)
         result = handlers[verb](args)
         return verb, result, (result.to_json() if want_json else render.text(result))

@@ -190,6 +190,20 @@ def overrides_from(args: argparse.Namespace) -> Overrides:
     )
 
 
+def config_defaults(args: argparse.Namespace) -> None:
+    """The config file's ``jobs``, ``gpu_targets``, ``launcher`` (not with ``--from-lock``, which pins
+    them) and ``keep`` (apply, rollback) where the command line gave none: the flag wins."""
+    from rocmbuild import config
+
+    cfg = config.load()
+    if not getattr(args, "from_lock", None):
+        for name in ("jobs", "gpu_targets", "launcher"):
+            if hasattr(args, name) and getattr(args, name) is None:
+                setattr(args, name, getattr(cfg, name))
+    if getattr(args, "verb", None) in ("apply", "rollback") and args.keep is None:
+        args.keep = cfg.keep or 5
+
+
 def check_one_source(args: argparse.Namespace) -> None:
     """Exactly one of RECIPE, --artifact (apply only), --from-lock; --from-lock takes no overrides."""
     given = [x for x in (args.recipe, getattr(args, "artifact", None), args.from_lock) if x]

@@ -344,3 +344,9 @@ def _demo(r: DemoResult) -> str:
 @text.register
 def _completion(r: CompletionResult) -> str:
     return r.script.rstrip("\n")
+
+
+from rocmbuild.cli import fleettext  # noqa: E402  the fleet verbs' text lives beside this file
+
+for _type, _fn in fleettext.RENDERERS:
+    text.register(_type, _fn)

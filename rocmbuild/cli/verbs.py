@@ -11,6 +11,7 @@ import argparse
 from typing import Any, Callable
 
 from rocmbuild.cli import args as a
+from rocmbuild.cli import fleetverbs
 from rocmbuild.errors import RocmbuildError
 from rocmbuild.results import DoctorResult, RecipeEntry, RecipesResult, ShowResult, VerbResult
 
@@ -147,6 +148,7 @@ def _add_cache(sub) -> None:
     p.add_argument("--keep-days", type=float, default=None, metavar="N",
                    help="gc: keep whatever was used in the last N days (default 30)")
     p.add_argument("--dry-run", action="store_true", help="gc: say what would be removed, remove nothing")
+    p.add_argument("--remote", metavar="URL", help="list: what a binary cache holds (oci://, file://, https://)")
     a.common(p)
 
 
@@ -157,8 +159,11 @@ def _cmd_cache(args) -> VerbResult:
     if args.action != "gc" and (args.keep_days is not None or args.dry_run):
         raise InputError(f"--keep-days and --dry-run belong to `cache gc`, not `cache {args.action}`",
                          "run `rocmbuild cache gc --keep-days N --dry-run`")
+    if args.remote is not None and args.action != "list":
+        raise InputError(f"--remote belongs to `cache list`, not `cache {args.action}`",
+                         "run `rocmbuild cache list --remote URL`")
     if args.action == "list":
-        return cache.listing()
+        return fleetverbs.remote_list(args.remote) if args.remote else cache.listing()
     if args.action == "gc":
         days = cache.housekeeping.DEFAULT_KEEP_DAYS if args.keep_days is None else args.keep_days
         return cache.gc(days, dry_run=args.dry_run)
@@ -215,8 +220,9 @@ def _add_apply(sub) -> None:
     p.add_argument("--smoke", action="store_true", help="also run the BatchNorm smoke test on the GPU")
     p.add_argument("--allow-other-arch", action="store_true",
                    help="apply an artifact whose GPU targets do not include this machine's GPU (warns)")
-    p.add_argument("--keep", type=a.at_least_one, default=5, metavar="N",
-                   help="keep the backups of the newest N transactions (default 5); older ones are pruned")
+    p.add_argument("--keep", type=a.at_least_one, default=None, metavar="N",
+                   help="keep the backups of the newest N transactions (default: the config's keep, else 5); "
+                        "older ones are pruned")
     p.add_argument("--allow-outside-prefix", action="store_true",
                    help="allow changing a library the target loads from outside its prefix (e.g. /opt/rocm/lib)")
 
@@ -247,7 +253,8 @@ def _add_rollback(sub) -> None:
     p.add_argument("--force", action="store_true", help="roll back even over files changed since (drift)")
     p.add_argument("--if-applied", action="store_true",
                    help="when nothing is in effect to undo, succeed (exit 0, nothing_to_roll_back) instead of exit 2")
-    p.add_argument("--keep", type=a.at_least_one, default=5, metavar="N", help="keep the backups of the newest N transactions")
+    p.add_argument("--keep", type=a.at_least_one, default=None, metavar="N",
+                   help="keep the backups of the newest N transactions (default: the config's keep, else 5)")
 
 
 def _cmd_rollback(args) -> VerbResult:
@@ -318,4 +325,5 @@ VERBS: list[tuple[Callable[[Any], None], Callable[[argparse.Namespace], VerbResu
     (_add_history, _cmd_history),
     (_add_recover, _cmd_recover),
     (_add_demo, _cmd_demo),
+    *fleetverbs.VERBS,
 ]

@@ -17,6 +17,7 @@ from rocmbuild.build.cache import CacheReport as CacheVerifyResult  # made in bu
 from rocmbuild.results.cache import CacheGcResult, CacheListResult
 from rocmbuild.results.base import BACKUP_BYTES_NOTE, Json, Record, VerbResult
 from rocmbuild.results.build import BuildPlan, BuildResult, RecipeEntry, RecipesResult, ShowResult, SourcePlan
+from rocmbuild.results.fleet import ConfigListResult, KeyResult, PushResult, RemoteArtifact, RemoteListResult, Setting
 from rocmbuild.results.demo import DemoCheck, DemoFailed, DemoResult, DemoStep
 from rocmbuild.results.shell import CompletionResult
 from rocmbuild.results.state import (
@@ -45,6 +46,7 @@ from rocmbuild.results.txn import (
 
 __all__ = [
     "CacheGcResult", "CacheListResult",
+    "ConfigListResult", "KeyResult", "PushResult", "RemoteArtifact", "RemoteListResult", "Setting",
     "BACKUP_BYTES_NOTE", "ApplyResult", "BuildPlan", "BuildResult", "BundleSummary", "CacheVerifyResult",
     "CompletionResult", "DemoCheck", "DemoFailed", "DemoResult", "DemoStep",
     "DoctorResult", "DryRunResult", "ExportResult", "HistoryResult", "InEffect", "Json", "LibraryStatus",

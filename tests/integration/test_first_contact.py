@@ -236,7 +236,8 @@ def test_bash_completion_from_the_real_parser(tmp_path, completion_world):
         return _bash(script, line, work, env)
 
     assert c("rocmbuild ") == ["recipes", "show", "plan", "build", "status", "verify", "doctor", "cache", "export",
-                               "lock", "apply", "rollback", "history", "recover", "demo", "completion"]
+                               "lock", "apply", "rollback", "history", "recover", "demo", "push", "key", "config",
+                               "completion"]
     assert c("rocmbuild ro") == ["rollback"]
     assert c("rocmbuild --json st") == ["status"]  # a global flag before the verb
     assert set(c("rocmbuild apply --")) >= {"--env", "--name", "--python", "--dry-run", "--json", "--verbose",

@@ -58,7 +58,7 @@ def _doc_tables() -> dict[str, dict[str, bool]]:
 TABLES = _doc_tables()
 COMMON = set(TABLES["common"])
 VERBS = ["recipes", "show", "plan", "build", "status", "verify", "doctor", "cache", "export", "lock", "apply",
-         "rollback", "history", "recover", "demo", "completion"]
+         "rollback", "history", "recover", "demo", "completion", "push", "key", "config"]
 
 
 def test_the_doc_documents_every_verb_and_the_error_object():
@@ -430,3 +430,20 @@ def test_completion_and_global_flags_before_the_verb():
         data = ok(rb("--json", "completion", shell), "completion")
         assert data["shell"] == shell and "_rocmbuild" in data["script"]
     fail(rb("--json", "completion", "fish"), "completion", 2, "InputError")
+
+
+def test_fleet_verbs_config_key_push_and_cache_list_remote(txn_home, tmp_path):
+    d = ok(rb("config", "list", "--json"), "config")
+    assert [s["name"] for s in d["settings"]][:2] == ["jobs", "gpu_targets"]
+    secret = tmp_path / "lab.secret"
+    d = ok(rb("key", "generate", "lab", "--out", str(secret), "--json"), "key")
+    assert d["public_key"].startswith("lab:") and d["secret_file"] == str(secret)
+    fail(rb("key", "generate", "lab", "--out", str(secret), "--json"), "key", 2, "InputError")
+    url = f"file://{tmp_path / 'cache'}"
+    key = txn_home.artifacts["mini"].key
+    d = ok(rb("push", key, "--to", url, "--sign-key", str(secret), "--json"), "push")
+    assert d["uploaded"] is True and d["signer"] == "lab"
+    fail(rb("push", key, "--to", url, "--json"), "push", 2, "InputError")  # no signing key
+    d = ok(rb("cache", "list", "--remote", url, "--json"), "cache", "cache-remote")
+    assert [a["key"] for a in d["artifacts"]] == [key] and d["artifacts"][0]["trusted"] is False
+    fail(rb("cache", "list", "--remote", f"file://{tmp_path / 'none'}", "--json"), "cache", 2, "InputError")

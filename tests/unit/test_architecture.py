@@ -17,9 +17,10 @@ LAYERS = (
     ("results",),
     ("swap",),
     ("target",),
+    ("remote",),
     ("build",),
     ("recipe",),
-    ("disk", "root", "beneath", "names", "schema", "home", "locks", "runner", "reaper", "stop", "ui", "progress", "errors", "__init__"),
+    ("disk", "root", "beneath", "names", "schema", "home", "config", "locks", "runner", "reaper", "stop", "ui", "progress", "errors", "__init__"),
 )
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
@@ -106,7 +107,7 @@ def test_sizes(module, path, tree):
 #: the modules that act on targets and their state: every write goes through a rocmbuild.root.Root
 CONFINED = ("rocmbuild.swap", "rocmbuild.flows.apply", "rocmbuild.flows.manage", "rocmbuild.flows.guards",
             "rocmbuild.flows.export", "rocmbuild.flows.cache", "rocmbuild.build.bundle", "rocmbuild.build.unbundle",
-            "rocmbuild.build.cache", "rocmbuild.build.housekeeping")
+            "rocmbuild.build.cache", "rocmbuild.build.housekeeping", "rocmbuild.remote")
 _PATH_WRITES = {"os": {"replace", "rename", "renames", "unlink", "remove", "link", "symlink", "mkdir", "makedirs",
                        "rmdir", "removedirs", "chmod", "chown", "lchown", "truncate", "mkfifo", "mknod", "utime"},
                 "shutil": {"rmtree", "copy", "copy2", "copyfile", "copytree", "move", "copystat", "copymode"},
@@ -149,6 +150,8 @@ def _path_writes(tree: ast.Module):
 ALLOWED_PATH_WRITES = {
     ("rocmbuild.flows.apply", "tempfile.mkdtemp"): "a dry run's private temp dir for a downloaded bundle",
     ("rocmbuild.flows.apply", "shutil.rmtree"): "removes that private temp dir",
+    ("rocmbuild.remote.static", "os.link"): "linkat between two names under one directory fd of a Root (a push "
+                                            "claims its bundle)",
 }
 
 

@@ -1,0 +1,58 @@
+"""The human text of the fleet verbs (``config list``, ``key generate``, ``push``, ``cache list
+--remote``); render.py registers each function for its result type (:data:`RENDERERS`)."""
+
+from __future__ import annotations
+
+import json
+
+from rocmbuild.names import safe_text
+from rocmbuild.results import ConfigListResult, KeyResult, PushResult, RemoteListResult
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return "?"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return str(n)
+
+
+def config_list(r: ConfigListResult) -> str:
+    lines = []
+    for s in r.settings:
+        value = "(not set)" if s.value in (None, []) else json.dumps(s.value) if not isinstance(s.value, str) else s.value
+        lines.append(f"{s.name:18} {safe_text(value)}")
+        lines.append(f"{'':18}   from {s.source or 'the default'}")
+    read = ", ".join(r.files) if r.files else "none"
+    lines.append(f"files read: {read} (searched, in order: {', '.join(r.searched)}; later wins, flags win over all)")
+    return "\n".join(lines)
+
+
+def key_generate(r: KeyResult) -> str:
+    return (f"{r.public_key}\n"
+            f"secret key written to {r.secret_file} (mode 0600: keep it on the builder only)\n"
+            f"trust it on each machine: [trust] public_keys = [\"{r.public_key}\"]")
+
+
+def push(r: PushResult) -> str:
+    what = f"{safe_text(r.recipe)} {safe_text(r.version or '')} ({r.key[:16]})"
+    if not r.uploaded:
+        return f"{r.url} already has {what}: nothing uploaded"
+    return f"pushed {what} to {r.url}: {_size(r.size)}, sha256 {r.bundle_sha256}, signed by {r.signer}"
+
+
+def remote_list(r: RemoteListResult) -> str:
+    lines = []
+    for a in r.artifacts:
+        targets = ",".join(a.gpu_targets) if a.gpu_targets else "any GPU"
+        signer = f"signed by {a.signer}" + (" (trusted)" if a.trusted else " (NOT trusted here)") if a.signer else "unsigned"
+        lines.append(f"{a.key[:16]} {safe_text(a.recipe or '?')} {safe_text(a.version or '?')}  {targets}  "
+                     f"{_size(a.size)}  {signer}")
+    lines.append(f"{len(r.artifacts)} artifact(s) in {r.url}")
+    return "\n".join(lines)
+
+
+RENDERERS = ((ConfigListResult, config_list), (KeyResult, key_generate), (PushResult, push),
+             (RemoteListResult, remote_list))

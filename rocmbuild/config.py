@@ -1,0 +1,223 @@
+"""The config file(s): defaults a machine (or a user) sets once, instead of on every command.
+
+Read in order, a later file winning key by key: ``/etc/rocmbuild/config.toml`` (the machine),
+``$XDG_CONFIG_HOME/rocmbuild/config.toml`` (default ``~/.config/rocmbuild/config.toml``, the
+user), then the file ``$ROCMBUILD_CONFIG`` names (a run, a CI job). The command line wins over
+all of them. A file that does not exist is skipped; ``$ROCMBUILD_CONFIG`` naming a missing file is
+an error (it was asked for).
+
+Keys (everything else is refused, with a "did you mean" for a near miss)::
+
+    jobs = 8                       # build --jobs
+    gpu_targets = "gfx1151"        # --gpu-targets (a string, as on the command line)
+    launcher = "ccache"            # --launcher: auto, none, ccache, sccache
+    keep = 5                       # apply/rollback --keep
+    [[caches]]                     # binary caches, looked up in order (docs/caches.md)
+    url = "oci://registry.lab:5000/rocmbuild"
+    push = true                    # `rocmbuild push` without --to uploads here
+    username_env = "LAB_REGISTRY_USER"   # the NAMES of env vars holding credentials, never secrets
+    password_env = "LAB_REGISTRY_TOKEN"
+    insecure = false               # plain HTTP to a host that is not loopback
+    ca_bundle = "/etc/ssl/lab-ca.pem"
+    [trust]
+    public_keys = ["lab-1:BASE64..."]
+    [sign]
+    key = "/etc/rocmbuild/lab-1.secret"
+
+Decisions:
+* ``[[caches]]`` and ``[trust] public_keys`` are lists: a later file *replaces* an earlier file's
+  list (it does not add to it), so a user's file can narrow what the machine trusts and the
+  source of each value stays one file.
+* A wrong type is refused naming the file, the key and the type expected (exit 2); so is a
+  relative ``ca_bundle`` or ``[sign] key`` (relative to what?). ``allow_unsigned`` is never a
+  config key: trusting unsigned artifacts is a per-command decision (``--allow-unsigned``).
+* :class:`Config` is frozen; ``sources`` names, per key, the file that set it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from rocmbuild.errors import InputError
+
+SYSTEM_FILE = Path("/etc/rocmbuild/config.toml")
+LAUNCHERS = ("auto", "none", "ccache", "sccache")
+
+#: top-level key -> (expected Python type, its name in messages)
+SCALARS: dict[str, tuple[type, str]] = {"jobs": (int, "an integer"), "gpu_targets": (str, "a string"),
+                                        "launcher": (str, "a string"), "keep": (int, "an integer")}
+TABLES = ("caches", "trust", "sign")
+CACHE_KEYS: dict[str, tuple[type, str]] = {"url": (str, "a string"), "push": (bool, "true or false"),
+                                           "username_env": (str, "a string"), "password_env": (str, "a string"),
+                                           "insecure": (bool, "true or false"), "ca_bundle": (str, "a string")}
+TRUST_KEYS = {"public_keys": (list, "a list of strings")}
+SIGN_KEYS = {"key": (str, "a string")}
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    """One ``[[caches]]`` entry (or a ``--cache``/``--to`` URL: everything else default)."""
+
+    url: str
+    push: bool = False
+    username_env: str | None = None
+    password_env: str | None = None
+    insecure: bool = False
+    ca_bundle: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"url": self.url, "push": self.push, "username_env": self.username_env,
+                "password_env": self.password_env, "insecure": self.insecure, "ca_bundle": self.ca_bundle}
+
+
+@dataclass(frozen=True)
+class Config:
+    jobs: int | None = None
+    gpu_targets: str | None = None
+    launcher: str | None = None
+    keep: int | None = None
+    caches: tuple[CacheConfig, ...] = ()
+    public_keys: tuple[str, ...] = ()
+    sign_key: str | None = None
+    #: key ("jobs", "caches", "trust.public_keys", "sign.key", ...) -> the file that set it
+    sources: Mapping[str, str] = field(default_factory=dict)
+    files: tuple[str, ...] = ()  # the files read, in order
+
+    def cache(self, url: str) -> CacheConfig:
+        """The configured entry for ``url`` (its credentials, CA...), else a bare one."""
+        for c in self.caches:
+            if c.url.rstrip("/") == url.rstrip("/"):
+                return c
+        return CacheConfig(url)
+
+
+def user_file() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "rocmbuild" / "config.toml"
+
+
+def candidates(system: Path = SYSTEM_FILE) -> list[tuple[Path, bool]]:
+    """(file, required) in reading order."""
+    out = [(system, False), (user_file(), False)]
+    named = os.environ.get("ROCMBUILD_CONFIG")
+    if named:
+        out.append((Path(named).expanduser(), True))
+    return out
+
+
+def _suggest(key: str, choices) -> str:
+    close = difflib.get_close_matches(key, list(choices), n=1, cutoff=0.6)
+    return f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(sorted(choices))}"
+
+
+def _bad(path: Path, key: str, message: str, hint: str) -> InputError:
+    return InputError(f"{path}: {message}", hint, details={"file": str(path), "key": key})
+
+
+def _unknown(path: Path, key: str, choices) -> InputError:
+    return _bad(path, key, f"unknown key '{key}'", f"{_suggest(key.rsplit('.', 1)[-1], choices)} "
+                "(docs/caches.md lists every key)")
+
+
+def _typed(path: Path, key: str, value: Any, spec: tuple[type, str]) -> Any:
+    typ, name = spec
+    ok = isinstance(value, typ) and not (typ is int and isinstance(value, bool))
+    if typ is list:
+        ok = ok and all(isinstance(x, str) for x in value)
+    if not ok:
+        raise _bad(path, key, f"'{key}' must be {name}, not {type(value).__name__} {value!r:.60}",
+                   f"fix '{key}' in {path}")
+    return value
+
+
+def _table(path: Path, name: str, value: Any, spec: Mapping[str, tuple[type, str]]) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise _bad(path, name, f"'{name}' must be a table ([{name}]), not {type(value).__name__}", f"fix it in {path}")
+    out = {}
+    for k, v in value.items():
+        if k not in spec:
+            raise _unknown(path, f"{name}.{k}", spec)
+        out[k] = _typed(path, f"{name}.{k}", v, spec[k])
+    return out
+
+
+def _caches(path: Path, value: Any) -> tuple[CacheConfig, ...]:
+    if not isinstance(value, list):
+        raise _bad(path, "caches", "'caches' must be an array of tables ([[caches]])", f"fix it in {path}")
+    out = []
+    for i, entry in enumerate(value):
+        t = _table(path, f"caches[{i}]", entry, CACHE_KEYS)
+        if "url" not in t:
+            raise _bad(path, f"caches[{i}]", f"[[caches]] entry {i + 1} has no url",
+                       'add url = "oci://HOST/REPO" (or file:///DIR, https://HOST/PATH)')
+        if t.get("ca_bundle") and not os.path.isabs(t["ca_bundle"]):
+            raise _bad(path, f"caches[{i}].ca_bundle", "ca_bundle must be an absolute path", f"fix it in {path}")
+        out.append(CacheConfig(**t))
+    return tuple(out)
+
+
+def _check_values(path: Path, values: dict[str, Any]) -> None:
+    if "jobs" in values and values["jobs"] < 0:
+        raise _bad(path, "jobs", "'jobs' must be 0 (all cores) or more", f"fix it in {path}")
+    if "keep" in values and values["keep"] < 1:
+        raise _bad(path, "keep", "'keep' must be at least 1", f"fix it in {path}")
+    if "launcher" in values and values["launcher"] not in LAUNCHERS:
+        raise _bad(path, "launcher", f"'launcher' must be one of {', '.join(LAUNCHERS)}, not {values['launcher']!r}",
+                   f"fix it in {path}")
+    key = values.get("sign.key")
+    if key is not None and not os.path.isabs(key):
+        raise _bad(path, "sign.key", "[sign] key must be an absolute path", f"fix it in {path}")
+
+
+def parse_file(path: Path) -> dict[str, Any]:
+    """One file's settings, flattened: ``jobs``, ``caches``, ``trust.public_keys``, ``sign.key``."""
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise _bad(path, "", f"not valid TOML: {exc}", "fix the syntax (https://toml.io)") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _bad(path, "", f"cannot read the config file: {exc}", "fix its permissions or remove it") from exc
+    values: dict[str, Any] = {}
+    for k, v in data.items():
+        if k in SCALARS:
+            values[k] = _typed(path, k, v, SCALARS[k])
+        elif k == "caches":
+            values["caches"] = _caches(path, v)
+        elif k == "trust":
+            values.update({f"trust.{n}": tuple(x) for n, x in _table(path, "trust", v, TRUST_KEYS).items()})
+        elif k == "sign":
+            values.update({f"sign.{n}": x for n, x in _table(path, "sign", v, SIGN_KEYS).items()})
+        else:
+            raise _unknown(path, k, [*SCALARS, *TABLES])
+    _check_values(path, values)
+    return values
+
+
+def load(system: Path = SYSTEM_FILE) -> Config:
+    """The effective config from every file that exists (see the module notes)."""
+    merged: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    files = []
+    for path, required in candidates(system):
+        if not path.is_file():
+            if required:
+                raise InputError(f"ROCMBUILD_CONFIG names {path}, which is not a file",
+                                 "point ROCMBUILD_CONFIG at a config.toml, or unset it")
+            continue
+        files.append(str(path))
+        for k, v in parse_file(path).items():
+            merged[k], sources[k] = v, str(path)
+    return Config(jobs=merged.get("jobs"), gpu_targets=merged.get("gpu_targets"), launcher=merged.get("launcher"),
+                  keep=merged.get("keep"), caches=merged.get("caches", ()),
+                  public_keys=merged.get("trust.public_keys", ()), sign_key=merged.get("sign.key"),
+                  sources=sources, files=tuple(files))
+
+
+#: the setting names ``config list`` shows, in order, with the attribute holding each
+SETTINGS = (("jobs", "jobs"), ("gpu_targets", "gpu_targets"), ("launcher", "launcher"), ("keep", "keep"),
+            ("caches", "caches"), ("trust.public_keys", "public_keys"), ("sign.key", "sign_key"))

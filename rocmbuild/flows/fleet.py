@@ -1,0 +1,120 @@
+"""Build once, serve the fleet: ``config list``, ``key generate``, ``push`` and
+``cache list --remote`` (docs/caches.md).
+
+Decisions:
+* ``push RECIPE`` never builds: it finds the recipe's artifact in the local cache by its key
+  (resolving the ref, as ``build`` would) and refuses (exit 2, with the ``build`` command) when
+  it is not there; ``push KEY`` takes a built or imported artifact by key (or a unique prefix);
+* the cache is ``--to URL``, else the first ``[[caches]]`` entry with ``push = true``; its
+  credentials, CA and ``insecure`` come from the config entry with that URL, if any;
+* every push is signed, with ``--sign-key FILE`` or ``[sign] key``; without a key the push is
+  refused (exit 2): an unsigned artifact is refused by every machine that does not pass
+  ``--allow-unsigned``, so uploading one is almost always a mistake;
+* a key the cache already holds is not exported or uploaded again (``uploaded: false``); two
+  pushes of one key at once both succeed and the cache holds one copy;
+* the bundle is exported with rocmbuild.build.bundle's ``export`` into a private temp dir,
+  removed afterwards.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+from rocmbuild import config, ui
+from rocmbuild.build import bundle, cache
+from rocmbuild.build.artifact import Artifact
+from rocmbuild.errors import InputError
+from rocmbuild.flows import build, export
+from rocmbuild.home import cache_home
+from rocmbuild.recipe import Overrides
+from rocmbuild.remote import bundle_manifest, open_cache, trust
+from rocmbuild.results import (ConfigListResult, KeyResult, PushResult, RemoteArtifact, RemoteListResult,
+                               Setting)
+
+
+def config_list() -> ConfigListResult:
+    cfg = config.load()
+    settings = []
+    for name, attr in config.SETTINGS:
+        value = getattr(cfg, attr)
+        if name == "caches":
+            value = [c.to_json() for c in value]
+        elif isinstance(value, tuple):
+            value = list(value)
+        settings.append(Setting(name, value, cfg.sources.get(name)))
+    return ConfigListResult(cfg.files, tuple(str(p) for p, _ in config.candidates()), tuple(settings))
+
+
+def key_generate(name: str, out: str) -> KeyResult:
+    secret = trust.SecretKey.generate(name)
+    path = trust.write_secret(secret, out)
+    return KeyResult(secret.name, secret.public().text(), str(path.absolute()))
+
+
+def _built(what: str, recipes_dirs: Sequence[str], overrides: Overrides) -> Artifact:
+    """The artifact ``what`` names, from the local cache only (never built here)."""
+    art = export.find_cached(what)
+    if art is not None:
+        return art
+    r = build.load_recipe(what, recipes_dirs, overrides)
+    home = cache_home()
+    key = cache.cache_key(cache.inputs(r, commit=build.resolve_commit(r), home=home, remember=False))
+    art = cache.lookup(key, home)
+    if art is None:
+        raise InputError(f"{r.name} is not built here (artifact {key[:16]} is not in the local cache)",
+                         f"build it first: `rocmbuild build {what}` (with the same options), then push")
+    return art
+
+
+def push_target(to: str | None, cfg: config.Config) -> config.CacheConfig:
+    if to:
+        return cfg.cache(to)
+    for c in cfg.caches:
+        if c.push:
+            return c
+    raise InputError("no cache to push to", "give --to URL, or mark a [[caches]] entry `push = true` in the config")
+
+
+def push(what: str, to: str | None, sign_key: str | None, recipes_dirs: Sequence[str] = (),
+         overrides: Overrides = Overrides()) -> PushResult:
+    cfg = config.load()
+    target = push_target(to, cfg)
+    key_file = sign_key or cfg.sign_key
+    if key_file is None:
+        raise InputError("no signing key: every pushed artifact is signed",
+                         "give --sign-key FILE or set [sign] key in the config (make one with "
+                         "`rocmbuild key generate NAME --out FILE`)")
+    secret = trust.SecretKey.read(key_file)
+    art = _built(what, recipes_dirs, overrides)
+    remote = open_cache(target)
+    m = art.manifest
+    if remote.lookup(art.key) is not None:
+        ui.info(f"{target.url} already holds {m.recipe} {m.version or ''} ({art.key[:16]}): nothing uploaded")
+        return PushResult(target.url, art.key, m.recipe, m.version, False, None, None, None)
+    with tempfile.TemporaryDirectory(prefix="rocmbuild-push-") as tmp:
+        info = bundle.export(art, Path(tmp) / f"{art.key}.tar.gz")
+        path = Path(info.file)
+        signature = trust.sign(secret, art.key, bundle_manifest(path), info.sha256)
+        uploaded = remote.push(art.key, path, info.sha256, signature)
+    if uploaded:
+        ui.info(f"pushed {m.recipe} {m.version or ''} ({art.key[:16]}) to {target.url}, signed by {secret.name}")
+    else:
+        ui.info(f"{target.url} got {art.key[:16]} from another push meanwhile: nothing uploaded")
+    return PushResult(target.url, art.key, m.recipe, m.version, uploaded, info.sha256, info.size, secret.name)
+
+
+def remote_list(url: str) -> RemoteListResult:
+    cfg = config.load()
+    trusted = trust.trusted_keys(cfg.public_keys)
+    rows = []
+    for e in open_cache(cfg.cache(url)).list():
+        try:
+            signer = trust.check(url, e.key, e.manifest, e.bundle_sha256, e.signature, trusted)
+        except trust.UntrustedError:
+            signer = None
+        i = e.info()
+        rows.append(RemoteArtifact(e.key, i["recipe"], i["version"], i["gpu_targets"], e.size, e.bundle_sha256,
+                                   trust.signer_of(e.signature), signer is not None))
+    return RemoteListResult(url, tuple(rows))

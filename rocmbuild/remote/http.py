@@ -1,0 +1,136 @@
+"""What the HTTP caches share: the session (rocmbuild.build.net's, retrying GETs with backoff), a
+retry loop for the requests urllib3 does not retry (uploads), credentials, TLS, and every failure
+said in words (exit 3) with a hint that names what to do.
+
+Decisions:
+* plain ``http://`` (and ``oci://`` over HTTP) only to a loopback host (127.0.0.0/8, ::1,
+  localhost) or a cache the config marks ``insecure = true``; anything else is HTTPS, verified
+  against the system's CAs or the cache's ``ca_bundle``;
+* credentials come from the environment variables the cache's ``username_env``/``password_env``
+  name (both set, or neither used), else from Docker's ``$DOCKER_CONFIG/config.json`` (default
+  ``~/.docker/config.json``) ``auths`` entry for the host (``auth``: base64 ``user:password``;
+  credential helpers are not run);
+* an upload is retried as a whole (``ROCMBUILD_DOWNLOAD_RETRIES`` times, the same backoff) on a
+  dropped connection or a 5xx; a 4xx is never retried.
+"""
+
+from __future__ import annotations
+
+import base64
+import ipaddress
+import json
+import os
+import time
+from pathlib import Path
+from typing import Callable, TypeVar
+from urllib.parse import urlparse
+
+import requests
+
+from rocmbuild.build import net
+from rocmbuild.config import CacheConfig
+from rocmbuild.errors import FetchError, InputError
+
+T = TypeVar("T")
+RETRY_HINT = "the cache or the network failed: run the command again later (requests are retried with backoff)"
+
+
+def is_loopback(host: str) -> bool:
+    if host in ("localhost", "localhost.localdomain"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_plain_http(cfg: CacheConfig, host: str) -> None:
+    if not (is_loopback(host) or cfg.insecure):
+        raise InputError(f"{cfg.url}: plain HTTP to {host}, which is not this machine",
+                         "use https (or oci:// over HTTPS), or mark the cache `insecure = true` in its [[caches]] "
+                         "entry if the network is yours")
+
+
+def session(cfg: CacheConfig) -> requests.Session:
+    s = net.session()
+    if cfg.ca_bundle:
+        s.verify = cfg.ca_bundle
+    return s
+
+
+def docker_config() -> Path:
+    base = os.environ.get("DOCKER_CONFIG")
+    return Path(base) / "config.json" if base else Path.home() / ".docker" / "config.json"
+
+
+def _docker_auth(host: str) -> tuple[str, str] | None:
+    try:
+        auths = json.loads(docker_config().read_text()).get("auths", {})
+    except (OSError, ValueError, AttributeError):
+        return None
+    for name in (host, f"https://{host}", f"http://{host}", f"https://{host}/v2/", f"http://{host}/v2/"):
+        entry = auths.get(name) if isinstance(auths, dict) else None
+        if isinstance(entry, dict) and isinstance(entry.get("auth"), str):
+            try:
+                user, _, password = base64.b64decode(entry["auth"]).decode().partition(":")
+            except (ValueError, UnicodeDecodeError):
+                return None
+            return user, password
+    return None
+
+
+def credentials(cfg: CacheConfig, host: str) -> tuple[str, str] | None:
+    """(user, password) for ``host``: the config's env vars, else Docker's config, else None."""
+    if cfg.username_env and cfg.password_env:
+        user, password = os.environ.get(cfg.username_env), os.environ.get(cfg.password_env)
+        if user and password:
+            return user, password
+    return _docker_auth(host)
+
+
+def auth_error(cfg: CacheConfig, url: str, status: int, had_credentials: bool) -> FetchError:
+    host = urlparse(url).netloc
+    if cfg.username_env and cfg.password_env:
+        how = f"set {cfg.username_env} and {cfg.password_env} (the variables its [[caches]] entry names)"
+    else:
+        how = (f"add username_env and password_env to the [[caches]] entry of {cfg.url} in the config and set "
+               "those variables")
+    said = "refused the credentials given" if had_credentials else "needs credentials"
+    what = "denied access" if status == 403 else said
+    return FetchError(f"{cfg.url}: the registry {what} (HTTP {status})",
+                      f"{how}, or run `docker login {host}`", details={"url": url, "status": status})
+
+
+def status_error(cfg: CacheConfig, url: str, resp: requests.Response, action: str) -> FetchError:
+    code = resp.status_code
+    again = f" after {net.retries() + 1} tries" if code >= 500 and net.retries() else ""
+    return FetchError(f"{cfg.url}: cannot {action}: the server answered HTTP {code} {resp.reason or ''}".rstrip()
+                      + again, RETRY_HINT if code >= 500 else "check the cache URL and what the server allows",
+                      details={"url": url, "status": code})
+
+
+def network_error(cfg: CacheConfig, url: str, exc: BaseException) -> FetchError:
+    tries = net.retries() + 1
+    return FetchError(f"{cfg.url}: cannot reach the cache: {net.why(exc)} (tried {tries} time{'s' if tries > 1 else ''})",
+                      RETRY_HINT, details={"url": url, "tries": tries})
+
+
+class Retry(Exception):
+    """Raised inside :func:`retrying`'s function: this attempt failed in a way worth another."""
+
+    def __init__(self, error: FetchError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+def retrying(fn: Callable[[], T]) -> T:
+    """``fn()``, again after a backoff (0.5 s, 1 s, 2 s...) while it raises :class:`Retry`."""
+    n = net.retries()
+    for attempt in range(n + 1):
+        try:
+            return fn()
+        except Retry as r:
+            if attempt == n:
+                raise r.error from None
+            time.sleep(min(30.0, net.BACKOFF * (2 ** attempt)))
+    raise AssertionError("unreachable")

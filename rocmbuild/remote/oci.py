@@ -1,0 +1,273 @@
+"""An OCI registry as a binary cache (``oci://HOST[:PORT]/REPO``), spoken with ``requests`` over
+the OCI distribution API (docs/caches.md has the layout).
+
+Per artifact key, in the repository ``REPO``:
+* tag ``<key>``: an OCI image manifest (``artifactType`` ``application/vnd.rocmbuild.artifact.v1``)
+  whose config blob is the artifact's manifest (exact bytes, ``application/vnd.rocmbuild.manifest.v1+json``)
+  and whose one layer is the bundle (``application/vnd.rocmbuild.bundle.v1.tar+gzip``): the
+  layer's digest *is* the bundle's sha256;
+* tag ``<key>.sig``: a manifest with the empty config and one layer, the signature file
+  (``application/vnd.rocmbuild.signature.v1+json``). A tag, not an OCI referrer: the referrers API
+  is OCI 1.1 and many registries in use (the CNCF distribution registry 2.x, Debian's
+  docker-registry) do not serve it; a tag works on every registry and is pushed *before* the
+  key's tag, so whoever sees the key sees its signature.
+
+Why not the ``oras`` package (tried, 0.2.x): its every request goes through a retry decorator
+that retries *any* exception five times, sleeping 3 + 3**n seconds (about two minutes before an
+error), including a refused connection and failed authentication (reported as a bare
+``ValueError``), not tunable, deaf to ``ROCMBUILD_DOWNLOAD_RETRIES``; and ``download_blob`` does
+not check the blob's digest. The API needed here is small (ping, manifests, blobs, monolithic
+uploads, tags list, Basic and Bearer token auth), so it is spoken directly.
+
+Decisions: HTTP for a loopback host or an ``insecure`` cache, else HTTPS (``ca_bundle`` for a
+private CA); every blob read is checked against its digest while it streams; uploads are
+monolithic (POST then PUT), and a blob the registry already has is not sent again.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import Any
+from urllib.parse import urljoin, urlparse
+
+import requests
+
+from rocmbuild.config import CacheConfig
+from rocmbuild.errors import FetchError, InputError
+from rocmbuild.remote import Entry, Fetched, bundle_manifest, check_key, receive, side_files
+from rocmbuild.remote import http
+from rocmbuild.remote.http import Retry
+from rocmbuild.root import Root
+
+MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
+ARTIFACT_TYPE = "application/vnd.rocmbuild.artifact.v1"
+CONFIG_TYPE = "application/vnd.rocmbuild.manifest.v1+json"
+BUNDLE_TYPE = "application/vnd.rocmbuild.bundle.v1.tar+gzip"
+SIG_TYPE = "application/vnd.rocmbuild.signature.v1+json"
+EMPTY_TYPE = "application/vnd.oci.empty.v1+json"
+EMPTY = b"{}"
+TIMEOUT = (30, 300)
+MAX_SMALL = 64 << 20  # a manifest, a config or a signature blob
+_TAG = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _descriptor(media_type: str, data_digest: str, size: int) -> dict[str, Any]:
+    return {"mediaType": media_type, "digest": f"sha256:{data_digest}", "size": size}
+
+
+def _challenge(header: str) -> tuple[str, dict[str, str]]:
+    scheme, _, rest = header.partition(" ")
+    return scheme.lower(), dict(re.findall(r'(\w+)="([^"]*)"', rest))
+
+
+class Registry:
+    """The requests of the distribution API for one repository, with auth and retries."""
+
+    def __init__(self, cfg: CacheConfig) -> None:
+        u = urlparse(cfg.url)
+        self.repo = u.path.strip("/")
+        if not u.hostname or not self.repo:
+            raise InputError(f"{cfg.url}: an oci:// cache names a host and a repository", "e.g. oci://registry.lab:5000/rocmbuild")
+        plain = http.is_loopback(u.hostname) or cfg.insecure
+        self.cfg, self.host = cfg, u.netloc
+        self.base = f"{'http' if plain else 'https'}://{u.netloc}/v2/"
+        self.session = requests.Session()
+        if cfg.ca_bundle:
+            self.session.verify = cfg.ca_bundle
+        self.auth: dict[str, str] = {}
+        self.creds = http.credentials(cfg, self.host)
+
+    def url(self, path: str) -> str:
+        return urljoin(self.base, f"{self.repo}/{path}")
+
+    def _authenticate(self, resp: requests.Response) -> None:
+        scheme, params = _challenge(resp.headers.get("WWW-Authenticate", ""))
+        if self.creds is None and scheme != "bearer":
+            raise http.auth_error(self.cfg, resp.url, resp.status_code, False)
+        if scheme == "basic":
+            token = base64.b64encode(f"{self.creds[0]}:{self.creds[1]}".encode()).decode()  # type: ignore[index]
+            self.auth = {"Authorization": f"Basic {token}"}
+            return
+        if scheme != "bearer" or "realm" not in params:
+            raise http.auth_error(self.cfg, resp.url, resp.status_code, self.creds is not None)
+        query = {k: v for k, v in params.items() if k in ("service", "scope")}
+        query.setdefault("scope", f"repository:{self.repo}:pull,push")
+        got = self.session.get(params["realm"], params=query, auth=self.creds, timeout=TIMEOUT)
+        token = got.json().get("token") or got.json().get("access_token") if got.ok else None
+        if not token:
+            raise http.auth_error(self.cfg, resp.url, got.status_code if not got.ok else 401, self.creds is not None)
+        self.auth = {"Authorization": f"Bearer {token}"}
+
+    def request(self, method: str, url: str, *, action: str, ok: tuple[int, ...] = (200,), **kw) -> requests.Response:
+        """One request (authenticated on a 401, once); 5xx and dropped connections raise
+        :class:`Retry`; any other answer outside ``ok`` (and not 404) raises at once."""
+        kw.setdefault("timeout", TIMEOUT)
+        for attempt in (0, 1):
+            headers = {**kw.pop("headers", {}), **self.auth}
+            try:
+                resp = self.session.request(method, url, headers=headers, **kw)
+            except requests.RequestException as exc:
+                raise Retry(http.network_error(self.cfg, url, exc)) from exc
+            kw["headers"] = {k: v for k, v in headers.items() if k != "Authorization"}
+            if resp.status_code in (401, 403) and attempt == 0 and not self.auth:
+                resp.close()
+                self._authenticate(resp)
+                continue
+            break
+        if resp.status_code in (401, 403):
+            raise http.auth_error(self.cfg, url, resp.status_code, self.creds is not None)
+        if resp.status_code >= 500 or resp.status_code == 429:
+            resp.close()
+            raise Retry(http.status_error(self.cfg, url, resp, action))
+        if resp.status_code not in ok and resp.status_code != 404:
+            resp.close()
+            raise http.status_error(self.cfg, url, resp, action)
+        return resp
+
+    def call(self, method: str, path: str, *, action: str, ok: tuple[int, ...] = (200,), **kw) -> requests.Response:
+        return http.retrying(lambda: self.request(method, self.url(path), action=action, ok=ok, **dict(kw)))
+
+    # -- blobs -------------------------------------------------------------------------------
+    def small_blob(self, digest: str, action: str) -> bytes:
+        """A manifest's config or the signature, read whole and checked against its digest."""
+        resp = self.call("GET", f"blobs/{digest}", action=action)
+        if resp.status_code == 404:
+            raise FetchError(f"{self.cfg.url}: the registry lost blob {digest[:19]}", "push the artifact again")
+        data = resp.content[: MAX_SMALL + 1]
+        if hashlib.sha256(data).hexdigest() != digest.removeprefix("sha256:"):
+            raise FetchError(f"{self.cfg.url}: blob {digest[:19]}... does not match its digest",
+                             "the registry's copy is damaged: push the artifact again")
+        return data
+
+    def has_blob(self, hexdigest: str) -> bool:
+        return self.call("HEAD", f"blobs/sha256:{hexdigest}", action="check a blob").status_code == 200
+
+    def put_blob(self, hexdigest: str, data_of, size: int) -> None:
+        """Upload a blob (monolithic), unless the registry has it. ``data_of()`` opens its bytes
+        (again on a retry)."""
+        if self.has_blob(hexdigest):
+            return
+
+        def attempt() -> None:
+            start = self.request("POST", self.url("blobs/uploads/"), action="start an upload", ok=(202,))
+            loc = urljoin(self.base, start.headers["Location"])
+            sep = "&" if "?" in loc else "?"
+            with data_of() as body:
+                self.request("PUT", f"{loc}{sep}digest=sha256:{hexdigest}", action="upload a blob", ok=(201,),
+                             data=body, headers={"Content-Type": "application/octet-stream",
+                                                 "Content-Length": str(size)})
+
+        http.retrying(attempt)
+
+    def get_manifest(self, tag: str) -> dict[str, Any] | None:
+        resp = self.call("GET", f"manifests/{tag}", action="read a manifest", headers={"Accept": MANIFEST_TYPE})
+        if resp.status_code == 404:
+            return None
+        try:
+            doc = json.loads(resp.content[:MAX_SMALL])
+            return doc if isinstance(doc, dict) else None
+        except ValueError:
+            return None
+
+    def put_manifest(self, tag: str, doc: dict[str, Any]) -> None:
+        data = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+        self.call("PUT", f"manifests/{tag}", action="tag the artifact", ok=(201,), data=data,
+                  headers={"Content-Type": MANIFEST_TYPE})
+
+
+class _Bytes:
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def __enter__(self) -> bytes:
+        return self.data
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+
+def _layer(doc: dict[str, Any] | None) -> dict[str, Any] | None:
+    layers = doc.get("layers") if doc else None
+    first = layers[0] if isinstance(layers, list) and layers and isinstance(layers[0], dict) else None
+    return first if first and str(first.get("digest", "")).startswith("sha256:") else None
+
+
+class OciCache:
+    def __init__(self, cfg: CacheConfig) -> None:
+        self.cfg, self.url, self.reg = cfg, cfg.url, Registry(cfg)
+
+    def lookup(self, key: str) -> Entry | None:
+        doc = self.reg.get_manifest(check_key(key))
+        layer, config = _layer(doc), (doc or {}).get("config")
+        if layer is None or not isinstance(config, dict) or not str(config.get("digest", "")).startswith("sha256:"):
+            return None
+        manifest = self.reg.small_blob(config["digest"], "read the artifact's manifest")
+        sig_layer = _layer(self.reg.get_manifest(f"{key}.sig"))
+        sig = self.reg.small_blob(sig_layer["digest"], "read the signature") if sig_layer else None
+        return Entry(self.url, key, manifest, layer["digest"].removeprefix("sha256:"), int(layer.get("size", 0)), sig)
+
+    def fetch(self, key: str, dest_root: Root) -> Fetched:
+        e = self.lookup(key)
+        if e is None:
+            raise InputError(f"{self.url}: no artifact {key[:16]}", "see `rocmbuild cache list --remote URL`")
+        name = f"{key}.tar.gz"
+
+        def attempt() -> str:
+            resp = self.reg.request("GET", self.reg.url(f"blobs/sha256:{e.bundle_sha256}"), action="download the bundle",
+                                    stream=True)
+            with resp:
+                if resp.status_code == 404:
+                    raise FetchError(f"{self.url}: the registry lost the bundle of {key[:16]}", "push it again")
+                try:
+                    return receive(dest_root, name, resp.iter_content(1 << 20), e.bundle_sha256, url=self.url, key=key)
+                except requests.RequestException as exc:
+                    raise Retry(http.network_error(self.cfg, resp.url, exc)) from exc
+
+        return side_files(dest_root, e, http.retrying(attempt))
+
+    def push(self, key: str, bundle: Path, sha256: str, signature: bytes | None) -> bool:
+        check_key(key)
+        if self.reg.get_manifest(key) is not None:
+            return False
+        manifest = bundle_manifest(bundle)
+        mdigest = hashlib.sha256(manifest).hexdigest()
+        self.reg.put_blob(mdigest, lambda: _Bytes(manifest), len(manifest))
+        size = bundle.stat().st_size
+        self.reg.put_blob(sha256, lambda: open(bundle, "rb"), size)
+        if signature is not None:
+            self._push_signature(key, signature)
+        info = Entry(self.url, key, manifest, sha256, size, None).info()
+        annotations = {"dev.rocmbuild.key": key, "dev.rocmbuild.recipe": str(info["recipe"]),
+                       "dev.rocmbuild.version": str(info["version"]),
+                       "dev.rocmbuild.gpu-targets": ",".join(info["gpu_targets"] or [])}
+        self.reg.put_manifest(key, {"schemaVersion": 2, "mediaType": MANIFEST_TYPE, "artifactType": ARTIFACT_TYPE,
+                                    "config": _descriptor(CONFIG_TYPE, mdigest, len(manifest)),
+                                    "layers": [_descriptor(BUNDLE_TYPE, sha256, size)], "annotations": annotations})
+        return True
+
+    def _push_signature(self, key: str, signature: bytes) -> None:
+        empty, sdigest = hashlib.sha256(EMPTY).hexdigest(), hashlib.sha256(signature).hexdigest()
+        self.reg.put_blob(empty, lambda: _Bytes(EMPTY), len(EMPTY))
+        self.reg.put_blob(sdigest, lambda: _Bytes(signature), len(signature))
+        self.reg.put_manifest(f"{key}.sig", {"schemaVersion": 2, "mediaType": MANIFEST_TYPE, "artifactType": SIG_TYPE,
+                                             "config": _descriptor(EMPTY_TYPE, empty, len(EMPTY)),
+                                             "layers": [_descriptor(SIG_TYPE, sdigest, len(signature))]})
+
+    def tags(self) -> list[str]:
+        out: list[str] = []
+        path: str | None = "tags/list?n=1000"
+        while path:
+            resp = self.reg.call("GET", path, action="list the tags")
+            if resp.status_code == 404:
+                return []
+            out += [t for t in (resp.json().get("tags") or []) if isinstance(t, str)]
+            nxt = resp.links.get("next", {}).get("url")
+            path = urljoin(self.reg.url("tags/list"), nxt).removeprefix(self.reg.url("")) if nxt else None
+        return out
+
+    def list(self) -> list[Entry]:
+        return [e for t in sorted(self.tags()) if _TAG.match(t) and (e := self.lookup(t)) is not None]

@@ -1,0 +1,95 @@
+"""The config file(s): order (system, user, ROCMBUILD_CONFIG; later wins; flags win), refusals
+(unknown keys with a "did you mean", wrong types naming file, key and type), ``config list``,
+and the defaults reaching the verbs (``plan`` shows the ``--parallel`` a build would use)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rocmbuild import config
+from rocmbuild.errors import InputError
+from tests.support.cli import rb
+
+
+def _write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture
+def files(tmp_path, monkeypatch):
+    system = _write(tmp_path / "etc" / "config.toml", 'jobs = 2\nlauncher = "none"\nkeep = 7\n'
+                    '[[caches]]\nurl = "oci://sys.example/rocmbuild"\n')
+    user = _write(config.user_file(), 'jobs = 3\n[[caches]]\nurl = "file:///srv/cache"\npush = true\n'
+                  '[trust]\npublic_keys = ["lab:AAAA"]\n')
+    run = _write(tmp_path / "run.toml", 'gpu_targets = "gfx1151"\n[sign]\nkey = "/keys/lab.secret"\n')
+    monkeypatch.setenv("ROCMBUILD_CONFIG", str(run))
+    return system, user, run
+
+
+def test_later_files_win_key_by_key_and_each_value_names_its_file(files):
+    system, user, run = files
+    cfg = config.load(system)
+    assert (cfg.jobs, cfg.launcher, cfg.keep, cfg.gpu_targets, cfg.sign_key) == (3, "none", 7, "gfx1151", "/keys/lab.secret")
+    assert [c.url for c in cfg.caches] == ["file:///srv/cache"] and cfg.caches[0].push  # a list is replaced, not merged
+    assert cfg.sources == {"jobs": str(user), "launcher": str(system), "keep": str(system), "caches": str(user),
+                           "trust.public_keys": str(user), "gpu_targets": str(run), "sign.key": str(run)}
+    assert cfg.files == (str(system), str(user), str(run))
+
+
+@pytest.mark.parametrize("text,words", [
+    ('launchr = "ccache"\n', ["unknown key 'launchr'", "did you mean 'launcher'?"]),
+    ('[[caches]]\nurl = "oci://h/r"\npassword_evn = "X"\n', ["unknown key 'caches[0].password_evn'", "did you mean 'password_env'"]),
+    ('[trust]\npublic_key = []\n', ["unknown key 'trust.public_key'", "did you mean 'public_keys'"]),
+    ('jobs = "8"\n', ["'jobs' must be an integer, not str"]),
+    ('jobs = true\n', ["'jobs' must be an integer, not bool"]),
+    ('[[caches]]\nurl = "oci://h/r"\npush = "yes"\n', ["'caches[0].push' must be true or false"]),
+    ('[trust]\npublic_keys = "lab:AAAA"\n', ["'trust.public_keys' must be a list of strings"]),
+    ('[[caches]]\npush = true\n', ["has no url"]),
+    ('launcher = "distcc"\n', ["'launcher' must be one of"]),
+    ('jobs = 4\njobs = 5\n', ["not valid TOML"]),
+])
+def test_mistakes_are_refused_naming_the_file_and_the_key(tmp_path, monkeypatch, text, words):
+    bad = _write(tmp_path / "bad.toml", text)
+    monkeypatch.setenv("ROCMBUILD_CONFIG", str(bad))
+    with pytest.raises(InputError) as e:
+        config.load(tmp_path / "no-system.toml")
+    said = e.value.message + " " + e.value.hint
+    assert str(bad) in e.value.message and all(w in said for w in words), said
+
+
+def test_a_named_config_that_is_missing_is_an_error_but_absent_defaults_are_not(tmp_path, monkeypatch):
+    assert config.load(tmp_path / "none.toml") == config.Config(sources={}, files=())
+    monkeypatch.setenv("ROCMBUILD_CONFIG", str(tmp_path / "gone.toml"))
+    with pytest.raises(InputError, match="ROCMBUILD_CONFIG names"):
+        config.load(tmp_path / "none.toml")
+
+
+def test_config_list_shows_values_and_sources_and_a_bad_file_exits_2(tmp_path):
+    user = _write(config.user_file(), 'jobs = 6\n[[caches]]\nurl = "oci://127.0.0.1:5000/r"\nusername_env = "U"\n'
+                  'password_env = "P"\n')
+    d = json.loads(rb("config", "list", "--json").stdout)
+    got = {s["name"]: (s["value"], s["source"]) for s in d["settings"]}
+    assert got["jobs"] == (6, str(user)) and got["keep"] == (None, None)
+    assert got["caches"][0][0]["username_env"] == "U" and str(user) in d["files"]
+    text = rb("config", "list").stdout
+    assert "jobs" in text and str(user) in text
+    _write(user, 'jbos = 6\n')
+    r = rb("status", "--json")  # every verb reads the config: a mistake is said at once
+    assert r.returncode == 2 and "did you mean 'jobs'" in json.loads(r.stdout)["error"]["hint"]
+
+
+def test_the_config_sets_defaults_and_the_flag_wins(txn_home, tmp_path):
+    recipe = txn_home.recipe("mini")
+    _write(config.user_file(), "jobs = 3\n")
+
+    def parallel(*flags: str) -> str:
+        argv = json.loads(rb("plan", recipe, "--offline", *flags, "--json").stdout)["commands"]["build"]
+        return argv[argv.index("--parallel") + 1]
+
+    assert parallel() == "3"
+    assert parallel("--jobs", "5") == "5"
