@@ -24,7 +24,8 @@ from rocmbuild.build import buildtree, cmake, logs, retry
 from rocmbuild.build.artifact import MANIFEST, TREE, Artifact, Manifest, find_libraries, scan_tree, seal
 from rocmbuild.build.cache import Inputs, key_lock, lookup
 from rocmbuild.build.extract import safe_extract
-from rocmbuild.disk import atomic_write_json, fsync_dir
+from rocmbuild.disk import atomic_write_json
+from rocmbuild.root import Root
 from rocmbuild.errors import BuildError, RecipeError, RequirementError
 from rocmbuild.home import artifacts_dir, build_dir as build_root
 from rocmbuild.locks import LockWait
@@ -159,8 +160,8 @@ def build(recipe: Recipe, checkout: Checkout, *, home: Path, key: str, inp: Inpu
             manifest = _manifest(recipe, checkout, key, inp, tree)
             seal(tmp, manifest.files)  # read-only, fsynced, identities recorded
             atomic_write_json(tmp / MANIFEST, manifest.to_json())
-            os.replace(tmp, adir / key)
-            fsync_dir(adir)
+            with Root.open(adir, "the artifact cache") as root:  # published by renameat beneath its fd
+                root.replace(tmp.name, key)
         except BaseException as exc:
             shutil.rmtree(tmp, ignore_errors=True)
             if attempt is not None:
