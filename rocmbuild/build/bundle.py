@@ -39,6 +39,8 @@ Decisions:
 * An imported artifact is never a recipe's cache hit (``cache.lookup`` does not look there): a
   bundle is only trusted as what it is, for ``apply --artifact`` and ``export KEY`` (a re-export
   of an imported key is allowed: it carries the same manifest, and the importer checks it again).
+  The one exception is a *substituted* artifact (provenance kind ``cache``, written only by
+  :mod:`rocmbuild.flows.substitute` after the signature check): see :func:`rocmbuild.build.cache.lookup`.
 * The manifest is read by its schema (:mod:`rocmbuild.build.manifest`) before anything is
   extracted when it is the bundle's first member (as :func:`export` writes it); one it refuses is
   a corrupt artifact (``ArtifactError``, exit 3) naming the bundle and the field. ``provenance.json``
@@ -65,23 +67,20 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any, Iterator
 
-from rocmbuild import schema as s
 from rocmbuild import ui
 from rocmbuild.build import unbundle
 from rocmbuild.build.archive import download
 from rocmbuild.build.artifact import MANIFEST, TREE, Artifact, FileEntry, Manifest
 from rocmbuild.build.cache import corrupt, imported_dir
+from rocmbuild.build.provenance import (PROVENANCE, PROVENANCE_SPEC, Provenance, parse_provenance,  # noqa: F401
+                                         read_provenance)
 from rocmbuild.build.tarball import touch_download
 from rocmbuild.build.unbundle import MAX_MANIFEST, TOP, checked_names  # noqa: F401 (re-exported)
 from rocmbuild.disk import CHUNK, sha256_fd, sha256_file
 from rocmbuild.errors import ArtifactError, FetchError, InputError
 from rocmbuild.home import artifacts_dir, downloads_dir
 from rocmbuild.root import Root, file_mode
-from rocmbuild import schema as s
-from rocmbuild.build import manifest as _manifest
-from rocmbuild.disk import read_json
 
-PROVENANCE = "provenance.json"
 
 
 @dataclass(frozen=True)
@@ -268,45 +267,6 @@ def _fetch(src: str, home: Path, sha256: str | None) -> tuple[Path, str | None]:
     return path, expected
 
 
-@dataclass(frozen=True)
-class Provenance:
-    """Where an imported artifact came from (``provenance.json``)."""
-
-    source: str  # the bundle's absolute path, or its URL
-    kind: str  # file | url
-    bundle_sha256: str
-    sha256_checked: bool  # checked against a given sha256 (--sha256 or the .sha256 file)
-    imported: str  # when (ISO 8601, UTC)
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-PROVENANCE_SPEC = s.record(Provenance, kind=s.one_of("file", "url"), bundle_sha256=s.check(
-    s.string, lambda v: bool(re.fullmatch(r"[0-9a-f]{64}", v)), "a sha256 (64 lowercase hexadecimal digits)"))
-
-
-def parse_provenance(data: Any, file: object) -> Provenance:
-    """A provenance record; SchemaError naming ``file``, the field and what was expected."""
-    return s.load(PROVENANCE_SPEC, data, file)
-
-
-def read_provenance(artifact_dir: Path) -> Provenance | None:
-    """The provenance of an imported artifact (None: it has none); ArtifactError (exit 3) when
-    the file is there but is not one."""
-    path = Path(artifact_dir) / PROVENANCE
-    try:
-        data = read_json(path)
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        raise ArtifactError(f"corrupt artifact provenance {path}: {exc}", _manifest.BAD_ARTIFACT_HINT) from None
-    try:
-        return parse_provenance(data, path)
-    except s.SchemaError as exc:
-        raise _manifest.corrupt(exc, "provenance") from None
-
-
 def _provenance(src: str, path: Path, checked: str | None) -> Provenance:
     url = is_url(src)
     return Provenance(source=src if url else str(Path(path).absolute()), kind="url" if url else "file",
@@ -336,17 +296,25 @@ def inspect(src: str, *, home: Path, sha256: str | None = None) -> Artifact:
     return Artifact(path / TOP, plan.manifest, cached=False)
 
 
-def import_bundle(src: str, *, home: Path, sha256: str | None = None) -> Artifact:
-    """Check and place a bundle in the local cache (apart from built artifacts); returns it."""
+def import_bundle(src: str, *, home: Path, sha256: str | None = None, signed: tuple[str, bytes] | None = None,
+                  origin: Provenance | None = None) -> Artifact:
+    """Check and place a bundle in the local cache (apart from built artifacts); returns it.
+
+    ``signed`` (a substitution): (the key asked for, the exact manifest bytes the checked signature
+    covers); a bundle whose first member is not exactly those bytes is refused (exit 3) before
+    anything is written. ``origin``: the provenance to record instead of the bundle's path."""
     path, checked = _fetch(src, home, sha256)
     with _planned(path) as (tf, plan):
         manifest = plan.manifest
+        if signed is not None and (plan.manifest_bytes != signed[1] or manifest.key != signed[0]):
+            raise FetchError(f"{src}: the bundle's manifest is not the signed manifest of artifact {signed[0][:16]}: "
+                             "nothing was imported", "the cache entry is damaged or forged: push it again from the builder")
         with Root.open(artifacts_dir(home), "the artifact cache", create=True) as root:
             existing = _reusable(root, manifest)
             if existing is not None:
                 ui.info(f"artifact {manifest.key[:16]} is already in the cache (imported)")
                 return existing
-            _place(tf, plan, root, _provenance(src, path, checked))
+            _place(tf, plan, root, origin or _provenance(src, path, checked))
     ui.info(f"imported {manifest.recipe} {manifest.version or ''} ({manifest.key[:16]}) from {src}")
     return Artifact(imported_dir(home) / manifest.key, manifest, cached=True)
 

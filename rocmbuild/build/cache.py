@@ -7,8 +7,15 @@ until the compiler changes; a cached artifact whose files changed on disk is mov
 rebuilt, never reused. What goes into the key, and what is left out, is in ``docs/cache.md``.
 
 Imported artifacts (bundles) live apart, in ``artifacts/imported/<key>/``: :func:`lookup` (what a
-recipe build asks) never looks there, so a bundle that claims a recipe build's key is never that
-recipe's cache hit; :func:`lookup_imported` serves ``apply --artifact`` and ``export KEY``. An
+recipe build asks) does not serve a bundle imported by hand, so a bundle that claims a recipe
+build's key is never that recipe's cache hit; :func:`lookup_imported` serves ``apply --artifact``
+and ``export KEY``. Decision (substitution, docs/caches.md): an imported artifact whose
+provenance says it was *substituted* (kind ``cache``: found in a binary cache under exactly the
+key the recipe computes, its signature by a trusted key -- or ``--allow-unsigned`` -- its
+bundle's sha256 and every file checked on import) *is* served by :func:`lookup` for that key,
+after the built one: the recipe asked for that key, and the cache answered for it under a
+signature. Like Nix's store, once accepted it stays accepted (a later command without
+``--allow-unsigned`` still uses an unsigned one it let in; its provenance says ``signer: null``). An
 entry whose bytes do not match its manifest is quarantined (:func:`quarantine`): renamed to
 ``artifacts/.quarantine/``, kept for a look, never served again.
 """
@@ -27,6 +34,7 @@ from typing import Any, Iterator, Mapping
 
 from rocmbuild import runner, ui
 from rocmbuild.build.artifact import MANIFEST, Artifact, Manifest
+from rocmbuild.build.provenance import origin
 from rocmbuild.disk import FileLock, read_json, sha256_file
 from rocmbuild.root import Root
 from rocmbuild.errors import FetchError, InputError
@@ -181,7 +189,20 @@ def log_path(home: Path, key: str) -> Path:
 
 
 def lookup(key: str, home: Path) -> Artifact | None:
-    """The cached artifact for ``key``, or None. A changed artifact is moved aside, not reused."""
+    """The cached artifact for ``key``: the one built here, else one substituted from a binary
+    cache (see the module notes), or None. A changed artifact is moved aside, not reused."""
+    built = _lookup_built(key, home)
+    if built is not None:
+        return built
+    if origin(imported_dir(home) / key) is None:
+        return None
+    art = lookup_imported(key, home)
+    if art is None:
+        ui.warn(f"the substituted artifact {key[:16]} was changed on disk or is unreadable; it will not be reused")
+    return art
+
+
+def _lookup_built(key: str, home: Path) -> Artifact | None:
     path = artifacts_dir(home) / key
     manifest = path / MANIFEST
     if not manifest.is_file():

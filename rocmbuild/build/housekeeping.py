@@ -35,6 +35,7 @@ from pathlib import Path
 from rocmbuild.build import buildtree
 from rocmbuild.build.retry import ATTEMPT, AttemptRecord, read_attempt  # noqa: F401 - ATTEMPT: the record's name, for callers
 from rocmbuild.build.artifact import MANIFEST, Manifest
+from rocmbuild.build.provenance import origin
 from rocmbuild.build.cache import entries, imported_dir, key_lock
 from rocmbuild.root import Root
 from rocmbuild.disk import read_json
@@ -115,6 +116,7 @@ class ArtifactInfo:
     created: str | None
     last_used: str | None
     last_used_ts: float | None
+    substituted: dict | None = None  # from a binary cache: {url, bundle_sha256, signer, imported}
 
 
 def artifact_info(home: Path, path: Path, seen: set | None = None) -> ArtifactInfo:
@@ -126,7 +128,7 @@ def artifact_info(home: Path, path: Path, seen: set | None = None) -> ArtifactIn
     used = last_use(home, path)
     return ArtifactInfo(path.name, "imported" if path.parent == imported_dir(home) else "built", str(path),
                         m.recipe if m else None, m.version if m else None, m.commit if m else None,
-                        disk_bytes(path, seen), iso(created), iso(used), used)
+                        disk_bytes(path, seen), iso(created), iso(used), used, origin(path))
 
 
 def artifacts(home: Path) -> list[ArtifactInfo]:

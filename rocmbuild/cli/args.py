@@ -171,6 +171,31 @@ def waiting(p: argparse.ArgumentParser) -> None:
                    help="wait at most S seconds for each such lock, then fail with exit 5 (implies --wait)")
 
 
+def binary_caches(p: argparse.ArgumentParser) -> None:
+    """Substitution from binary caches (docs/caches.md): build and apply of a recipe or lock file."""
+    g = p.add_argument_group("binary caches (substitution before building)")
+    g.add_argument("--cache", dest="caches", action="append", default=[], metavar="URL",
+                   help="also look the artifact up in this cache (oci://, file://, https://), before the "
+                        "config's [[caches]] (repeatable)")
+    x = g.add_mutually_exclusive_group()
+    x.add_argument("--no-cache", action="store_true", help="do not look in any binary cache (build here)")
+    x.add_argument("--offline", action="store_true",
+                   help="touch no network at all: no cache lookup, no git ls-remote or fetch (a named ref is "
+                        "taken from the cached artifact of this recipe)")
+    g.add_argument("--require-cache", action="store_true",
+                   help="never compile: an artifact no cache supplies is an error (exit 3)")
+    g.add_argument("--allow-unsigned", action="store_true",
+                   help="use an artifact that is unsigned or signed by an untrusted key (this command only)")
+
+
+def cache_options(args: argparse.Namespace, *, allow_other_arch: bool = False):
+    """The :class:`~rocmbuild.flows.substitute.CacheOptions` the flags of :func:`binary_caches` give."""
+    from rocmbuild.flows.substitute import CacheOptions
+
+    return CacheOptions(urls=tuple(args.caches), no_cache=args.no_cache, require=args.require_cache,
+                        offline=args.offline, allow_unsigned=args.allow_unsigned, allow_other_arch=allow_other_arch)
+
+
 def txn_opts(p: argparse.ArgumentParser) -> None:
     waiting(p)
 

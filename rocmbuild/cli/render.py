@@ -19,7 +19,7 @@ from typing import Any
 from rocmbuild import runner
 from rocmbuild.names import safe_lines, safe_text
 from rocmbuild.cli import layout
-from rocmbuild.cli.statetext import HISTORY_HEADERS, drift_text, history_row, plan_tree, rel
+from rocmbuild.cli.statetext import HISTORY_HEADERS, drift_text, history_row, origin_text, plan_tree, rel
 from rocmbuild.results import (
     ApplyResult,
     BuildPlan,
@@ -79,7 +79,9 @@ def build_plan(plan: BuildPlan) -> str:
     for step in (s_ for s_ in ("configure", "build", "install") if s_ in plan.commands):
         prefix = ("DESTDIR=" + plan.destdir + " ") if step == "install" else ""
         lines.append(f"  {step:10}{(env + ' ') if env else ''}{prefix}{runner.display(list(plan.commands[step]))}")
-    state_ = "cached (build would do nothing)" if plan.cached else ("not cached" if plan.cache_key else "key needs the commit")
+    state_ = "cached (build would do nothing)" if plan.cached else (
+        f"not cached: would substitute from {plan.substitute}" if plan.substitute
+        else "not cached: would build" if plan.cache_key else "key needs the commit")
     lines.append(f"  cache    {plan.cache_key or '-'}: {state_}")
     tools = plan.inputs["tools"]
     lines.append(f"  tools    {tools['cmake']}; {tools['cc']}; {tools['cxx']}")
@@ -94,6 +96,8 @@ def _build(r: BuildResult) -> str:
     verb = "cached (no configure, no compile)" if data["cached"] else "built"
     out = [f"{data['recipe']} {data['version'] or ''} @ {(data['commit'] or '')[:12]}: {verb}",
            f"artifact: {data['artifact']}"]
+    if data["substituted"]:
+        out.append(origin_text(data["substituted"]))
     out += [f"  {lib['name']}: {' -> '.join(lib['chain'])} (SONAME {lib['soname']})" for lib in data["libraries"]]
     if data["log"]:
         out.append(f"log: {data['log']}")
@@ -133,6 +137,8 @@ def status_changes(c: StatusChanges, prefix: str | None = None) -> str:
         lines.append(f"  txn {t.id}  {t.verb} {t.recipe or '-'}{commit}: {t.version_before or '?'} -> "
                      f"{t.version_after or '?'}")
         lines.append(f"    {len(t.files)} path(s): " + ", ".join(rel(f, prefix) for f in t.files))
+        if t.substituted:
+            lines.append(f"    artifact {origin_text(t.substituted)}")
     lines += [f"in progress: {u.verb} {u.id} (pid {u.running_pid}, at '{u.state}')" if u.running_pid else
               f"UNFINISHED {u.verb} {u.id} (stopped at '{u.state}'): the next rocmbuild command "
               "that changes this target rolls it back; `rocmbuild recover` does only that" for u in c.unfinished]
@@ -194,6 +200,8 @@ def _cache_list(r: CacheListResult) -> str:
         i = a.info
         lines.append(f"{i.key[:16]} {i.kind:8} {i.recipe or '?'} {i.version or '?'} "
                      f"commit {(i.commit or '-')[:12]}  {_size(i.size)}  last used {i.last_used or 'never'}")
+        if i.substituted:
+            lines.append(f"  {origin_text(i.substituted)}")
         lines += [f"  used by {u.prefix or u.state_dir} ({u.role}, txn {u.txn})" for u in a.used_by]
     gone = sum(not t.target.exists for t in r.targets)
     lines.append(f"{len(r.artifacts)} artifact(s), {_size(r.total_bytes)} in {r.cache}; "
@@ -242,7 +250,7 @@ def _apply(r: ApplyResult) -> str:
     arch_line = [gpu_arch_line(r.gpu_arch)] if r.gpu_arch is not None else []
     if r.already_applied:
         return layout.lines([f"already applied: {p.recipe} ({p.version_after or '?'}) is in place in {p.prefix}; "
-                             "nothing changed", *arch_line])
+                             "nothing changed", *arch_line, *([origin_text(r.substituted)] if r.substituted else [])])
     lines = [f"applied {r.txn}: {p.recipe} {p.version_before or '?'} -> {p.version_after or '?'} "
              f"in {p.prefix} ({p.layout} layout)"]
     lines += [f"  {a.path}" for a in p.pending]
@@ -253,6 +261,8 @@ def _apply(r: ApplyResult) -> str:
     if passed:
         lines.append(f"verified: {', '.join(passed)}")
     lines += arch_line
+    if r.substituted:
+        lines.append(origin_text(r.substituted))
     lines.append("undo with: rocmbuild rollback" + (f" --env {p.prefix}" if p.prefix else ""))
     return layout.lines(lines)
 

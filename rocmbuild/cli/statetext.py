@@ -122,3 +122,9 @@ def plan_tree(tp) -> str:
     lines += [f"name: {n.describe()}" for n in plan.names]  # which artifact name lands where, and why
     lines += [f"note: {n}" for n in plan.notes]
     return layout.tree(head, dirs.items()) + "\n" + layout.lines(lines)
+
+
+def origin_text(o: dict) -> str:
+    """Where a substituted artifact came from, in one line."""
+    signed = f"signed by {o['signer']}" if o.get("signer") else "unsigned (--allow-unsigned)"
+    return f"substituted from {o['url']} (bundle sha256 {str(o['bundle_sha256'])[:16]}, {signed})"

@@ -53,13 +53,18 @@ def _add_plan(sub) -> None:
     p = sub.add_parser("plan", help="show what build/apply would run, changing nothing")
     p.add_argument("recipe", help="recipe name or path to a .toml file")
     a.recipe_options(p)
-    p.add_argument("--offline", action="store_true", help="do not contact the remote to resolve the ref")
+    p.add_argument("--offline", action="store_true", help="do not contact the remote to resolve the ref, nor any cache")
+    p.add_argument("--cache", dest="caches", action="append", default=[], metavar="URL",
+                   help="also ask this binary cache whether it would substitute the artifact (repeatable)")
+    p.add_argument("--allow-unsigned", action="store_true", help="count an unsigned artifact as substitutable")
 
 
 def _cmd_plan(args) -> VerbResult:
     from rocmbuild.flows import build
+    from rocmbuild.flows.substitute import CacheOptions
 
-    return build.build_plan(args.recipe, args.recipes_dir, a.overrides_from(args), offline=args.offline)
+    caches = CacheOptions(urls=tuple(args.caches), offline=args.offline, allow_unsigned=args.allow_unsigned)
+    return build.build_plan(args.recipe, args.recipes_dir, a.overrides_from(args), offline=args.offline, caches=caches)
 
 
 def _add_build(sub) -> None:
@@ -68,6 +73,7 @@ def _add_build(sub) -> None:
     p.add_argument("--from-lock", metavar="FILE", help="build exactly what a `rocmbuild lock` file pins")
     a.recipe_options(p)
     a.waiting(p)
+    a.binary_caches(p)
 
 
 def _cmd_build(args) -> VerbResult:
@@ -78,7 +84,7 @@ def _cmd_build(args) -> VerbResult:
         name, overrides = export.from_lock(args.from_lock, args.recipes_dir)
     else:
         name, overrides = args.recipe, a.overrides_from(args)
-    return build.build_result(name, args.recipes_dir, overrides, wait=a.lock_wait(args))
+    return build.build_result(name, args.recipes_dir, overrides, wait=a.lock_wait(args), caches=a.cache_options(args))
 
 
 # --------------------------------------------------------------------------------------------
@@ -216,6 +222,7 @@ def _add_apply(sub) -> None:
     a.recipe_options(p)
     a.target(p)
     a.txn_opts(p)
+    a.binary_caches(p)
     p.add_argument("--expect", type=a.version, metavar="VERSION", help="the version verification must find (default: the recipe's)")
     p.add_argument("--smoke", action="store_true", help="also run the BatchNorm smoke test on the GPU")
     p.add_argument("--allow-other-arch", action="store_true",
@@ -240,7 +247,8 @@ def _cmd_apply(args) -> VerbResult:
         source = apply.RecipeSource(args.recipe, dirs, a.overrides_from(args))
     options = apply.ApplyOptions(expect=args.expect, smoke=args.smoke, wait=a.lock_wait(args), keep=args.keep,
                                  allow_outside_prefix=args.allow_outside_prefix, probe_timeout=args.probe_timeout,
-                                 dry_run=args.dry_run, allow_other_arch=args.allow_other_arch)
+                                 dry_run=args.dry_run, allow_other_arch=args.allow_other_arch,
+                                 caches=a.cache_options(args, allow_other_arch=args.allow_other_arch))
     return apply.apply(source, apply.TargetSpec(args.env, args.python), options)
 
 

@@ -40,8 +40,10 @@ from typing import Iterator, Union
 from rocmbuild import progress, ui
 from rocmbuild.build import bundle, cache
 from rocmbuild.build.artifact import Artifact
+from rocmbuild.build.provenance import origin
 from rocmbuild.errors import RocmbuildError, VerifyError
 from rocmbuild.flows import build, export, guards
+from rocmbuild.flows.substitute import CacheOptions
 from rocmbuild.home import cache_home
 from rocmbuild.locks import LockWait
 from rocmbuild.recipe import Overrides, Recipe, arch
@@ -103,6 +105,7 @@ class ApplyOptions:
     probe_timeout: float = 300.0
     dry_run: bool = False
     allow_other_arch: bool = False  # apply an artifact built for other GPUs than this machine's (warned)
+    caches: CacheOptions = CacheOptions()  # substitution from binary caches (a recipe or lock file)
 
 
 def apply(source: Source, where: TargetSpec, options: ApplyOptions = ApplyOptions()) -> ApplyResult | DryRunResult:
@@ -126,12 +129,13 @@ def apply(source: Source, where: TargetSpec, options: ApplyOptions = ApplyOption
     t = target.discover_at(prefix, python, timeout=options.probe_timeout)
     log = None
     if recipe is not None:
-        art = build.build_recipe(recipe, before_build=_source_check(recipe, t), wait=options.wait)
+        art = build.build_recipe(recipe, before_build=_source_check(recipe, t), wait=options.wait, caches=options.caches)
         log = build.log_of(art)
         if not art.cached:
             t = target.discover_at(prefix, python, timeout=options.probe_timeout)
     assert art is not None
-    return replace(_swap(art, t, recovered, options), gpu_arch=gpu_arch, duration_s=time.monotonic() - start, log=log)
+    return replace(_swap(art, t, recovered, options), gpu_arch=gpu_arch, duration_s=time.monotonic() - start, log=log,
+                   substituted=origin(art.path))
 
 
 def _source_check(r: Recipe, t: Target):
@@ -252,11 +256,12 @@ def _already(art: Artifact, t: Target, the_plan: _plan.Plan, verify, recovered: 
 
 
 @contextmanager
-def _dry_artifact(source: RecipeSource | BundleSource) -> Iterator[tuple[Artifact | None, BuildPlan | None,
+def _dry_artifact(source: RecipeSource | BundleSource, options: ApplyOptions) -> Iterator[tuple[Artifact | None, BuildPlan | None,
                                                                          BundleSummary | None]]:
     """(the artifact if at hand, the build plan, the bundle checked) without changing the cache."""
     if isinstance(source, RecipeSource):
-        bp = build.build_plan(source.name, source.recipes_dirs, source.overrides)
+        bp = build.build_plan(source.name, source.recipes_dirs, source.overrides,
+                              offline=options.caches.offline, caches=options.caches)
         yield (cache.lookup(bp.cache_key, cache_home()) if bp.cached else None), bp, None
         return
     if not bundle.is_url(source.location):  # read in place: nothing extracted, no temp dir
@@ -312,11 +317,13 @@ def _dry_arch(source: RecipeSource | BundleSource, art: Artifact | None, options
 
 
 def _dry_run(source: RecipeSource | BundleSource, where: TargetSpec, options: ApplyOptions) -> DryRunResult:
-    with _dry_artifact(source) as (art, bp, summary):
+    with _dry_artifact(source, options) as (art, bp, summary):
         gpu_arch = _dry_arch(source, art, options)
         refusal = guards.arch_refusal(gpu_arch) if gpu_arch.refused else None
         if art is None:
-            return DryRunResult(build=bp, target_note=NOT_BUILT_NOTE, target_error=refusal, gpu_arch=gpu_arch)
+            note = (f"would substitute from {bp.substitute}: the file actions are known after the download"
+                    if bp is not None and bp.substitute else NOT_BUILT_NOTE)
+            return DryRunResult(build=bp, target_note=note, target_error=refusal, gpu_arch=gpu_arch)
         if refusal is not None:
             return DryRunResult(build=bp, artifact=summary, target_error=refusal, gpu_arch=gpu_arch)
         try:

@@ -21,7 +21,10 @@ from rocmbuild import recipe as _recipe
 from rocmbuild import ui
 from rocmbuild.build import builder, cache, cmake, housekeeping, logs, requirements, source
 from rocmbuild.build.artifact import Artifact
-from rocmbuild.errors import InputError, RequirementError, RocmbuildError
+from rocmbuild.build.provenance import origin
+from rocmbuild.errors import FetchError, InputError, RequirementError, RocmbuildError
+from rocmbuild.flows import substitute
+from rocmbuild.flows.substitute import CacheOptions
 from rocmbuild.home import artifacts_dir, cache_home
 from rocmbuild.locks import LockWait
 from rocmbuild.names import safe_text
@@ -61,33 +64,60 @@ def require(r: Recipe) -> None:
         )
 
 
-def resolve_commit(r: Recipe) -> str | None:
-    """The commit the recipe's ref names now (None for tarball sources)."""
+def resolve_commit(r: Recipe, *, offline: bool = False) -> str | None:
+    """The commit the recipe's ref names now (None for tarball sources). A 40-hex ``ref`` is its
+    own answer (no network); ``offline`` never asks the remote: see :func:`offline_commit`."""
     if r.source.tarball:
         return None
+    if offline and not source.is_full_sha((r.source.ref or "").lower()):
+        return offline_commit(r, cache_home())
     return source.resolve_ref(r)
 
 
+def offline_commit(r: Recipe, home: Path) -> str:
+    """``--offline`` with a ref that needs resolving (decision): the commit of the newest cached
+    artifact (built or substituted) that is exactly this recipe's build at its commit (its key is
+    the one the recipe computes there), i.e. what the ref named when it was last built or
+    substituted here; none: exit 3."""
+    found = []
+    for path in cache.entries(home):
+        art = cache.lookup(path.name, home)
+        m = art.manifest if art is not None else None
+        if m is None or m.recipe != r.name or not m.commit:
+            continue
+        if cache.cache_key(cache.inputs(r, commit=m.commit, home=home)) == art.key:  # type: ignore[union-attr]
+            found.append(((path / "manifest.json").stat().st_mtime, m.commit))
+    if not found:
+        raise FetchError(f"{r.name}: --offline, and the ref '{r.source.ref or 'HEAD'}' needs the network to be resolved: "
+                         "no cached artifact of this recipe matches it",
+                         "pin a full 40-hex commit (--ref SHA, or apply a lock file), or run without --offline")
+    return max(found)[1]
+
+
 def build_recipe(r: Recipe, before_build: Callable[[str | None], None] | None = None, *,
-                 wait: bool | LockWait = False) -> Artifact:
+                 wait: bool | LockWait = False, caches: CacheOptions = CacheOptions()) -> Artifact:
     """Build (or find in the cache) the artifact for an already-loaded recipe.
 
     ``before_build(version)`` is called with the version read from the fetched source (or from
     the cached artifact) before anything is compiled; it may raise to stop. ``wait`` is the lock
     policy for the source and artifact-key locks (fail at once by default, like the target's).
-    The attempt's log is started before the fetch, so it holds the fetch's output too."""
-    require(r)
+    The attempt's log is started before the fetch, so it holds the fetch's output too. After the
+    local cache, the binary caches are asked (``caches``: :mod:`rocmbuild.flows.substitute`)."""
     home = cache_home()
-    commit = resolve_commit(r)
+    commit = resolve_commit(r, offline=caches.offline)
     inp = cache.inputs(r, commit=commit, home=home)
     key = cache.cache_key(inp)
     hit = cache.lookup(key, home)
-    if hit is not None:
+    if hit is None and (caches.lookup or caches.require):
+        hit = substitute.substitute(r.name, key, home, caches)
+    elif hit is not None:
         ui.info(f"{r.name}: cache hit {key[:16]} (no configure, no compile)")
+    if hit is not None:
         hit = builder.for_recipe(hit, r)  # judged by today's [verify], which is not in the key
         if before_build is not None:
             before_build(hit.manifest.version)
         return used(hit, home)
+    require(r)
     with source.source_lock(r, home=home, wait=wait):
         log = logs.start(home, key, f"# rocmbuild: fetch and build of {r.name} ({r.source.url} {r.source.ref or ''})")
         with progress.phase("fetch", f"fetching {r.name}"):
@@ -121,16 +151,17 @@ def log_of(art: Artifact) -> str | None:
 
 
 def build(name: str, recipes_dirs: Sequence[str] = (), overrides: Overrides = Overrides(), *,
-          wait: bool | LockWait = False) -> Artifact:
-    return build_recipe(load_recipe(name, recipes_dirs, overrides), wait=wait)
+          wait: bool | LockWait = False, caches: CacheOptions = CacheOptions()) -> Artifact:
+    return build_recipe(load_recipe(name, recipes_dirs, overrides), wait=wait, caches=caches)
 
 
 def build_result(name: str, recipes_dirs: Sequence[str] = (), overrides: Overrides = Overrides(), *,
-                 wait: bool | LockWait = False) -> BuildResult:
-    """``rocmbuild build``: the artifact, how long this run took and the log it wrote."""
+                 wait: bool | LockWait = False, caches: CacheOptions = CacheOptions()) -> BuildResult:
+    """``rocmbuild build``: the artifact, how long this run took, the log it wrote and, for a
+    substituted artifact, where it came from."""
     start = time.monotonic()
-    art = build(name, recipes_dirs, overrides, wait=wait)
-    return BuildResult(art, duration_s=time.monotonic() - start, log=log_of(art))
+    art = build(name, recipes_dirs, overrides, wait=wait, caches=caches)
+    return BuildResult(art, duration_s=time.monotonic() - start, log=log_of(art), substituted=origin(art.path))
 
 
 # --------------------------------------------------------------------------------------------
@@ -178,7 +209,7 @@ def _source_plan(r: Recipe, commit: str | None) -> SourcePlan:
 
 
 def build_plan(name: str, recipes_dirs: Sequence[str] = (), overrides: Overrides = Overrides(),
-               *, offline: bool = False) -> BuildPlan:
+               *, offline: bool = False, caches: CacheOptions = CacheOptions()) -> BuildPlan:
     """What ``build`` would run, changing nothing. Works offline and without ROCm: an unreachable
     remote leaves the ref unresolved, a GPU_TARGETS = "auto" with no GPU is shown unresolved, and
     every missing requirement is listed instead of raised."""
@@ -200,11 +231,17 @@ def build_plan(name: str, recipes_dirs: Sequence[str] = (), overrides: Overrides
         commands = {}  # nothing runs: the archive's subtree is the install tree
         notes.append(f"prebuilt: '{r.source.subdir or '/'}' of {source.checkout_path(r, home)} is extracted "
                      "into the artifact; no configure, no compile")
+    cached = bool(key and ((artifacts_dir(home) / key / "manifest.json").is_file()
+                           or origin(cache.imported_dir(home) / key) is not None))  # looked at, never discarded
+    url = None
+    if key and not cached and not offline:
+        url, why = substitute.would_substitute(key, caches)
+        notes += why
     return BuildPlan(
-        recipe=r.name, path=str(r.path), source=_source_plan(r, commit), gpu_targets=gpu_targets,
+        recipe=r.name, path=str(r.path), source=_source_plan(r, commit), gpu_targets=gpu_targets, substitute=url,
         commands=commands,
         env=dict(r.build.env),
         destdir=str(artifacts_dir(home) / f".tmp-{key or '<key>'}-<pid>" / "destdir"),
-        cache_key=key, cached=bool(key and (artifacts_dir(home) / key / "manifest.json").is_file()),
+        cache_key=key, cached=cached,
         inputs=inp.to_json(), requirements=checks, notes=tuple(notes),
     )

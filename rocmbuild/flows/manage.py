@@ -27,6 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from rocmbuild import locks, progress, ui
+from rocmbuild.build.provenance import origin as artifact_origin
 from rocmbuild.errors import TargetError, VerifyError
 from rocmbuild.locks import LockWait
 from rocmbuild.flows import guards
@@ -160,8 +161,10 @@ def status_changes(prefix: Path, loaded: dict[tuple[int, int], str | None] | Non
         dirs.append(str(d))
         for j in _txn.active(d):
             p = j.plan
+            art = j.data.get("meta", {}).get("artifact_path")
             in_effect.append(InEffect(j.id, j.data["verb"], p.recipe, p.commit, p.version_before, p.version_after,
-                                      tuple(p.actions[s["index"]].path for s in j.data["steps"])))
+                                      tuple(p.actions[s["index"]].path for s in j.data["steps"]), art,
+                                      artifact_origin(Path(art)) if art else None))
         here = _unfinished(d)
         unfinished += here
         busy = {p for j in _txn.pending(d) if any(u.id == j.id and u.running_pid for u in here) for p in j.files}

@@ -79,6 +79,12 @@ class BuildPlan(VerbResult):
     inputs: Json  # the cache key's inputs, as build/ computes them
     requirements: tuple["DoctorCheck", ...]  # the [requires] and the launcher
     notes: tuple[str, ...]
+    substitute: str | None = None  # not cached here: the binary cache it would be substituted from
+
+    @property
+    def action(self) -> str:
+        """What ``build`` would do: ``cached`` (a local hit), ``substitute`` or ``build``."""
+        return "cached" if self.cached else "substitute" if self.substitute else "build"
 
     @property
     def missing(self) -> tuple["DoctorCheck", ...]:
@@ -89,7 +95,8 @@ class BuildPlan(VerbResult):
             "recipe": self.recipe, "path": self.path, "source": self.source.to_json(),
             "gpu_targets": self.gpu_targets, "commands": {k: list(v) for k, v in self.commands.items()},
             "env": dict(self.env), "install_env": {"DESTDIR": self.destdir},
-            "cache": {"key": self.cache_key, "cached": self.cached, "inputs": self.inputs},
+            "cache": {"key": self.cache_key, "cached": self.cached, "inputs": self.inputs,
+                      "substitute": self.substitute, "action": self.action},
             "requirements": [c.to_json() for c in self.requirements],
             "missing": [c.to_json() for c in self.missing], "notes": list(self.notes),
         }
@@ -100,12 +107,13 @@ class BuildResult(VerbResult):
     artifact: "Artifact"
     duration_s: float | None = None  # this run, start to end
     log: str | None = None  # this attempt's build log (None: a cache hit ran nothing)
+    substituted: Json = None  # from a binary cache: {url, bundle_sha256, signer, imported} (None: built here)
 
     def to_json(self) -> dict[str, Any]:
         art, m = self.artifact, self.artifact.manifest
         return {
             "cached": art.cached, "artifact": str(art.path), "key": m.key, "recipe": m.recipe,
-            "commit": m.commit, "version": m.version, "log": self.log,
+            "commit": m.commit, "version": m.version, "log": self.log, "substituted": self.substituted,
             "duration_s": seconds_json(self.duration_s),
             "libraries": [{"name": lib.name, "file": lib.file, "soname": lib.soname, "chain": list(lib.chain)}
                           for lib in m.libraries],

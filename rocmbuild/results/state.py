@@ -23,6 +23,8 @@ class InEffect(Record):
     version_before: str | None
     version_after: str | None
     files: tuple[str, ...]
+    artifact: str | None = None  # the artifact it applied (its path in the cache)
+    substituted: dict | None = None  # that artifact came from a binary cache: {url, bundle_sha256, signer, imported}
 
 
 @dataclass(frozen=True)

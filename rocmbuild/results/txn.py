@@ -49,11 +49,13 @@ class ApplyResult(VerbResult):
     gpu_arch: "ArchMatch | None" = None  # the artifact's GPU targets against this machine's
     duration_s: float | None = None  # the whole apply, start to end
     log: str | None = None  # the build log this run wrote (None: nothing was built)
+    substituted: Any = None  # the artifact came from a binary cache: {url, bundle_sha256, signer, imported}
 
     def to_json(self) -> dict[str, Any]:
         out = {"target": plan_target(self.plan), "plan": self.plan.to_json(), "already_applied": self.already_applied,
                "txn": self.txn, "verdict": verdict_json(self.verdict), "recovered": records_json(self.recovered),
                "artifact": self.artifact, "pruned": records_json(self.pruned), "log": self.log,
+               "substituted": self.substituted,
                "duration_s": seconds_json(self.duration_s)}
         if self.copy_bytes is not None:
             out["copy_bytes"] = self.copy_bytes

@@ -1,0 +1,167 @@
+"""Substitution before building: a recipe's artifact found by its key in a binary cache
+(docs/caches.md, "Substitution").
+
+``build`` and ``apply`` of a recipe or a lock file compute the key, look in the local cache
+(:func:`rocmbuild.build.cache.lookup`), then ask each binary cache in order: the ``--cache URL``
+flags first (in their order), then the config's ``[[caches]]``. For each cache, in this order:
+
+1. ``lookup(key)``: the manifest's exact bytes, the bundle's sha256 and the signature (a miss
+   asks the next cache);
+2. the signature (:func:`rocmbuild.remote.trust.check`): by a key in ``[trust] public_keys``,
+   over the key, those manifest bytes and the bundle's sha256 (``--allow-unsigned`` lets an
+   unsigned or untrusted one through, per command);
+3. the GPU targets the signed manifest records, against this machine's GPUs (as ``apply
+   --artifact`` checks them, ``--allow-other-arch`` included);
+4. the download (retried with backoff by :mod:`rocmbuild.remote`), its sha256 checked on the way;
+5. the import (:func:`rocmbuild.build.bundle.import_bundle`): the bundle's sha256 again, its first
+   member exactly the signed manifest, every header and every file's size and sha256 against it;
+   placed under ``artifacts/imported/<key>/`` with a provenance of kind ``cache`` (the URL, the
+   bundle's digest, the signer), which makes it the recipe's cache hit from then on.
+
+Decisions: a miss, an unreachable cache (after the remote layer's retries) or a refused artifact
+prints one line and the next cache is asked, then the recipe is built here;
+``--require-cache`` makes that an error (exit 3, with every reason); ``--no-cache`` and
+``--offline`` skip the lookup entirely (``--offline``: no request at all). The download lands in
+a private directory under ``downloads/`` that is removed afterwards, whatever happens.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from rocmbuild import config, ui
+from rocmbuild.build import bundle
+from rocmbuild.build.artifact import Artifact
+from rocmbuild.build.provenance import SUBSTITUTED, Provenance
+from rocmbuild.errors import FetchError, RocmbuildError
+from rocmbuild.home import downloads_dir
+from rocmbuild.root import Root
+
+
+@dataclass(frozen=True)
+class CacheOptions:
+    """What the command line says about binary caches (``build``, ``apply``, ``plan``)."""
+
+    urls: tuple[str, ...] = ()  # --cache URL (repeatable): asked first, in order
+    no_cache: bool = False  # --no-cache: no lookup
+    require: bool = False  # --require-cache: a miss or refusal is exit 3, never a build
+    offline: bool = False  # --offline: no network at all
+    allow_unsigned: bool = False  # --allow-unsigned (never in the config)
+    allow_other_arch: bool = False  # apply's --allow-other-arch
+
+    @property
+    def lookup(self) -> bool:
+        return not (self.no_cache or self.offline)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A cache entry that passed steps 1-3 (what a dry run says it would substitute)."""
+
+    cache: config.CacheConfig
+    entry: object  # rocmbuild.remote.Entry
+    signer: str | None
+
+
+def caches(opts: CacheOptions) -> list[config.CacheConfig]:
+    """The caches to ask, in order: ``--cache`` first, then the config's; each URL once."""
+    if not opts.lookup:
+        return []
+    cfg = config.load()
+    out: list[config.CacheConfig] = []
+    for c in [cfg.cache(u) for u in opts.urls] + list(cfg.caches):
+        if all(c.url.rstrip("/") != o.url.rstrip("/") for o in out):
+            out.append(c)
+    return out
+
+
+def _gpu_refusal(cache_url: str, key: str, manifest: bytes, opts: CacheOptions) -> str | None:
+    from rocmbuild.flows import guards
+    from rocmbuild.build.artifact import Manifest
+
+    try:
+        m = Manifest.from_json(json.loads(manifest), f"{cache_url} {key[:16]}")
+    except (ValueError, RocmbuildError) as exc:
+        return f"its manifest is unreadable ({getattr(exc, 'message', exc)})"
+    match = guards.gpu_arch(m.gpu_targets, m.encoding, allow_other_arch=opts.allow_other_arch)
+    return match.detail if match.refused else None
+
+
+def candidate(c: config.CacheConfig, key: str, opts: CacheOptions) -> Candidate | None:
+    """Steps 1-3 for one cache: None on a miss; FetchError (one line) when unreachable or refused."""
+    from rocmbuild.remote import open_cache, trust
+
+    entry = open_cache(c).lookup(key)
+    if entry is None:
+        return None
+    signer = trust.check(c.url, key, entry.manifest, entry.bundle_sha256, entry.signature,
+                         trust.trusted_keys(config.load().public_keys), allow_unsigned=opts.allow_unsigned)
+    if signer is None:
+        ui.warn(f"{c.url}: artifact {key[:16]} is not signed by a trusted key: used anyway (--allow-unsigned)")
+    why = _gpu_refusal(c.url, key, entry.manifest, opts)
+    if why:
+        raise FetchError(f"{c.url}: artifact {key[:16]} is refused: {why}", "build it here, or pass --allow-other-arch")
+    return Candidate(c, entry, signer)
+
+
+def _import(cand: Candidate, key: str, home: Path) -> Artifact:
+    """Steps 4-5: download into a private directory, import, remove the directory."""
+    from rocmbuild.remote import open_cache
+
+    entry = cand.entry
+    tmp = downloads_dir(home) / f".substitute-{key[:16]}-{os.getpid()}"
+    try:
+        with Root.open(tmp, "the download directory", create=True) as root:
+            fetched = open_cache(cand.cache).fetch(key, root)
+        origin = Provenance(source=cand.cache.url, kind=SUBSTITUTED, bundle_sha256=entry.bundle_sha256,  # type: ignore[attr-defined]
+                            sha256_checked=True, cache=cand.cache.url, signer=cand.signer,
+                            imported=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+        return bundle.import_bundle(fetched.bundle, home=home, sha256=entry.bundle_sha256,  # type: ignore[attr-defined]
+                                    signed=(key, entry.manifest), origin=origin)  # type: ignore[attr-defined]
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def substitute(name: str, key: str, home: Path, opts: CacheOptions) -> Artifact | None:
+    """The artifact ``key`` of recipe ``name`` from the first cache that holds it and passes every
+    check (imported), or None: then it is built here, unless ``--require-cache`` (exit 3)."""
+    reasons = []
+    for c in caches(opts):
+        try:
+            cand = candidate(c, key, opts)
+            if cand is None:
+                reasons.append(f"{c.url}: not there")
+                continue
+            art = _import(cand, key, home)
+        except RocmbuildError as exc:
+            ui.warn(f"{exc.message}; {'not building (--require-cache)' if opts.require else 'trying the next cache or building here'}")
+            reasons.append(exc.message)
+            continue
+        signed = f"signed by {cand.signer}" if cand.signer else "unsigned"
+        ui.info(f"{name}: substituted {key[:16]} from {c.url} ({signed}; no configure, no compile)")
+        return art
+    if opts.require:
+        raise FetchError(f"{name}: artifact {key[:16]} is not in the local cache and no binary cache supplied it"
+                         + (": " + "; ".join(reasons) if reasons else " (no cache is configured)"),
+                         "push it from a builder (`rocmbuild push`), add the cache with --cache URL or [[caches]], "
+                         "or drop --require-cache to build it here", details={"key": key, "reasons": reasons})
+    return None
+
+
+def would_substitute(key: str, opts: CacheOptions) -> tuple[str | None, tuple[str, ...]]:
+    """A dry run's answer: (the URL it would substitute from, or None; the notes on the caches
+    that would not serve it). Only steps 1-3 run: nothing is downloaded."""
+    notes = []
+    for c in caches(opts):
+        try:
+            if candidate(c, key, opts) is not None:
+                return c.url, tuple(notes)
+            notes.append(f"{c.url}: artifact {key[:16]} is not there")
+        except RocmbuildError as exc:
+            notes.append(exc.message)
+    return None, tuple(notes)
