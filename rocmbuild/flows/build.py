@@ -26,14 +26,16 @@ from rocmbuild.home import artifacts_dir, cache_home
 from rocmbuild.locks import LockWait
 from rocmbuild.names import safe_text
 from rocmbuild.recipe import Overrides, Recipe
+from rocmbuild.recipe.rocm import resolve_rocm_path
 from rocmbuild.results import BuildPlan, BuildResult, SourcePlan
 from rocmbuild.target import gpu
 
 
 def load_recipe(name: str, recipes_dirs: Sequence[str] = (), overrides: Overrides = Overrides(),
                 *, resolve_auto: bool = True) -> Recipe:
-    """Load a recipe, apply command-line overrides and resolve ``GPU_TARGETS = "auto"``."""
-    r = _recipe.apply_overrides(_recipe.load(name, recipes_dirs), overrides)
+    """Load a recipe, apply command-line overrides, resolve ``${ROCM_PATH}`` (recipe.rocm) and
+    ``GPU_TARGETS = "auto"``."""
+    r = resolve_rocm_path(_recipe.apply_overrides(_recipe.load(name, recipes_dirs), overrides))
     if resolve_auto:
         r = _recipe.resolve_gpu_targets(r, gpu.detect)
     return r
