@@ -60,7 +60,8 @@ def _recipes(r: RecipesResult) -> str:
 
 @text.register
 def _show(r: ShowResult) -> str:
-    return layout.lines([f"{r.name}: {r.description}", f"file: {r.path}"]) + "\n" + safe_lines(r.toml)
+    fixes = [f"fixes: {'; '.join(r.fixes)}"] if r.fixes else []
+    return layout.lines([f"{r.name}: {r.description}", f"file: {r.path}", *fixes]) + "\n" + safe_lines(r.toml)
 
 
 @text.register
@@ -95,6 +96,8 @@ def _build(r: BuildResult) -> str:
     out = [f"{data['recipe']} {data['version'] or ''} @ {(data['commit'] or '')[:12]}: {verb}",
            f"artifact: {data['artifact']}"]
     out += [f"  {lib['name']}: {' -> '.join(lib['chain'])} (SONAME {lib['soname']})" for lib in data["libraries"]]
+    if data["fixes"]:
+        out.append(f"fixes: {'; '.join(data['fixes'])}")
     if data["log"]:
         out.append(f"log: {data['log']}")
     return layout.lines(out)
