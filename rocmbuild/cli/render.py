@@ -136,6 +136,8 @@ def status_changes(c: StatusChanges, prefix: str | None = None) -> str:
         lines.append(f"  txn {t.id}  {t.verb} {t.recipe or '-'}{commit}: {t.version_before or '?'} -> "
                      f"{t.version_after or '?'}")
         lines.append(f"    {len(t.files)} path(s): " + ", ".join(rel(f, prefix) for f in t.files))
+        if t.fixes:
+            lines.append(f"    fixes: {'; '.join(t.fixes)}")
     lines += [f"in progress: {u.verb} {u.id} (pid {u.running_pid}, at '{u.state}')" if u.running_pid else
               f"UNFINISHED {u.verb} {u.id} (stopped at '{u.state}'): the next rocmbuild command "
               "that changes this target rolls it back; `rocmbuild recover` does only that" for u in c.unfinished]

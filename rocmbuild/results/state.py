@@ -23,6 +23,7 @@ class InEffect(Record):
     version_before: str | None
     version_after: str | None
     files: tuple[str, ...]
+    fixes: tuple[str, ...] = ()  # the [source] contains names of the artifact placed (its manifest)
 
 
 @dataclass(frozen=True)

@@ -74,6 +74,19 @@ def test_a_source_with_the_fix_builds_and_lists_it(tmp_path, monorepo, capsys):
     assert plan["cache"]["cached"] is True
 
 
+def test_status_lists_the_fixes_of_the_artifact_in_effect(tmp_path, monorepo, target_env, capsys):
+    add_fix_commit(monorepo)
+    env = target_env("3.5.1", compile_version="3.6.0")
+    recipe = recipe_with(tmp_path, monorepo.url, FIX)
+    code, data = run_json(capsys, "apply", str(recipe), "--env", str(env.prefix))
+    assert code == 0, data
+    code, status = run_json(capsys, "status", "--env", str(env.prefix))
+    (txn,) = status["changes"]["in_effect"]
+    assert txn["fixes"] == ["gfx115x batch-norm fix (rocm-libraries#1288)"]
+    cli.main(["status", "--env", str(env.prefix)])
+    assert "fixes: gfx115x batch-norm fix (rocm-libraries#1288)" in capsys.readouterr().out
+
+
 def test_a_fix_added_to_the_recipe_later_is_checked_on_a_cache_hit(tmp_path, monorepo, capsys):
     plain = write_fixture_recipe(tmp_path / "recipes", url=monorepo.url, generator="Ninja",
                                  defines={"MIOPEN_FIXTURE_PAD_MB": 0})
