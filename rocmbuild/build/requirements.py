@@ -8,8 +8,9 @@ ROCm :func:`find_rocm` found.
 
 Where ROCm is (``$ROCM_PATH``, ``/opt/rocm``, the distribution's ``/usr``) is answered by
 :func:`rocmbuild.recipe.rocm.find_rocm`, the one function doctor and recipes share (its names are
-re-exported here). A program named by a path (``/opt/rocm/bin/hipcc``, or ``${ROCM_PATH}/bin/hipcc``
-once resolved) is looked for at that path, not on PATH: a missing one "does not exist".
+re-exported here). ``${ROCM_PATH}`` in a program is that root too (checks keep the requirement's
+text as their name). A program named by a path (``/opt/rocm/bin/hipcc``,
+``${ROCM_PATH}/bin/hipcc``) is looked for at that path, not on PATH: a missing one "does not exist".
 A ``[requires] path`` under the ROCm
 root that is missing as written (``/opt/rocm/lib/cmake/X/...`` or ``$ROCM_PATH/lib/cmake/X/...``)
 is looked for under the found root, multiarch dirs included, and the check says where it was found.
@@ -30,7 +31,8 @@ from rocmbuild import runner
 from rocmbuild.errors import RocmbuildError
 from rocmbuild.names import safe_text
 from rocmbuild.recipe import Recipe, split_requirement
-from rocmbuild.recipe.rocm import RocmInstall, cmake_dirs, find_rocm, host_root, rocm_root  # noqa: F401 (re-exported)
+from rocmbuild.recipe.rocm import (RocmInstall, cmake_dirs, find_rocm, host_root, rocm_root,  # noqa: F401 (re-exported)
+                                   substitute)
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 _VERSION_RE = re.compile(r"(?<![0-9.])(\d+\.\d+(?:\.\d+)?)")
@@ -136,7 +138,7 @@ def check_requirements(recipe: Recipe) -> list[DoctorCheck]:
         hint = recipe.requires.hint(spec)
         if hint is None and "/" in prog:
             hint = f"install the package that provides {prog} (e.g. find it with `apt-file search {Path(prog).name}`)"
-        out.append(check_program(prog, floor=floor, label=f"requires {spec}", fix=hint))
+        out.append(check_program(substitute(prog, str(rocm_root())), floor=floor, label=f"requires {spec}", fix=hint))
     for raw in recipe.requires.paths:
         p = expand_path(raw)
         alt = None if p.exists() else _elsewhere_under_rocm(p)

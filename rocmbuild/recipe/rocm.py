@@ -10,11 +10,13 @@ so), ``/opt/rocm`` and the distribution's layout under ``/usr`` (Debian/Ubuntu: 
 machine with it, like ``ROCMBUILD_SYSFS_ROOT`` for ``/sys``).
 
 Decision (``${ROCM_PATH}`` in a recipe): ``$ROCM_PATH`` and ``${ROCM_PATH}`` in ``[build]
-defines`` (strings and list items), ``[build.env]`` values and ``[requires]`` programs, paths
-(and their hints' keys) become :func:`rocm_root` when the recipe is loaded for a build, plan or
-apply (``flows.build.load_recipe``); no other variable is expanded there. The resolved defines and
-env are what the cache key hashes (they change the build); ``show`` and lock files see the recipe
-as written, so a lock stays valid on a machine whose ROCm lives elsewhere.
+defines`` (strings and list items) and ``[build.env]`` values become :func:`rocm_root` when the
+recipe is loaded for a build, plan or apply (``flows.build.load_recipe``); no other variable is
+expanded there. The resolved defines and env are what the cache key hashes (they change the
+build); ``show`` and lock files see the recipe as written, so a lock stays valid on a machine whose
+ROCm lives elsewhere. ``[requires]`` programs and paths keep their text (a check is named by the
+requirement as written, and its hint is keyed by it): ``build/requirements.py`` resolves them with
+the same :func:`rocm_root` when it checks them, and shows the resolved path in the detail.
 """
 
 from __future__ import annotations
@@ -112,8 +114,9 @@ def _define(value: DefineValue, root: str) -> DefineValue:
 
 
 def resolve_rocm_path(recipe: Recipe, root: Path | None = None) -> Recipe:
-    """``recipe`` with ``${ROCM_PATH}`` resolved (module notes); ``root`` defaults to :func:`rocm_root`."""
-    texts = [v for _, v in recipe.build.env] + list(recipe.requires.programs) + list(recipe.requires.paths)
+    """``recipe`` with ``${ROCM_PATH}`` resolved in its defines and env (module notes); ``root``
+    defaults to :func:`rocm_root`."""
+    texts = [v for _, v in recipe.build.env]
     texts += [v for _, d in recipe.build.defines for v in (d if isinstance(d, tuple) else (d,)) if isinstance(v, str)]
     if not any(_VAR_RE.search(t) for t in texts):
         return recipe
@@ -121,8 +124,4 @@ def resolve_rocm_path(recipe: Recipe, root: Path | None = None) -> Recipe:
     build = dataclasses.replace(
         recipe.build, defines=tuple((k, _define(v, r)) for k, v in recipe.build.defines),
         env=tuple((k, substitute(v, r)) for k, v in recipe.build.env))
-    req = recipe.requires
-    requires = dataclasses.replace(
-        req, programs=tuple(substitute(p, r) for p in req.programs), paths=tuple(substitute(p, r) for p in req.paths),
-        hints=tuple(sorted((substitute(k, r), v) for k, v in req.hints)))
-    return dataclasses.replace(recipe, build=build, requires=requires)
+    return dataclasses.replace(recipe, build=build)
