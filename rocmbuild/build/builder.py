@@ -256,6 +256,7 @@ def _manifest(recipe: Recipe, checkout: Checkout, key: str, inp: Inputs, tree: P
         inputs=inp.to_json(),
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         gpu_targets=arch.build_targets(recipe.build.defines),
+        fixes=checkout.fixes,
     )
 
 

@@ -147,6 +147,8 @@ def inputs(recipe: Recipe, *, commit: str | None, home: Path, remember: bool = T
     # names all share one artifact.
     for k in ("git", "archive", "ref"):
         canonical["source"].pop(k, None)
+    # Nor does [source] contains: it is checked, not built (a hit is checked against it: flows.build).
+    canonical["source"].pop("contains", None)
     # Nor do the parallelism and a compiler cache (auto, none, ccache, sccache): -j8 and ccache
     # build the same library.
     for k in ("jobs", "launcher"):

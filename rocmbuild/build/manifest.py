@@ -79,6 +79,7 @@ class Manifest:
     created: str = ""
     schema: int = SCHEMA
     gpu_targets: tuple[str, ...] | None = None  # GPU_TARGETS built for; None: none named (see recipe.arch)
+    fixes: tuple[str, ...] = ()  # the [source] contains names its source was checked to have (old manifests: none)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

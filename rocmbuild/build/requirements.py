@@ -6,13 +6,12 @@ then stderr), compared with ``packaging.version``; no version found while a floo
 ``[requires] paths`` expand ``~`` and environment variables, ``$ROCM_PATH`` defaulting to the
 ROCm :func:`find_rocm` found.
 
-ROCm is looked for, in order, at ``$ROCM_PATH`` (taken as given, even when missing: the user said
-so), ``/opt/rocm`` and the distribution's layout under ``/usr`` (Debian/Ubuntu: ``/usr/bin/hipcc``,
-``clang++-NN``, ``/usr/lib/<multiarch>/cmake/hip/``). In every root the same names are tried:
-``llvm/bin/clang++``, ``lib/llvm/bin/clang++``, then the highest ``bin/clang++-NN`` /
-``lib/llvm-NN/bin/clang++``; ``lib/cmake/hip/`` then ``lib/*/cmake/hip/``. ``ROCMBUILD_ROOT``
-(default ``/``) replaces the root of the fixed places ``/opt/rocm`` and ``/usr`` (tests fake a
-machine with it, like ``ROCMBUILD_SYSFS_ROOT`` for ``/sys``). A ``[requires] path`` under the ROCm
+Where ROCm is (``$ROCM_PATH``, ``/opt/rocm``, the distribution's ``/usr``) is answered by
+:func:`rocmbuild.recipe.rocm.find_rocm`, the one function doctor and recipes share (its names are
+re-exported here). ``${ROCM_PATH}`` in a program is that root too (checks keep the requirement's
+text as their name). A program named by a path (``/opt/rocm/bin/hipcc``,
+``${ROCM_PATH}/bin/hipcc``) is looked for at that path, not on PATH: a missing one "does not exist".
+A ``[requires] path`` under the ROCm
 root that is missing as written (``/opt/rocm/lib/cmake/X/...`` or ``$ROCM_PATH/lib/cmake/X/...``)
 is looked for under the found root, multiarch dirs included, and the check says where it was found.
 """
@@ -32,6 +31,8 @@ from rocmbuild import runner
 from rocmbuild.errors import RocmbuildError
 from rocmbuild.names import safe_text
 from rocmbuild.recipe import Recipe, split_requirement
+from rocmbuild.recipe.rocm import (RocmInstall, cmake_dirs, find_rocm, host_root, rocm_root,  # noqa: F401 (re-exported)
+                                   substitute)
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 _VERSION_RE = re.compile(r"(?<![0-9.])(\d+\.\d+(?:\.\d+)?)")
@@ -73,70 +74,6 @@ def program_version(prog: str) -> Version | None:
     return None
 
 
-@dataclass(frozen=True)
-class RocmInstall:
-    """A ROCm found on this machine: its root, how it was found, and the tools doctor checks."""
-
-    root: Path
-    via: str  # "$ROCM_PATH", "/opt/rocm" or "the distribution (/usr)"
-    layout: str  # "rocm" (a ROCm tree, e.g. /opt/rocm) or "distribution" (Debian/Ubuntu under /usr)
-    hipcc: Path | None
-    clang: Path | None
-    hip_cmake: Path | None  # the directory holding hip-config.cmake
-
-
-def host_root() -> Path:
-    """``$ROCMBUILD_ROOT`` (a faked machine root for tests), else ``/``."""
-    return Path(os.environ.get("ROCMBUILD_ROOT") or "/")
-
-
-def _highest(paths: list[Path]) -> Path | None:
-    def key(p: Path) -> int:
-        m = re.search(r"-(\d+)$", p.name) or re.search(r"llvm-(\d+)", str(p))
-        return int(m.group(1)) if m else -1
-
-    return max(paths, key=key) if paths else None
-
-
-def _clang_in(root: Path) -> Path | None:
-    for p in (root / "llvm/bin/clang++", root / "lib/llvm/bin/clang++"):
-        if p.exists():
-            return p
-    return _highest([p for p in root.glob("bin/clang++-[0-9]*") if p.exists()]
-                    + [p for p in root.glob("lib/llvm-[0-9]*/bin/clang++") if p.exists()])
-
-
-def cmake_dirs(root: Path, package: str) -> list[Path]:
-    """Where a cmake package config may be under a ROCm root: ``lib/cmake/PKG``, ``lib/*/cmake/PKG``."""
-    return [d for d in [root / "lib/cmake" / package, *sorted(root.glob(f"lib/*/cmake/{package}"))] if d.is_dir()]
-
-
-def _install_at(root: Path, via: str) -> RocmInstall:
-    hip = [d for d in cmake_dirs(root, "hip") if (d / "hip-config.cmake").exists()]
-    layout = "distribution" if hip and hip[0].parent.parent.name != "lib" else "rocm"
-    hipcc = root / "bin/hipcc"
-    return RocmInstall(root, via, layout, hipcc if hipcc.exists() else None, _clang_in(root), hip[0] if hip else None)
-
-
-def find_rocm() -> RocmInstall | None:
-    """The ROCm this machine has (see the module notes), or None when there is none."""
-    if os.environ.get("ROCM_PATH"):
-        return _install_at(Path(os.environ["ROCM_PATH"]), "$ROCM_PATH")
-    host = host_root()
-    if (host / "opt/rocm").is_dir():
-        return _install_at(host / "opt/rocm", "/opt/rocm")
-    usr = host / "usr"
-    if (usr / "bin/hipcc").exists() or any((d / "hip-config.cmake").exists() for d in cmake_dirs(usr, "hip")):
-        return _install_at(usr, "the distribution (/usr)")
-    return None
-
-
-def rocm_root() -> Path:
-    """The root of the ROCm found, else where it is expected (``$ROCM_PATH``, else /opt/rocm)."""
-    found = find_rocm()
-    return found.root if found else Path(os.environ.get("ROCM_PATH") or host_root() / "opt/rocm")
-
-
 def expand_path(path: str) -> Path:
     """``~`` and ``$VAR``/``${VAR}`` expanded (unknown variables kept), ``$ROCM_PATH`` defaulting to the ROCm found."""
     env = {"ROCM_PATH": str(rocm_root()), **os.environ}
@@ -168,6 +105,9 @@ def _elsewhere_under_rocm(p: Path) -> Path | None:
 def check_program(name: str, *, floor: str | None = None, fix: str | None = None, label: str | None = None) -> DoctorCheck:
     label = label or name
     path = runner.which(name)
+    if path is None and "/" in name:  # a path, not a name looked up on PATH
+        missing = "does not exist" if not os.path.lexists(name) else "is not an executable file"
+        return DoctorCheck(label, FAIL, f"{name} {missing}", fix or f"install what provides {name}")
     if path is None:
         return DoctorCheck(label, FAIL, f"{name} not found on PATH", fix or f"install {name} (e.g. apt install {name})")
     version = program_version(path)
@@ -198,7 +138,7 @@ def check_requirements(recipe: Recipe) -> list[DoctorCheck]:
         hint = recipe.requires.hint(spec)
         if hint is None and "/" in prog:
             hint = f"install the package that provides {prog} (e.g. find it with `apt-file search {Path(prog).name}`)"
-        out.append(check_program(prog, floor=floor, label=f"requires {spec}", fix=hint))
+        out.append(check_program(substitute(prog, str(rocm_root())), floor=floor, label=f"requires {spec}", fix=hint))
     for raw in recipe.requires.paths:
         p = expand_path(raw)
         alt = None if p.exists() else _elsewhere_under_rocm(p)

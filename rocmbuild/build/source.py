@@ -47,6 +47,7 @@ class Checkout:
     patches: tuple[str, ...]
     cherry_picks: tuple[str, ...]
     tarball_sha256: str | None = None
+    fixes: tuple[str, ...] = ()  # the names of [source] contains it was checked to have (build/fixes.py)
 
 
 def resolve_ref(recipe: Recipe, *, timeout: float = 30) -> str:
@@ -166,8 +167,9 @@ def _fetch_commit(g: Git, url: str, sha: str, depth: int, ref: str | None) -> No
         raise fetch_refused(url, sha, ref, err)
 
 
-def _expand_short_sha(home: Path, url: str, short: str, log: Path | None) -> str | None:
-    """Expand a short sha that is not a ref tip, via a commits-only mirror (no trees, no blobs)."""
+def commits_mirror(home: Path, url: str, log: Path | None) -> Git | None:
+    """The remote's commits-only mirror (every branch and tag, no trees, no blobs), fetched now;
+    None when the fetch fails. Short shas and the ancestry of a fix (build/fixes.py) are read there."""
     scan = src_dir(home) / f"{remote_key(url)}-commits.git"
     scan.mkdir(parents=True, exist_ok=True)
     g = Git(scan, log)
@@ -179,7 +181,13 @@ def _expand_short_sha(home: Path, url: str, short: str, log: Path | None) -> str
         "fetch", "--prune", "--filter=tree:0", "origin", "+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*",
         check=False,
     )
-    if status != 0:
+    return g if status == 0 else None
+
+
+def _expand_short_sha(home: Path, url: str, short: str, log: Path | None) -> str | None:
+    """Expand a short sha that is not a ref tip, via the commits-only mirror."""
+    g = commits_mirror(home, url, log)
+    if g is None:
         return None
     status, out, _ = g.run("rev-parse", "--verify", "--quiet", f"{short}^{{commit}}", check=False)
     return out.strip() if status == 0 and FULL_SHA_RE.match(out.strip()) else None

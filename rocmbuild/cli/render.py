@@ -60,7 +60,8 @@ def _recipes(r: RecipesResult) -> str:
 
 @text.register
 def _show(r: ShowResult) -> str:
-    return layout.lines([f"{r.name}: {r.description}", f"file: {r.path}"]) + "\n" + safe_lines(r.toml)
+    fixes = [f"fixes: {'; '.join(r.fixes)}"] if r.fixes else []
+    return layout.lines([f"{r.name}: {r.description}", f"file: {r.path}", *fixes]) + "\n" + safe_lines(r.toml)
 
 
 @text.register
@@ -99,6 +100,8 @@ def _build(r: BuildResult) -> str:
     if data["substituted"]:
         out.append(origin_text(data["substituted"]))
     out += [f"  {lib['name']}: {' -> '.join(lib['chain'])} (SONAME {lib['soname']})" for lib in data["libraries"]]
+    if data["fixes"]:
+        out.append(f"fixes: {'; '.join(data['fixes'])}")
     if data["log"]:
         out.append(f"log: {data['log']}")
     return layout.lines(out)
@@ -139,6 +142,8 @@ def status_changes(c: StatusChanges, prefix: str | None = None) -> str:
         lines.append(f"    {len(t.files)} path(s): " + ", ".join(rel(f, prefix) for f in t.files))
         if t.substituted:
             lines.append(f"    artifact {origin_text(t.substituted)}")
+        if t.fixes:
+            lines.append(f"    fixes: {'; '.join(t.fixes)}")
     lines += [f"in progress: {u.verb} {u.id} (pid {u.running_pid}, at '{u.state}')" if u.running_pid else
               f"UNFINISHED {u.verb} {u.id} (stopped at '{u.state}'): the next rocmbuild command "
               "that changes this target rolls it back; `rocmbuild recover` does only that" for u in c.unfinished]

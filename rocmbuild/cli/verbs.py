@@ -46,7 +46,7 @@ def _cmd_show(args) -> VerbResult:
 
     r = recipe.apply_overrides(recipe.load(args.recipe, args.recipes_dir), a.overrides_from(args))
     return ShowResult(r.name, str(r.path), r.description, r.canonical(), tuple(str(p) for p in r.patch_files),
-                      r.path.read_text())
+                      r.path.read_text(), tuple(f.name for f in r.source.contains))
 
 
 def _add_plan(sub) -> None:

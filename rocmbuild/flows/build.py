@@ -12,6 +12,7 @@ records a use of the artifact (its last use, for ``cache gc``).
 from __future__ import annotations
 
 import time
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -19,7 +20,7 @@ from rocmbuild import home as home_layout
 from rocmbuild import progress
 from rocmbuild import recipe as _recipe
 from rocmbuild import ui
-from rocmbuild.build import builder, cache, cmake, housekeeping, logs, requirements, source
+from rocmbuild.build import builder, cache, cmake, fixes, housekeeping, logs, requirements, source
 from rocmbuild.build.artifact import Artifact
 from rocmbuild.build.provenance import origin
 from rocmbuild.errors import FetchError, InputError, RequirementError, RocmbuildError
@@ -29,14 +30,16 @@ from rocmbuild.home import artifacts_dir, cache_home
 from rocmbuild.locks import LockWait
 from rocmbuild.names import safe_text
 from rocmbuild.recipe import Overrides, Recipe
+from rocmbuild.recipe.rocm import resolve_rocm_path
 from rocmbuild.results import BuildPlan, BuildResult, SourcePlan
 from rocmbuild.target import gpu
 
 
 def load_recipe(name: str, recipes_dirs: Sequence[str] = (), overrides: Overrides = Overrides(),
                 *, resolve_auto: bool = True) -> Recipe:
-    """Load a recipe, apply command-line overrides and resolve ``GPU_TARGETS = "auto"``."""
-    r = _recipe.apply_overrides(_recipe.load(name, recipes_dirs), overrides)
+    """Load a recipe, apply command-line overrides, resolve ``${ROCM_PATH}`` (recipe.rocm) and
+    ``GPU_TARGETS = "auto"``."""
+    r = resolve_rocm_path(_recipe.apply_overrides(_recipe.load(name, recipes_dirs), overrides))
     if resolve_auto:
         r = _recipe.resolve_gpu_targets(r, gpu.detect)
     return r
@@ -113,7 +116,7 @@ def build_recipe(r: Recipe, before_build: Callable[[str | None], None] | None = 
     elif hit is not None:
         ui.info(f"{r.name}: cache hit {key[:16]} (no configure, no compile)")
     if hit is not None:
-        hit = builder.for_recipe(hit, r)  # judged by today's [verify], which is not in the key
+        hit = _with_fixes(builder.for_recipe(hit, r), r, home, wait)  # today's [verify] and contains: not in the key
         if before_build is not None:
             before_build(hit.manifest.version)
         return used(hit, home)
@@ -121,18 +124,37 @@ def build_recipe(r: Recipe, before_build: Callable[[str | None], None] | None = 
     with source.source_lock(r, home=home, wait=wait):
         log = logs.start(home, key, f"# rocmbuild: fetch and build of {r.name} ({r.source.url} {r.source.ref or ''})")
         with progress.phase("fetch", f"fetching {r.name}"):
-            checkout = source.fetch(r, home=home, log=log, locked=True)
+            checkout = fixes.check(r, source.fetch(r, home=home, log=log, locked=True), home=home, log=log)
         if checkout.commit != commit:
             # the ref moved between ls-remote and fetch: key the build on what was really fetched
             inp = cache.inputs(r, commit=checkout.commit, home=home)
             key = cache.cache_key(inp)
             hit = cache.lookup(key, home)
             if hit is not None:
-                return used(builder.for_recipe(hit, r), home)
+                return used(_carries(builder.for_recipe(hit, r), checkout.fixes), home)
             log = logs.start(home, key, f"# rocmbuild: the ref moved during the fetch (its log: {log})")
         if before_build is not None:
             before_build(checkout.version)
         return used(builder.for_recipe(builder.build(r, checkout, home=home, key=key, inp=inp, wait=wait, log=log), r), home)
+
+
+def _carries(art: Artifact, names: tuple[str, ...]) -> Artifact:
+    """``art`` listing ``names`` among its fixes (in memory; the sealed manifest keeps its own)."""
+    have = art.manifest.fixes
+    more = tuple(n for n in names if n not in have)
+    return replace(art, manifest=replace(art.manifest, fixes=have + more)) if more else art
+
+
+def _with_fixes(art: Artifact, r: Recipe, home: Path, wait: bool | LockWait) -> Artifact:
+    """A cache hit as ``r`` serves it: a declared fix its manifest does not list (the recipe
+    gained it after the build; [source] contains is not in the key) is checked on the fetched
+    source first, and refused like a build's (build/fixes.py)."""
+    declared = tuple(f.name for f in r.source.contains)
+    if art.imported or all(n in art.manifest.fixes for n in declared):
+        return art
+    with source.source_lock(r, home=home, wait=wait), progress.phase("fetch", f"checking the fixes of {r.name}"):
+        checkout = fixes.check(r, source.fetch(r, home=home, locked=True), home=home)
+    return _carries(art, checkout.fixes)
 
 
 def used(art: Artifact, home: Path) -> Artifact:
@@ -205,7 +227,8 @@ def _source_plan(r: Recipe, commit: str | None) -> SourcePlan:
     s = r.source
     return SourcePlan(url=s.url, ref=s.ref, commit=commit, resolved=commit is not None or bool(s.tarball),
                       subdir=s.subdir, sparse=tuple(s.sparse), cherry_pick=tuple(s.cherry_pick),
-                      patches=tuple(str(p) for p in r.patch_files))
+                      patches=tuple(str(p) for p in r.patch_files),
+                      contains=tuple({k: v for k, v in asdict(f).items() if v not in (None, "")} for f in s.contains))
 
 
 def build_plan(name: str, recipes_dirs: Sequence[str] = (), overrides: Overrides = Overrides(),
@@ -227,6 +250,9 @@ def build_plan(name: str, recipes_dirs: Sequence[str] = (), overrides: Overrides
         notes.append(f"{ref} unresolved: {ref_error}")
     commands = {"configure": cmake.configure_argv(r.build, src_dir, build_dir, _soft_launcher(r)),
                 "build": cmake.build_argv(r.build, build_dir), "install": cmake.install_argv(build_dir)}
+    if r.source.contains:
+        notes.append("contains: " + "; ".join(f.name for f in r.source.contains)
+                     + " (checked after the fetch, before configure: a source without one is refused)")
     if r.build.prebuilt:
         commands = {}  # nothing runs: the archive's subtree is the install tree
         notes.append(f"prebuilt: '{r.source.subdir or '/'}' of {source.checkout_path(r, home)} is extracted "

@@ -27,8 +27,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from rocmbuild import locks, progress, ui
+from rocmbuild.build.manifest import MANIFEST, read_manifest
 from rocmbuild.build.provenance import origin as artifact_origin
-from rocmbuild.errors import TargetError, VerifyError
+from rocmbuild.errors import RocmbuildError, TargetError, VerifyError
+from rocmbuild.home import artifacts_dir, cache_home
 from rocmbuild.locks import LockWait
 from rocmbuild.flows import guards
 from rocmbuild.results import (
@@ -164,7 +166,7 @@ def status_changes(prefix: Path, loaded: dict[tuple[int, int], str | None] | Non
             art = j.data.get("meta", {}).get("artifact_path")
             in_effect.append(InEffect(j.id, j.data["verb"], p.recipe, p.commit, p.version_before, p.version_after,
                                       tuple(p.actions[s["index"]].path for s in j.data["steps"]), art,
-                                      artifact_origin(Path(art)) if art else None))
+                                      artifact_origin(Path(art)) if art else None, _fixes_of(p.artifact_path)))
         here = _unfinished(d)
         unfinished += here
         busy = {p for j in _txn.pending(d) if any(u.id == j.id and u.running_pid for u in here) for p in j.files}
@@ -175,6 +177,20 @@ def status_changes(prefix: Path, loaded: dict[tuple[int, int], str | None] | Non
     in_effect.sort(key=lambda t: txn_order(t.id))
     return StatusChanges(tuple(dirs), tuple(in_effect), tuple(unfinished), tuple(drift), total,
                          tuple(guards.unreadable_state(Path(prefix))), Stock(*first) if first else None)
+
+
+def _fixes_of(artifact_path: str | None) -> tuple[str, ...]:
+    """The fixes the artifact a transaction placed carries (its manifest's ``fixes``): read only
+    from an artifact of this cache (a journal names the path), () when it is gone or unreadable."""
+    if not artifact_path:
+        return ()
+    art = Path(artifact_path)
+    try:
+        if not art.resolve().is_relative_to(artifacts_dir(cache_home()).resolve()):
+            return ()
+        return read_manifest(art / MANIFEST).fixes
+    except (OSError, RocmbuildError):
+        return ()
 
 
 def _found_version(d: Drift, loaded: dict[tuple[int, int], str | None]) -> Drift:

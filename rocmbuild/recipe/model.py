@@ -28,6 +28,18 @@ class VersionSpec:
 
 
 @dataclass(frozen=True)
+class Fix:
+    """A fix the source must contain (``[source] contains``): a fixed string found in a file
+    under ``path`` (relative to the source directory, i.e. below ``subdir``; "" is all of it), or
+    a commit that is an ancestor of the checked-out commit (or one of its cherry-picks)."""
+
+    name: str
+    grep: str | None = None
+    path: str = ""
+    commit: str | None = None
+
+
+@dataclass(frozen=True)
 class Source:
     git: str | None = None
     archive: str | None = None
@@ -38,6 +50,7 @@ class Source:
     cherry_pick: tuple[str, ...] = ()
     patches: tuple[str, ...] = ()
     version: VersionSpec | None = None
+    contains: tuple[Fix, ...] = ()
 
     @property
     def tarball(self) -> str | None:
@@ -111,6 +124,8 @@ class Recipe:
         data = dataclasses.asdict(self)
         for k in ("path", "description", "patch_files", "text_sha256"):
             data.pop(k)
+        if not self.source.contains:  # a recipe without it keeps its lock files' hash
+            data["source"].pop("contains")
         return data
 
     def canonical_json(self) -> str:

@@ -24,6 +24,7 @@ from typing import Any, Iterable, Mapping
 from rocmbuild import names
 from rocmbuild.errors import InputError, RecipeError
 from rocmbuild.recipe import arch
+from rocmbuild.recipe.contains import parse_contains
 from rocmbuild.recipe.paths import prefix_problem, relative_inside
 from rocmbuild.recipe.model import (
     DEFINE_RE, ENCODINGS, GENERATORS, LAUNCHERS, SMOKES, SYSTEMS, Build, DefineValue, Install, Recipe,
@@ -34,6 +35,7 @@ _STR = "a string"
 _INT = "an integer"
 _STRLIST = "a list of strings"
 _TABLE = "a table"
+_ANY = "anything (checked by its own parser)"
 
 SCHEMA: dict[str, Any] = {
     "name": _STR,
@@ -49,6 +51,7 @@ SCHEMA: dict[str, Any] = {
         "cherry_pick": _STRLIST,
         "patches": _STRLIST,
         "version": {"file": _STR, "regex": _STR},
+        "contains": _ANY,  # a list of tables: checked by recipe.contains
     },
     "build": {
         "system": _STR,
@@ -143,6 +146,8 @@ def _type_ok(value: Any, expected: str) -> bool:
         return isinstance(value, list) and all(isinstance(v, str) for v in value)
     if expected == _TABLE:
         return isinstance(value, dict)
+    if expected == _ANY:
+        return True
     raise AssertionError(expected)
 
 
@@ -188,6 +193,7 @@ def _source(data: Mapping[str, Any], path: Path) -> Source:
         cherry_pick=tuple(src.get("cherry_pick", ())),
         patches=tuple(src.get("patches", ())),
         version=_version_spec(src["version"], path) if "version" in src else None,
+        contains=parse_contains(src.get("contains", []), path, git="git" in src),
     )
 
 
@@ -212,7 +218,7 @@ def _source_kind(src: Mapping[str, Any], path: Path) -> None:
 
 
 #: keys that only a compile uses: a prebuilt recipe that sets one is told so
-_COMPILE_ONLY = {"source": ("patches", "version"),
+_COMPILE_ONLY = {"source": ("patches", "version", "contains"),
                  "build": ("generator", "build_type", "jobs", "targets", "defines", "env", "install_prefix",
                            "launcher")}
 

@@ -39,10 +39,11 @@ class ShowResult(VerbResult):
     recipe: Json  # the recipe's canonical form
     patch_files: tuple[str, ...]
     toml: str  # the recipe file as written (text output only)
+    fixes: tuple[str, ...] = ()  # the names of [source] contains: what an artifact of it carries
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "path": self.path, "description": self.description, "recipe": self.recipe,
-                "patch_files": list(self.patch_files)}
+                "patch_files": list(self.patch_files), "fixes": list(self.fixes)}
 
 
 # plan, build
@@ -58,11 +59,12 @@ class SourcePlan:
     sparse: tuple[str, ...]
     cherry_pick: tuple[str, ...]
     patches: tuple[str, ...]
+    contains: tuple[Json, ...] = ()  # [source] contains: checked after the fetch, before configure
 
     def to_json(self) -> dict[str, Any]:
         return {"url": self.url, "ref": self.ref, "commit": self.commit, "resolved": self.resolved,
                 "subdir": self.subdir, "sparse": list(self.sparse), "cherry_pick": list(self.cherry_pick),
-                "patches": list(self.patches)}
+                "patches": list(self.patches), "contains": list(self.contains)}
 
 
 @dataclass(frozen=True)
@@ -113,7 +115,8 @@ class BuildResult(VerbResult):
         art, m = self.artifact, self.artifact.manifest
         return {
             "cached": art.cached, "artifact": str(art.path), "key": m.key, "recipe": m.recipe,
-            "commit": m.commit, "version": m.version, "log": self.log, "substituted": self.substituted,
+            "commit": m.commit, "version": m.version, "fixes": list(m.fixes), "log": self.log,
+            "substituted": self.substituted,
             "duration_s": seconds_json(self.duration_s),
             "libraries": [{"name": lib.name, "file": lib.file, "soname": lib.soname, "chain": list(lib.chain)}
                           for lib in m.libraries],

@@ -25,6 +25,7 @@ class InEffect(Record):
     files: tuple[str, ...]
     artifact: str | None = None  # the artifact it applied (its path in the cache)
     substituted: dict | None = None  # that artifact came from a binary cache: {url, bundle_sha256, signer, imported}
+    fixes: tuple[str, ...] = ()  # the [source] contains names of the artifact placed (its manifest)
 
 
 @dataclass(frozen=True)

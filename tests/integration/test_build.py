@@ -137,7 +137,7 @@ from rocmbuild.swap import state
 r = recipe.load(sys.argv[1])
 src = Path(sys.argv[2])
 co = SimpleNamespace(root=src, source_dir=src, url="file:///unused", ref="develop", commit="c" * 40,
-                     version="3.5.1", patches=(), cherry_picks=(), tarball_sha256=None)
+                     version="3.5.1", patches=(), cherry_picks=(), tarball_sha256=None, fixes=())
 home = cache_home()
 inp = cache.inputs(r, commit=co.commit, home=home)
 try:

@@ -35,8 +35,10 @@ def test_bundled_recipe_parses(name):
     assert r.source.subdir == "projects/miopen"
     assert r.install.libraries == ("libMIOpen",)
     assert r.verify.encoding == "miopen" and r.verify.smoke == "batchnorm"
-    assert dict(r.build.env)["CXX"] == "/opt/rocm/llvm/bin/clang++"
+    assert dict(r.build.env)["CXX"] == "${ROCM_PATH}/llvm/bin/clang++"  # resolved when built (recipe.rocm)
     assert r.build.define("GPU_TARGETS") == "auto"
+    (fix,) = r.source.contains  # the gfx115x fix, by name, where rocm-libraries has it
+    assert fix.grep == "MIO_BN_GFX115X" and fix.path == "src/kernels" and "#1288" in fix.name
 
 
 def test_develop_and_release_expectations():
@@ -57,9 +59,11 @@ def test_version_regex_matches_upstream_line(name):
 
 
 @pytest.mark.parametrize("name", BUNDLED)
-def test_typed_defines_with_detected_gpu(name, fake_gpu):
+def test_typed_defines_with_detected_gpu(name, fake_gpu, monkeypatch):
     fake_gpu(110501)  # a Radeon 8060S (Strix Halo): gfx1151
+    monkeypatch.setenv("ROCM_PATH", "/opt/rocm")
     r = workflow.load_recipe(name)
+    assert dict(r.build.env)["CXX"] == "/opt/rocm/llvm/bin/clang++"
     argv = cmake.configure_argv(r.build, Path("/src"), Path("/bld"))
     assert EXPECTED_DEFINES <= set(argv)
     assert "-DGPU_TARGETS:STRING=gfx1151" in argv
@@ -83,9 +87,11 @@ def test_plan_without_rocm_names_missing_requirements(fake_gpu, capsys, monkeypa
     assert code == 0 and plan["ok"]
     assert plan["source"]["resolved"] is False
     missing = {c["name"] for c in plan["missing"]}
-    if not Path("/opt/rocm").exists():
-        assert any("/opt/rocm/llvm/bin/clang++" in n for n in missing)
-        assert any("hip-config.cmake" in n for n in missing)
+    assert "requires ${ROCM_PATH}/llvm/bin/clang++" in missing
+    assert any("hip-config.cmake" in n for n in missing)
+    details = {c["name"]: c["detail"] for c in plan["missing"]}
+    assert details["requires ${ROCM_PATH}/llvm/bin/clang++"] == "/nonexistent-rocm/llvm/bin/clang++ does not exist"
+    assert "CXX" in plan["env"] and plan["env"]["CXX"] == "/nonexistent-rocm/llvm/bin/clang++"
     assert plan["gpu_targets"] == "auto (unresolved)"
     assert plan["commands"]["configure"][0] == "cmake"
     # the human form prints the same plan and each missing requirement
@@ -104,13 +110,13 @@ def test_build_without_rocm_is_refused_before_fetching(fake_gpu, capsys):
 
 
 @pytest.mark.parametrize("name", BUNDLED)
-def test_every_missing_requirement_says_what_to_install(name, fake_gpu):
+def test_every_missing_requirement_says_what_to_install(name, fake_gpu, monkeypatch):
     """Each requirement of the bundled recipes carries a package hint, shown as the fix."""
     from rocmbuild import doctor
 
     r = recipe.load(name)
     for spec in (*r.requires.paths, *[p for p in r.requires.programs if "/" in p or p == "bzip2"]):
         assert r.requires.hint(spec), f"{name}: no hint for {spec}"
+    monkeypatch.setenv("ROCM_PATH", "/nonexistent-rocm")
     checks = {c.name: c for c in doctor.check_requirements(r)}
-    if not Path("/opt/rocm").exists():
-        assert checks["requires /opt/rocm/llvm/bin/clang++"].fix == "apt install rocm-llvm"
+    assert checks["requires ${ROCM_PATH}/llvm/bin/clang++"].fix == "apt install rocm-llvm"

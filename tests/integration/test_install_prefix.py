@@ -91,7 +91,7 @@ def _linking_project(tmp_path: Path, link: str, to: Path) -> SimpleNamespace:
         f'install(CODE "file(MAKE_DIRECTORY \\"\\$ENV{{DESTDIR}}{parent}\\")\n'
         f'file(CREATE_LINK \\"{to}\\" \\"\\$ENV{{DESTDIR}}{link}\\" SYMBOLIC)")\n')
     return SimpleNamespace(root=src, source_dir=src, url="file:///unused", ref="develop", commit="e" * 40,
-                           version="3.5.1", patches=(), cherry_picks=(), tarball_sha256=None)
+                           version="3.5.1", patches=(), cherry_picks=(), tarball_sha256=None, fixes=())
 
 
 @pytest.mark.parametrize("link, victim_rel", [

@@ -30,7 +30,7 @@ def make_checkout(tmp_path: Path, version: str = "3.5.1") -> SimpleNamespace:
     shutil.copytree(MIOPEN_SRC, src)
     set_version(src, version)
     return SimpleNamespace(root=src, source_dir=src, url="file:///unused", ref="develop",
-                           commit="a" * 40, version=version, patches=(), cherry_picks=(), tarball_sha256=None)
+                           commit="a" * 40, version=version, patches=(), cherry_picks=(), tarball_sha256=None, fixes=())
 
 
 def do_build(r, co):

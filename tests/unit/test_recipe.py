@@ -178,3 +178,65 @@ def test_requirement_hints(tmp_path):
     with pytest.raises(RecipeError) as ei:
         recipe.load(str(write(tmp_path, bad, "bad.toml")))
     assert ei.value.details["key"] == "requires.hints.cmake" and "cmake>=3.25" in ei.value.hint
+
+
+# --------------------------------------------------------------------------------------------
+# [source] contains (fixes by name) and ${ROCM_PATH}
+
+SHA = "0123456789abcdef0123456789abcdef01234567"
+
+
+def test_contains_parses_grep_and_commit(tmp_path):
+    text = fixture_recipe(source_extra=f'contains = [{{ name = "bn fix", grep = "MIO_BN_GFX115X", path = "src/kernels" }},'
+                                       f' {{ name = "by commit", commit = "{SHA.upper()}" }}]')
+    r = recipe.load(str(write(tmp_path, text)))
+    grep, commit = r.source.contains
+    assert (grep.name, grep.grep, grep.path, grep.commit) == ("bn fix", "MIO_BN_GFX115X", "src/kernels", None)
+    assert (commit.name, commit.grep, commit.commit) == ("by commit", None, SHA)
+    assert "contains" in r.canonical()["source"]
+    plain = recipe.load(str(write(tmp_path, fixture_recipe(), "plain.toml")))
+    assert "contains" not in plain.canonical()["source"]  # lock files of recipes without it keep their hash
+
+
+@pytest.mark.parametrize("entry,key,words", [
+    ('{ name = "a", grpe = "X" }', "source.contains[0].grpe", "did you mean 'grep'"),
+    ('{ grep = "X" }', "source.contains[0].name", "needs a 'name'"),
+    ('{ name = " ", grep = "X" }', "source.contains[0].name", "needs a 'name'"),
+    (f'{{ name = "a", grep = "X", commit = "{SHA}" }}', "source.contains[0]", "exactly one of 'grep' and 'commit'"),
+    ('{ name = "a" }', "source.contains[0]", "exactly one of 'grep' and 'commit'"),
+    ('{ name = "a", commit = "abc123" }', "source.contains[0].commit", "40 hex digits"),
+    (f'{{ name = "a", commit = "{SHA}", path = "src" }}', "source.contains[0].path", "applies to 'grep'"),
+    ('{ name = "a", grep = "" }', "source.contains[0].grep", "is empty"),
+    ('{ name = "a", grep = "X", path = "../up" }', "source.contains[0].path", "clean relative path"),
+    ('{ name = "a", grep = "X", path = "/abs" }', "source.contains[0].path", "clean relative path"),
+    ('{ name = "a", grep = "X", path = "src/./k" }', "source.contains[0].path", "clean relative path"),
+    ('{ name = "a", grep = "X", path = "src/" }', "source.contains[0].path", "clean relative path"),
+    ('{ name = "a", grep = 3 }', "source.contains[0].grep", "must be a string"),
+    ('{ name = "a", grep = "X" }, { name = "a", grep = "Y" }', "source.contains[1].name", "two fixes are named"),
+    ('"MIO_BN_GFX115X"', "source.contains[0]", "must be a table"),
+])
+def test_contains_refuses_what_it_does_not_understand(tmp_path, entry, key, words):
+    with pytest.raises(RecipeError) as ei:
+        recipe.load(str(write(tmp_path, fixture_recipe(source_extra=f"contains = [{entry}]"))))
+    assert ei.value.exit_code == EXIT_INPUT and ei.value.details["key"] == key
+    assert words in ei.value.message + " " + ei.value.hint
+
+
+def test_contains_commit_needs_a_git_source(tmp_path):
+    text = fixture_recipe(tarball="https://example.invalid/x.tar.gz", sha256="0" * 64, ref=None,
+                          source_extra=f'contains = [{{ name = "a", commit = "{SHA}" }}]')
+    with pytest.raises(RecipeError) as ei:
+        recipe.load(str(write(tmp_path, text)))
+    assert "archive source has no history" in ei.value.message
+
+
+def test_rocm_path_resolved_in_defines_and_env_only(tmp_path):
+    from rocmbuild.recipe.rocm import resolve_rocm_path
+
+    text = fixture_recipe(defines={"A": "${ROCM_PATH}/x", "B": ["$ROCM_PATH", "y"], "C": True, "D": "$ROCM_PATHS"},
+                          env={"CXX": "${ROCM_PATH}/llvm/bin/clang++"}, programs=["${ROCM_PATH}/bin/hipcc"])
+    r = resolve_rocm_path(recipe.load(str(write(tmp_path, text))), Path("/usr"))
+    assert r.build.define("A") == "/usr/x" and r.build.define("B") == ("/usr", "y") and r.build.define("C") is True
+    assert r.build.define("D") == "$ROCM_PATHS"  # another variable: untouched
+    assert dict(r.build.env)["CXX"] == "/usr/llvm/bin/clang++"
+    assert r.requires.programs == ("${ROCM_PATH}/bin/hipcc",)  # checked by its text (build/requirements.py)
