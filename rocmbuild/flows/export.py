@@ -16,7 +16,7 @@ from rocmbuild import ui
 from rocmbuild.build import cache
 from rocmbuild.build import bundle
 from rocmbuild.build.artifact import Artifact
-from rocmbuild.errors import InputError
+from rocmbuild.errors import ArtifactError, InputError
 from rocmbuild.flows import build
 from rocmbuild.home import cache_home
 from rocmbuild.locks import LockWait
@@ -43,7 +43,8 @@ def find_cached(key_prefix: str) -> Artifact | None:
         return None
     art = cache.lookup(keys[0], home) or cache.lookup_imported(keys[0], home)
     if art is None:
-        raise InputError(f"cached artifact {keys[0]} is damaged and was set aside", "build it again")
+        raise ArtifactError(f"cached artifact {keys[0]} is damaged (its manifest, identity or files do not hold) "
+                            "and was set aside", "build it again (or import its bundle again)")
     return art
 
 
