@@ -63,12 +63,19 @@ def _show(r: ShowResult) -> str:
     return layout.lines([f"{r.name}: {r.description}", f"file: {r.path}"]) + "\n" + safe_lines(r.toml)
 
 
+def ref_words(ref: str | None) -> str:
+    """A recipe's ref as a person reads it: none set means the remote's default branch."""
+    return ref or "HEAD (the remote's default branch)"
+
+
 @text.register
 def build_plan(plan: BuildPlan) -> str:
     s = plan.source
     lines = [f"plan for {plan.recipe} ({plan.path})"]
-    commit = s.commit or ("tarball" if s.resolved else "UNRESOLVED")
-    lines.append(f"  source   {s.url} @ {s.ref or '-'} -> {commit}")
+    if s.commit or not s.resolved:  # git (a tarball is resolved with no commit)
+        lines.append(f"  source   {s.url} @ {ref_words(s.ref)} -> {s.commit or 'UNRESOLVED'}")
+    else:
+        lines.append(f"  source   {s.url} (archive)")
     if s.subdir:
         lines.append(f"  sparse   {', '.join([s.subdir, *s.sparse])}")
     lines += [f"  cherry-pick {c}" for c in s.cherry_pick]
@@ -225,7 +232,7 @@ def _export(r: ExportResult) -> str:
 @text.register
 def _lock(r: LockResult) -> str:
     lk = r.lock
-    return layout.lines([f"{r.lock_file}: {lk['recipe']} @ {lk['ref']} -> {lk['commit']}",
+    return layout.lines([f"{r.lock_file}: {lk['recipe']} @ {ref_words(lk['ref'])} -> {lk['commit']}",
                          f"rebuild exactly this with: rocmbuild apply --from-lock {r.lock_file}"])
 
 

@@ -24,7 +24,7 @@ from typing import Any, Iterable, Mapping
 from rocmbuild import names
 from rocmbuild.errors import InputError, RecipeError
 from rocmbuild.recipe import arch
-from rocmbuild.recipe.paths import prefix_problem, relative_inside
+from rocmbuild.recipe.paths import local_git_path, prefix_problem, relative_inside
 from rocmbuild.recipe.model import (
     DEFINE_RE, ENCODINGS, GENERATORS, LAUNCHERS, SMOKES, SYSTEMS, Build, DefineValue, Install, Recipe,
     Requires, Source, Verify, VersionSpec,
@@ -179,7 +179,7 @@ def _source(data: Mapping[str, Any], path: Path) -> Source:
         if v is not None and not relative_inside(v):
             raise _fail(path, f"source.{k}", f"'{v}' must be a relative path inside the source", "e.g. projects/miopen")
     return Source(
-        git=src.get("git"),
+        git=local_git_path(src["git"], path) if "git" in src else None,
         archive=src.get("archive", src.get("tarball")),
         sha256=src.get("sha256", "").lower() or None,
         ref=src.get("ref"),
