@@ -8,12 +8,22 @@ reads its output as a person (or ``grep``) would.
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import re
+import select
 import shutil
-from pathlib import Path
+import signal
+import struct
+import subprocess
+import sys
+import termios
+import time
 
 from tests.support.cli import REPO, rb
 from tests.support.recipes import write_fixture_recipe
+from tests.support.watch import screen
 
 
 # --------------------------------------------------------------------------------------------
@@ -63,3 +73,92 @@ def test_lock_and_plan_name_the_default_branch_when_the_recipe_sets_no_ref(tmp_p
     assert plan.returncode == 0, plan.stderr
     assert "@ HEAD (the remote's default branch) -> " in plan.stdout, plan.stdout
     assert " @ - " not in plan.stdout
+
+
+# --------------------------------------------------------------------------------------------
+# piped: no cell wraps
+
+
+def test_history_piped_keeps_each_row_on_one_line_for_grep(txn_home, target_env, monkeypatch):
+    monkeypatch.delenv("COLUMNS", raising=False)
+    env = target_env("3.5.0", layout="conda", compile_version="3.5.1")
+    for args in (("apply", txn_home.recipe("mini")), ("apply", txn_home.recipe("mini-fix")), ("rollback",)):
+        assert rb(*args, "--env", env.prefix).returncode == 0
+    r = rb("history", "--env", env.prefix)
+    assert r.returncode == 0, r.stderr
+    rows = [line for line in r.stdout.splitlines() if re.match(r"^000\d ", line)]
+    assert [x.split()[0] for x in rows] == ["0003", "0002", "0001"], r.stdout
+    rollback = [x for x in r.stdout.splitlines() if "rollback" in x]  # `history | grep rollback`
+    assert len(rollback) == 1, r.stdout
+    assert re.match(r"^0003 rollback\s+\d{4}-\d\d-\d\d \d\d:\d\d", rollback[0]), rollback
+    assert "(undoes 0002)" in rollback[0] and "3.5.1 -> 3.5.1" in rollback[0], rollback
+    # the columns line up: each header starts where its cells start
+    head = next(x for x in r.stdout.splitlines() if x.startswith("txn "))
+    assert all(x[head.index("when") - 1] == " " and x[head.index("when")] != " " for x in rows), r.stdout
+
+
+# --------------------------------------------------------------------------------------------
+# what a terminal shows: a label cut in the middle, a stop on a line of its own
+
+LONG_DIR = "/tmp/newcomer.R7Vj/" + "/".join(f"level-{i:02d}-of-a-deep-venv" for i in range(6))
+LABEL = f"probing {LONG_DIR}/bin/python (importing torch)"
+PHASE = f"""
+import sys, time
+from rocmbuild import progress, stop
+progress.configure()
+with stop.handling():
+    with progress.phase("probe", {LABEL!r}):
+        time.sleep(60)
+"""
+
+
+def _on_a_terminal(code: str, columns: int, *, interrupt_after: float) -> tuple[int, list[str], str]:
+    """Run ``code`` with stderr on a pty ``columns`` wide; SIGINT after ``interrupt_after`` s."""
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": str(columns), "TERM": "xterm"}
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=slave, env=env, cwd=str(REPO), start_new_session=True)
+    os.close(slave)
+    data = b""
+    deadline = time.monotonic() + interrupt_after
+    try:
+        while True:
+            ready, _, _ = select.select([master], [], [], 0.1)
+            if ready:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                data += chunk
+            if deadline and time.monotonic() > deadline:
+                data += b"^C"  # as a terminal echoes Ctrl-C where the cursor is
+                proc.send_signal(signal.SIGINT)
+                deadline = 0
+            if proc.poll() is not None and not ready:
+                break
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(master)
+    return proc.returncode, screen(data), data.decode("utf-8", "replace")
+
+
+def test_a_long_label_is_cut_in_the_middle_and_keeps_its_end_at_120_columns():
+    _, _, raw = _on_a_terminal(PHASE, 120, interrupt_after=2.5)
+    drawn = [re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", x) for x in raw.replace("\r", "\n").splitlines()]
+    rows = [x for x in drawn if x.lstrip(" " + "".join(chr(c) for c in range(0x2800, 0x2900))).startswith("probing")]
+    assert rows, raw
+    row = rows[-1]
+    assert "\u2026" in row and len(row.rstrip()) <= 120, row
+    assert "probing /tmp/" in row and "bin/python (importing torch)" in row, row
+
+
+def test_the_stop_message_starts_on_a_line_of_its_own():
+    code, lines, raw = _on_a_terminal(PHASE, 120, interrupt_after=2.5)
+    assert code == 130, raw
+    said = [x for x in lines if "SIGINT received" in x]
+    assert said and all(x.startswith("rocmbuild: SIGINT received") for x in said), lines
