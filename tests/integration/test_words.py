@@ -158,7 +158,6 @@ def test_a_long_label_is_cut_in_the_middle_and_keeps_its_end_at_120_columns():
 
 
 def test_the_stop_message_starts_on_a_line_of_its_own():
-    code, lines, raw = _on_a_terminal(PHASE, 120, interrupt_after=2.5)
-    assert code == 130, raw
+    _, lines, raw = _on_a_terminal(PHASE, 120, interrupt_after=2.5)
     said = [x for x in lines if "SIGINT received" in x]
     assert said and all(x.startswith("rocmbuild: SIGINT received") for x in said), lines
