@@ -129,7 +129,8 @@ def _toml(text: str, path: Path) -> dict[str, Any]:
         line = int(m.group(1)) if m else None
         raise RecipeError(
             f"{path}: TOML syntax error{f' on line {line}' if line else ''}: {exc}",
-            "fix the TOML syntax (strings need quotes; tables are [name]); see docs/recipes.md",
+            "fix the TOML syntax (strings need quotes; tables are [name]); "
+            "a bundled recipe shows the format: `rocmbuild show miopen-3.5.1`",
             details={"file": str(path), "line": line},
         ) from exc
 
@@ -160,7 +161,8 @@ def _validate(data: Mapping[str, Any], schema: Mapping[str, Any], path: Path, pr
             _validate(value, expected, path, dotted + ".")
         elif not _type_ok(value, expected):
             raise _fail(path, dotted, f"'{dotted}' must be {expected}, got {type(value).__name__} ({value!r})",
-                        "fix the value's type; see docs/recipes.md")
+                        "fix the value's type; a bundled recipe shows the format: "
+                        "`rocmbuild show miopen-3.5.1`")
 
 
 # --------------------------------------------------------------------------------------------
