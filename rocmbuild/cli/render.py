@@ -60,7 +60,11 @@ def _recipes(r: RecipesResult) -> str:
 
 @text.register
 def _show(r: ShowResult) -> str:
-    return layout.lines([f"{r.name}: {r.description}", f"file: {r.path}"]) + "\n" + safe_lines(r.toml)
+    text = layout.lines([f"{r.name}: {r.description}", f"file: {r.path}"]) + "\n" + safe_lines(r.toml)
+    if not r.overridden:
+        return text
+    return (text.rstrip("\n") + "\n\n" + layout.lines(["# the command line overrides the file (these are in effect):"]
+                                                       + [f"#   {x}" for x in r.overridden]))
 
 
 def ref_words(ref: str | None) -> str:
@@ -256,7 +260,7 @@ def _apply(r: ApplyResult) -> str:
     lines += [f"  note: {n}" for n in p.notes]
     lines += [f"  pruned the backups of {pr.id} ({pr.freed_bytes} bytes)" for pr in r.pruned]
     checks = r.verdict.checks if r.verdict else ()
-    passed = [c.name for c in checks if c.ok and not c.skipped]
+    passed = [c.shown_name for c in checks if c.ok and not c.skipped]
     if passed:
         lines.append(f"verified: {', '.join(passed)}")
     lines += arch_line

@@ -39,6 +39,7 @@ class ShowResult(VerbResult):
     recipe: Json  # the recipe's canonical form
     patch_files: tuple[str, ...]
     toml: str  # the recipe file as written (text output only)
+    overridden: tuple[str, ...] = ()  # "key = value" the command line set (text only: the JSON's recipe has them)
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "path": self.path, "description": self.description, "recipe": self.recipe,

@@ -161,3 +161,100 @@ def test_the_stop_message_starts_on_a_line_of_its_own():
     _, lines, raw = _on_a_terminal(PHASE, 120, interrupt_after=2.5)
     said = [x for x in lines if "SIGINT received" in x]
     assert said and all(x.startswith("rocmbuild: SIGINT received") for x in said), lines
+
+
+# --------------------------------------------------------------------------------------------
+# odd words put right
+
+
+def test_a_gpu_typo_suggests_the_swapped_digits_first_and_only_names_listed_targets(tmp_path):
+    recipe = write_fixture_recipe(tmp_path)
+    r = rb("plan", recipe, "--gpu-targets", "gfx1115", "--offline", "--json")
+    assert r.returncode == 2, r.stderr
+    err = json.loads(r.stdout)["error"]
+    assert err["hint"].startswith("did you mean gfx1151?"), err["hint"]
+    listed = err["hint"].split("family:", 1)[1]
+    assert all(s in listed for s in err["details"]["suggestions"]), err["hint"]
+    assert "gfx1011" not in err["hint"]
+
+
+def test_a_mistyped_verb_gets_did_you_mean():
+    r = rb("aply")
+    assert r.returncode == 2
+    assert "invalid choice: 'aply': did you mean apply?" in r.stderr, r.stderr
+    assert "did you mean list?" in rb("cache", "lst").stderr
+
+
+def test_doctor_on_an_auto_recipe_without_a_gpu_and_a_distribution_rocm(tmp_path, fake_gpu, monkeypatch):
+    fake_gpu()  # a machine without a GPU
+    usr = tmp_path / "machine" / "usr"
+    (usr / "bin").mkdir(parents=True)
+    (usr / "bin" / "hipcc").write_text("")
+    (usr / "lib/x86_64-linux-gnu/cmake/hip").mkdir(parents=True)  # Debian's layout
+    (usr / "lib/x86_64-linux-gnu/cmake/hip/hip-config.cmake").write_text("")
+    monkeypatch.delenv("ROCM_PATH", raising=False)
+    r = rb("doctor", "miopen-develop", env={"ROCMBUILD_ROOT": str(tmp_path / "machine")})
+    text = r.stdout
+    assert "names no GPU targets" not in text, text
+    line = next(x for x in text.splitlines() if "GPU targets:" in x)
+    assert "GPU_TARGETS = \"auto\" (this machine's GPUs), and no AMD GPU was found here" in line, line
+    assert "--gpu-targets ARCH" in text
+    rocm = next(x for x in text.splitlines() if "] ROCm:" in x)
+    assert rocm.endswith(f"ROCm: {usr} (the distribution's packages)"), rocm
+    assert rocm.count("distribution") == 1
+
+
+def test_show_with_overrides_says_what_the_command_line_changed(tmp_path):
+    recipe = write_fixture_recipe(tmp_path, jobs=2)
+    r = rb("show", recipe, "-D", "FOO=1", "--jobs", "4")
+    assert r.returncode == 0, r.stderr
+    file_part, _, note = r.stdout.partition("# the command line overrides the file (these are in effect):")
+    assert "jobs = 2" in file_part and note, r.stdout  # the file as written, then what is in effect
+    assert '#   build.defines.FOO = "1"' in note and "#   build.jobs = 4" in note, note
+    j = json.loads(rb("show", recipe, "-D", "FOO=1", "--jobs", "4", "--json").stdout)["recipe"]
+    assert j["build"]["jobs"] == 4
+    plain = rb("show", recipe).stdout
+    assert "the command line overrides" not in plain
+
+
+def test_recipe_hints_point_at_something_an_installed_wheel_has(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("name = \n")
+    r = rb("show", bad)
+    assert r.returncode == 2 and "docs/recipes.md" not in r.stderr and "`rocmbuild show miopen-3.5.1`" in r.stderr
+    typed = tmp_path / "typed.toml"
+    typed.write_text(write_fixture_recipe(tmp_path / "t").read_text().replace('ref = "develop"', "ref = 3"))
+    r = rb("show", typed)
+    assert r.returncode == 2 and "docs/recipes.md" not in r.stderr and "rocmbuild show" in r.stderr, r.stderr
+    assert rb("show", "miopen-3.5.1").returncode == 0  # the recipe the hints name is bundled
+
+
+def test_the_batchnorm_smoke_row_has_a_check_name():
+    from rocmbuild.target.smoke import check_smoke
+    from rocmbuild.target.verdict import Check
+
+    class Report:
+        smoke = {"status": "passed", "device": "cpu", "checks": [
+            {"name": "install", "status": "passed"}, {"name": "batchnorm", "status": "passed"}]}
+
+    checks = check_smoke(Report())
+    rows = [c.render() for c in checks]
+    assert rows[1].startswith("[  ok] smoke: batchnorm: expected BatchNorm2d"), rows
+    assert [c.name for c in checks] == ["smoke: install", "smoke"]  # the JSON name is unchanged
+    assert Check("smoke", False, "x", "crashed").render().startswith("[FAIL] smoke: batchnorm:")
+
+
+def test_export_names_the_bundle_without_dot_dot(txn_world, tmp_path):
+    (tmp_path / "kept").mkdir()
+    key = next(iter(txn_world.artifacts.values())).key
+    r = rb("export", key, "-o", f"{tmp_path}/kept/../demo.tar.gz", env={"ROCMBUILD_HOME": str(txn_world.home)})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[0] == str(tmp_path / "demo.tar.gz"), r.stdout
+    assert "/../" not in r.stdout and (tmp_path / "demo.tar.gz").is_file()
+
+
+def test_one_job_is_one_job(tmp_path, monorepo):
+    recipe = write_fixture_recipe(tmp_path, url=monorepo.url, jobs=1)
+    r = rb("build", recipe, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "building with 1 job (log:" in r.stderr, r.stderr
