@@ -108,6 +108,15 @@ def check_compilers() -> list[DoctorCheck]:
     return out
 
 
+def rocm_words(found) -> str:
+    """Where the ROCm found is and how it is laid out, each said once: ``/usr (the distribution's
+    packages)``, ``/opt/rocm (a ROCm tree)``, ``/x (from $ROCM_PATH; a ROCm tree)``."""
+    shape = "a ROCm tree" if found.layout == "rocm" else "the distribution's packages"
+    if found.via == "$ROCM_PATH":
+        return f"{found.root} (from $ROCM_PATH; {shape})"
+    return f"{found.root} ({shape})"
+
+
 def check_rocm() -> list[DoctorCheck]:
     """ROCm, wherever it is (requirements.find_rocm): which one was found, and its hipcc, clang++, HIP config."""
     found = find_rocm()
@@ -119,7 +128,7 @@ def check_rocm() -> list[DoctorCheck]:
     root = found.root
     if not root.is_dir():
         return [DoctorCheck("ROCm", FAIL, f"{root} ({found.via}) does not exist", fix)]
-    out = [DoctorCheck("ROCm", OK, f"{root} ({found.via}; {found.layout} layout)")]
+    out = [DoctorCheck("ROCm", OK, rocm_words(found))]
     dev = (f"install the ROCm development packages under {root} (e.g. apt install rocm-hip-sdk"
            + ("; on Debian/Ubuntu: hipcc, clang, libamdhip64-dev)" if found.layout == "distribution" else ")"))
     for label, path, looked in (
@@ -150,6 +159,10 @@ def check_gpu_targets(recipe, archs: list[str]) -> list[DoctorCheck]:
     if recipe is None:
         return [DoctorCheck("GPU targets", OK, f"match: GPU_TARGETS = \"auto\" (the bundled recipes) builds for "
                                                f"{', '.join(archs)}, this machine's GPU")] if archs else []
+    if not archs and recipe.build.define("GPU_TARGETS") == "auto":
+        return [DoctorCheck("GPU targets", WARN, f"auto: recipe '{recipe.name}' sets GPU_TARGETS = \"auto\" "
+                            "(this machine's GPUs), and no AMD GPU was found here",
+                            "building it here needs --gpu-targets ARCH (e.g. gfx1151: the GPU it will run on)")]
     m = arch.match(arch.build_targets(recipe.build.defines, auto=archs), archs,
                    amd=recipe.verify.encoding != "cudnn", what=f"recipe '{recipe.name}'")
     if m.status == arch.MISMATCH:

@@ -322,9 +322,24 @@ def _cut(text: str, width: int, *, keep_end: bool = False) -> str:
     return "\u2026" + text[-(width - 1):] if keep_end else text[:width - 1] + "\u2026"
 
 
+def middle(text: str, width: int) -> str:
+    """``text`` in ``width`` columns, cut in the middle: its start and (the larger part) its end
+    stay, so ``probing /tmp/.../env/bin/python (importing torch)`` keeps what it probes."""
+    if width <= 0:
+        return ""
+    if len(text) <= width:
+        return text
+    head = (width - 1) // 3
+    return text[:head] + "\u2026" + text[len(text) - (width - 1 - head):]
+
+
 class _Label(ProgressColumn):
+    """The phase's label, cut in the middle. A phase without steps (no bar, count or target) gives
+    its label the room those would take; the elapsed time and the ETA always show."""
+
     def render(self, task) -> Text:
-        return Text(_cut(safe_text(task.description), _widths(console.width)[0]), style="progress.description")
+        room = _widths(console.width)[0] if task.fields.get("step") else max(16, console.width - 30)
+        return Text(middle(safe_text(task.description), room), style="progress.description")
 
 
 class _Target(ProgressColumn):

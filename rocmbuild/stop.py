@@ -12,7 +12,9 @@ Decisions:
   leaves a journal the next command recovers;
 * a signal the parent set to ignored (``nohup`` ignores SIGHUP, a ``&`` job of a non-interactive
   shell ignores SIGINT) stays ignored: that is the user's choice, as Python itself does for SIGINT;
-* the handler writes with ``os.write`` (never through a stream it may have interrupted).
+* the handler writes with ``os.write`` (never through a stream it may have interrupted); on a
+  terminal its line starts on a fresh line (back to the row's start, that row erased), never after
+  the progress display's row and the ``^C`` the terminal echoed.
 """
 
 from __future__ import annotations
@@ -63,9 +65,21 @@ def note(exc: BaseException, summary: str = "", **details) -> None:
         exc.details.setdefault("summary", []).append(summary)  # type: ignore[attr-defined]
 
 
+def _fresh_line() -> str:
+    """What starts a line of our own on stderr: on a terminal the cursor may sit on the progress
+    display's row, after the ``^C`` the terminal echoed: back to its start and erase that row (the
+    display draws itself again below); a dumb terminal cannot erase: a new line."""
+    try:
+        if not os.isatty(2):
+            return ""
+    except OSError:
+        return ""
+    return "\n" if os.environ.get("TERM", "") in ("dumb", "") else "\r\x1b[K"
+
+
 def _say(text: str) -> None:
     try:
-        os.write(2, f"rocmbuild: {text}\n".encode())
+        os.write(2, f"{_fresh_line()}rocmbuild: {text}\n".encode())
     except OSError:
         pass
 

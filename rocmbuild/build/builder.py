@@ -202,7 +202,8 @@ def _compile(recipe: Recipe, checkout: Checkout, build_dir: Path, destdir: Path,
     retry.reconcile(build_dir, argv, cmake.build_env(recipe.build))  # a kept cache asks nothing this one does not
     with progress.phase("configure", f"configuring {recipe.name}"):
         runner.run(argv, env=env, log=log, what="configure failed", hint=hint, on_start=started)
-    ui.info(f"building with {cmake.jobs(recipe.build)} jobs (log: {log})")
+    jobs = cmake.jobs(recipe.build)
+    ui.info(f"building with {jobs} job{'' if jobs == 1 else 's'} (log: {log})")
     with progress.phase("build", f"building {recipe.name}") as steps:
         runner.run(cmake.build_argv(recipe.build, build_dir), env=env, log=log,
                    on_line=steps.line, what="build failed", hint=hint, on_start=started)

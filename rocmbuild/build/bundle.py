@@ -122,7 +122,9 @@ def export(art: Artifact, out: str | os.PathLike) -> Export:
     with root:
         digest, size = _write(root, name, art)
         root.write_atomic(f"{name}.sha256", f"{digest}  {name}\n".encode(), 0o644)
-    return Export(file=str(directory / name), sha256=digest, sha256_file=str(directory / f"{name}.sha256"),
+    shown = Path(os.path.normpath(directory))  # kept/../x reads x (the real path if a link made them differ)
+    shown = shown if shown.exists() and os.path.samefile(shown, directory) else Path(os.path.realpath(directory))
+    return Export(file=str(shown / name), sha256=digest, sha256_file=str(shown / f"{name}.sha256"),
                   size=size, key=art.key, recipe=recipe, version=version)
 
 

@@ -53,6 +53,7 @@ from typing import Mapping
 from rocmbuild import runner
 from rocmbuild.names import safe_text
 from rocmbuild.errors import FetchError, RequirementError
+from rocmbuild.recipe.paths import is_remote_url
 
 FULL_SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 SHORT_SHA_RE = re.compile(r"^[0-9a-f]{4,39}$")
@@ -128,9 +129,7 @@ def require_git() -> None:
 
 def normalize_url(url: str, *, cwd: Path | None = None) -> str:
     """A URL git can fetch shallow/partial from: local paths (and ``~``) become ``file://`` URLs."""
-    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", url):
-        return url
-    if re.match(r"^[^/]+@[^/:]+:", url):  # scp-like ssh: git@github.com:ROCm/rocm-libraries.git
+    if is_remote_url(url):  # a scheme, or scp-like ssh: git@github.com:ROCm/rocm-libraries.git
         return url
     p = Path(url).expanduser()
     if not p.is_absolute():
@@ -243,10 +242,25 @@ class GitFailed(Exception):
         self.output = output
 
 
+#: git's boilerplate after the line that says what went wrong (it names no cause)
+GIT_NOISE = ("could not read from remote repository", "please make sure you have the correct access rights",
+             "and the repository exists")
+
+
 def last_line(text: str) -> str:
-    """The last non-empty line of git's output (the one that says what went wrong)."""
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    return lines[-1] if lines else text.strip()
+    """What git said went wrong: its ``fatal:``/``error:`` lines (without that prefix), joined with
+    "; ", minus the boilerplate that names no cause (:data:`GIT_NOISE`) and ``hint:`` lines; when
+    git said neither, its last non-empty line. A multi-line reason stays whole, never cut to the
+    tail (``'/tmp/x' does not appear to be a git repository`` is the line that matters)."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    meant = [line for line in lines
+             if not line.lower().startswith("hint:") and not line.lower().rstrip(".").endswith(GIT_NOISE)]
+    said = [re.sub(r"^(fatal|error):\s*", "", line, flags=re.I) for line in meant
+            if re.match(r"^(fatal|error):", line, flags=re.I)]
+    said = [x for i, x in enumerate(said) if x and x not in said[:i]][:4]
+    if said:
+        return "; ".join(said)
+    return (meant or lines or [text.strip()])[-1]
 
 
 def ls_remote(url: str, *, cwd: Path, timeout: float | None, log: Path | None = None) -> dict[str, str]:

@@ -11,6 +11,8 @@ only before the verb is not reset by the verb's parser; :func:`merge_globals` jo
 from __future__ import annotations
 
 import argparse
+import difflib
+import re
 
 from rocmbuild.errors import InputError
 from rocmbuild.locks import LockWait
@@ -58,7 +60,22 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(message, self.format_usage().strip())
+        raise UsageError(did_you_mean(message), self.format_usage().strip())
+
+
+_CHOICE = re.compile(r"invalid choice: '?([^'\s]*)'? \(choose from (.*)\)$")
+
+
+def did_you_mean(message: str) -> str:
+    """argparse's "invalid choice" with the nearest choice named first (``rocmbuild aply``:
+    did you mean apply?); any other message as it is."""
+    m = _CHOICE.search(message)
+    if not m:
+        return message
+    choices = [c.strip(" '") for c in m.group(2).split(",")]
+    near = difflib.get_close_matches(m.group(1), choices, n=1, cutoff=0.6)
+    return message[:m.start()] + f"invalid choice: '{m.group(1)}'" + (
+        f": did you mean {near[0]}?" if near else "") + f" (choose from {', '.join(choices)})"
 
 
 # --------------------------------------------------------------------------------------------

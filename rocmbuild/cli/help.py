@@ -23,7 +23,8 @@ DESCRIPTION = (
     "environment's own Python, and reversible with one command."
 )
 
-#: (name, what it means); every ROCMBUILD_* the code reads is here (a test greps the package)
+#: (name, what it means); every ROCMBUILD_* the code reads is here or in :data:`TESTING` (a test
+#: greps the package)
 ENVIRONMENT: tuple[tuple[str, str], ...] = (
     ("ROCMBUILD_HOME", "the build cache and artifacts (default $XDG_CACHE_HOME/rocmbuild, else ~/.cache/rocmbuild)"),
     ("ROCMBUILD_RECIPES", "more recipe directories, colon-separated (searched after --recipes-dir)"),
@@ -36,6 +37,14 @@ ENVIRONMENT: tuple[tuple[str, str], ...] = (
     ("XDG_CONFIG_HOME", "recipes in $XDG_CONFIG_HOME/rocmbuild/recipes and the user's config.toml (default ~/.config)"),
     ("ROCMBUILD_CONFIG", "one more config file, read after /etc/rocmbuild/config.toml and the user's (docs/caches.md)"),
     ("DOCKER_CONFIG", "where Docker's config.json is (default ~/.docker): registry credentials for oci:// caches"),
+    ("ROCMBUILD_DOWNLOAD_RETRIES", "how often a failed download is retried, with backoff (default 3; 0: never)"),
+    ("ROCMBUILD_HEARTBEAT_S", "off a terminal, a progress line at least this often (default 30 seconds)"),
+    ("ROCMBUILD_PROGRESS_STEP", "off a terminal, a progress line at each this many percent of the build (default 10)"),
+)
+
+#: variables only the test suite sets: named in a one-line note after the environment, not
+#: explained among what users set (docs/testing.md says what each does)
+TESTING: tuple[tuple[str, str], ...] = (
     ("ROCMBUILD_SMOKE_DEVICE", "cpu: run the --smoke suite on the CPU (for tests)"),
     ("ROCMBUILD_SYSFS_ROOT", "a faked /sys (the GPU topology), for tests"),
     ("ROCMBUILD_ROOT", "a faked / (where ROCm is looked for), for tests"),
@@ -43,9 +52,6 @@ ENVIRONMENT: tuple[tuple[str, str], ...] = (
     ("ROCMBUILD_FAILPOINTS", "die (exit 137) at the named transaction steps, for crash tests"),
     ("ROCMBUILD_PAUSEPOINTS", "pause at the named transaction steps, for tests"),
     ("ROCMBUILD_PAUSE_SECONDS", "how long such a pause lasts (default 60)"),
-    ("ROCMBUILD_DOWNLOAD_RETRIES", "how often a failed download is retried, with backoff (default 3; 0: never)"),
-    ("ROCMBUILD_HEARTBEAT_S", "off a terminal, a progress line at least this often (default 30 seconds)"),
-    ("ROCMBUILD_PROGRESS_STEP", "off a terminal, a progress line at each this many percent of the build (default 10)"),
 )
 
 MOST_USED = (
@@ -104,7 +110,9 @@ def epilog() -> str:
             "global options (before or after the verb): --json, -q/--quiet, -v/--verbose, --debug\n"
             "`rocmbuild VERB --help` shows each verb's options and examples.\n\n"
             f"exit codes:\n{_table(EXIT_CODES)}\n\n"
-            f"environment variables:\n{_table(ENVIRONMENT)}")
+            f"environment variables:\n{_table(ENVIRONMENT)}\n\n"
+            + textwrap.fill("for tests only (set by rocmbuild's test suite, never needed in use; docs/testing.md): "
+                            + ", ".join(name for name, _ in TESTING), 100))
 
 
 def examples(verb: str) -> str | None:

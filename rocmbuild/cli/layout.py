@@ -2,8 +2,11 @@
 turned into plain text, prose wrapped without splitting a word, long keys shortened.
 
 Decisions:
-* The width is ``shutil.get_terminal_size``: ``COLUMNS`` when set, else the terminal's; off a
-  terminal (a pipe, a log) :data:`OFF_TERMINAL` columns, so a log line is not cut at 80.
+* The width is ``COLUMNS`` when set, else the terminal's; off a terminal (a pipe, a log, with no
+  ``COLUMNS``) there is no width: :data:`UNBOUNDED` columns, so no line is wrapped and no cell
+  either. A table there is space-aligned, one line per row, a cell of several lines joined with
+  ", " and a long cell whole (``rocmbuild history | grep rollback`` keeps a row's txn, date and
+  version on one line; ``cut``/``awk`` see the columns).
 * Nothing here interprets markup: cells and labels are rich ``Text`` objects, so a bracketed
   word (``[build]``) is printed as it is.
 * Words are never split: tables wrap at spaces and end a word too long for its column with an
@@ -20,6 +23,7 @@ Decisions:
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import sys
@@ -36,6 +40,8 @@ from rich.tree import Tree
 from rocmbuild.names import safe_text
 
 OFF_TERMINAL = 120
+#: the width off a terminal: nothing is wrapped
+UNBOUNDED = 10_000
 KEY_DIGITS = 16
 _KEY = re.compile(r"(?<![0-9a-fA-F])([0-9a-fA-F]{%d})[0-9a-fA-F]{%d}(?![0-9a-fA-F])" % (KEY_DIGITS, 64 - KEY_DIGITS))
 
@@ -46,6 +52,13 @@ def lines(items: Iterable[str]) -> str:
 
 
 def width() -> int:
+    """``COLUMNS``, else the terminal's width, else (stdout is not a terminal) :data:`UNBOUNDED`."""
+    if not os.environ.get("COLUMNS", "").strip().isdigit():
+        try:
+            if not os.isatty(sys.stdout.fileno()):
+                return UNBOUNDED
+        except (AttributeError, ValueError, OSError):  # no real stdout (captured)
+            return UNBOUNDED
     return max(20, shutil.get_terminal_size((OFF_TERMINAL, 24)).columns)
 
 
@@ -122,9 +135,12 @@ def cell_text(cell: Cell, sep: str = "\n") -> str:
 def table(headers: Sequence[str], rows: Sequence[Sequence[Cell]], cols: int | None = None) -> str | None:
     """A plain table that fits ``cols`` columns, its cells wrapped at spaces; each column at least
     as wide as its longest word. None when even that does not fit (the caller lists the rows)."""
+    cols = cols or width()
+    if cols >= UNBOUNDED:
+        return aligned(headers, rows)
     rows = [[cell_text(c) for c in r] for r in rows]
     cells = [[h, *(r[i] for r in rows)] for i, h in enumerate(headers)]
-    widths = _widths(cells, cols or width())
+    widths = _widths(cells, cols)
     if widths is None:
         return None
     t = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1, 0, 0), show_edge=False, header_style="",
@@ -134,6 +150,14 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Cell]], cols: int | No
     for row in rows:
         t.add_row(*(Text(c) for c in row))
     return to_text(t, cols)
+
+
+def aligned(headers: Sequence[str], rows: Sequence[Sequence[Cell]]) -> str:
+    """A table off a terminal: columns aligned with spaces, one line per row, nothing wrapped or
+    cut (a cell of several lines joined with ", ")."""
+    texts = [[safe_text(h) for h in headers]] + [[cell_text(c, ", ") for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in texts) for i in range(len(headers))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in texts)
 
 
 def tree(label: str, branches: Iterable[tuple[str, Sequence[str]]], cols: int | None = None) -> str:

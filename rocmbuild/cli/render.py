@@ -61,15 +61,26 @@ def _recipes(r: RecipesResult) -> str:
 @text.register
 def _show(r: ShowResult) -> str:
     fixes = [f"fixes: {'; '.join(r.fixes)}"] if r.fixes else []
-    return layout.lines([f"{r.name}: {r.description}", f"file: {r.path}", *fixes]) + "\n" + safe_lines(r.toml)
+    text = layout.lines([f"{r.name}: {r.description}", f"file: {r.path}", *fixes]) + "\n" + safe_lines(r.toml)
+    if not r.overridden:
+        return text
+    return (text.rstrip("\n") + "\n\n" + layout.lines(["# the command line overrides the file (these are in effect):"]
+                                                       + [f"#   {x}" for x in r.overridden]))
+
+
+def ref_words(ref: str | None) -> str:
+    """A recipe's ref as a person reads it: none set means the remote's default branch."""
+    return ref or "HEAD (the remote's default branch)"
 
 
 @text.register
 def build_plan(plan: BuildPlan) -> str:
     s = plan.source
     lines = [f"plan for {plan.recipe} ({plan.path})"]
-    commit = s.commit or ("tarball" if s.resolved else "UNRESOLVED")
-    lines.append(f"  source   {s.url} @ {s.ref or '-'} -> {commit}")
+    if s.commit or not s.resolved:  # git (a tarball is resolved with no commit)
+        lines.append(f"  source   {s.url} @ {ref_words(s.ref)} -> {s.commit or 'UNRESOLVED'}")
+    else:
+        lines.append(f"  source   {s.url} (archive)")
     if s.subdir:
         lines.append(f"  sparse   {', '.join([s.subdir, *s.sparse])}")
     lines += [f"  cherry-pick {c}" for c in s.cherry_pick]
@@ -238,7 +249,7 @@ def _export(r: ExportResult) -> str:
 @text.register
 def _lock(r: LockResult) -> str:
     lk = r.lock
-    return layout.lines([f"{r.lock_file}: {lk['recipe']} @ {lk['ref']} -> {lk['commit']}",
+    return layout.lines([f"{r.lock_file}: {lk['recipe']} @ {ref_words(lk['ref'])} -> {lk['commit']}",
                          f"rebuild exactly this with: rocmbuild apply --from-lock {r.lock_file}"])
 
 
@@ -262,7 +273,7 @@ def _apply(r: ApplyResult) -> str:
     lines += [f"  note: {n}" for n in p.notes]
     lines += [f"  pruned the backups of {pr.id} ({pr.freed_bytes} bytes)" for pr in r.pruned]
     checks = r.verdict.checks if r.verdict else ()
-    passed = [c.name for c in checks if c.ok and not c.skipped]
+    passed = [c.shown_name for c in checks if c.ok and not c.skipped]
     if passed:
         lines.append(f"verified: {', '.join(passed)}")
     lines += arch_line

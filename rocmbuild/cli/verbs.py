@@ -8,6 +8,7 @@ the text in render.py, exit codes and the JSON envelope in app.py.
 from __future__ import annotations
 
 import argparse
+import json
 from typing import Any, Callable
 
 from rocmbuild.cli import args as a
@@ -44,9 +45,26 @@ def _add_show(sub) -> None:
 def _cmd_show(args) -> VerbResult:
     from rocmbuild import recipe
 
-    r = recipe.apply_overrides(recipe.load(args.recipe, args.recipes_dir), a.overrides_from(args))
+    ov = a.overrides_from(args)
+    r = recipe.apply_overrides(recipe.load(args.recipe, args.recipes_dir), ov)
     return ShowResult(r.name, str(r.path), r.description, r.canonical(), tuple(str(p) for p in r.patch_files),
-                      r.path.read_text(), tuple(f.name for f in r.source.contains))
+                      r.path.read_text(), tuple(f.name for f in r.source.contains), _overridden(r, ov))
+
+
+def _overridden(r, ov) -> tuple[str, ...]:
+    """The settings the command line changed, as ``key = value`` with the value now in effect (the
+    text shows the file as written, then these; the JSON's recipe has them applied)."""
+    out = [f"source.ref = {_toml(r.source.ref)}"] if ov.ref is not None else []
+    if ov.source is not None:
+        out.append(f"source.{'git' if r.source.git else 'archive'} = {_toml(r.source.url)}")
+    names = [d.split("=", 1)[0].strip() for d in ov.defines] + (["GPU_TARGETS"] if ov.gpu_targets else [])
+    out += [f"build.defines.{n} = {_toml(r.build.define(n))}" for n in dict.fromkeys(names)]
+    out += [f"build.jobs = {r.build.jobs}"] if ov.jobs is not None else []
+    return tuple(out + ([f"build.launcher = {_toml(r.build.launcher)}"] if ov.launcher is not None else []))
+
+
+def _toml(value) -> str:
+    return json.dumps(value)  # a string, number, bool or list of strings reads as in TOML
 
 
 def _add_plan(sub) -> None:

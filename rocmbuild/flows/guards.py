@@ -108,7 +108,7 @@ def verifier(python: Path, *, timeout: float, smoke: bool) -> Callable[["_txn.Ex
             return verdict
         relaxed = verdict.relaxed(RESTORED_WARN_ONLY)
         for c in relaxed.warnings:
-            ui.warn(f"the restored state fails the {c.name} check (it did before rocmbuild changed it, too): "
+            ui.warn(f"the restored state fails the {c.shown_name} check (it did before rocmbuild changed it, too): "
                     f"{c.found}" + (f"\n{c.message}" if c.message else ""))
         return relaxed
 

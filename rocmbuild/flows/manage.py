@@ -231,7 +231,7 @@ def verify(*, env: str | None = None, python: str | None = None, probe_timeout: 
     if not verdict.ok:
         bad = verdict.failures()
         raise VerifyError(
-            f"verification failed in {t.prefix}: " + "; ".join(f"{c.name}: expected {c.expected}, found {c.found}"
+            f"verification failed in {t.prefix}: " + "; ".join(f"{c.shown_name}: expected {c.expected}, found {c.found}"
                                                                for c in bad),
             " ".join(c.message for c in bad if c.message) or "see the checks above",
             details={"checks": [c.to_json() for c in verdict.checks], "failures": [c.name for c in bad],

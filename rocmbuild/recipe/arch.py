@@ -13,8 +13,11 @@ Decisions:
   ``gfx908:sramecc+:xnack-``. Its features are checked (``sramecc`` or ``xnack``, each at most
   once, with ``+`` or ``-``) but play no part in matching a host: the KFD topology does not say
   whether XNACK is on, so the processor is what is compared.
-* An unknown name is an :class:`InputError` (exit 2) with a "did you mean" from :mod:`difflib`;
-  a name that the typed text begins (``gfx110`` -> ``gfx1100``) ranks first.
+* An unknown name is an :class:`InputError` (exit 2) with a "did you mean": a name that the typed
+  text begins (``gfx110`` -> ``gfx1100``) ranks first, then names of the same family (major
+  version: ``gfx11`` for ``gfx1115``), then the characters shared in any order (``gfx1151``
+  before ``gfx1150``), then :mod:`difflib`'s ratio. The hint lists the nearest name's family,
+  so it never suggests a name that its list leaves out.
 * A build's targets come from its ``GPU_TARGETS`` define, else ``AMDGPU_TARGETS`` (the older
   name MIOpen and rocBLAS still read); neither set: ``None``, "the project's default list",
   which rocmbuild does not know and therefore never refuses.
@@ -61,12 +64,49 @@ _FEATURE_RE = re.compile(r"^([a-z]+)([+-])$")
 # checking names
 
 
+def family(name: str) -> str | None:
+    """The major version a name belongs to: ``gfx1151`` and ``gfx11-generic`` -> ``"11"``,
+    ``gfx90a`` -> ``"9"`` (LLVM's gfx<major><minor><stepping>); None for what is not gfx-shaped."""
+    m = re.match(r"^gfx(\d+)-", name) or re.match(r"^gfx(\d+)[0-9a-z][0-9a-z]$", name)
+    return m.group(1) if m else None
+
+
+def _common(a: str, b: str) -> int:
+    """How many characters after ``gfx`` the two names share, in any order (``gfx1115`` and
+    ``gfx1151`` share all four: swapped digits are the likeliest typo)."""
+    rest = list(b[3:])
+    n = 0
+    for c in a[3:]:
+        if c in rest:
+            rest.remove(c)
+            n += 1
+    return n
+
+
 def _suggest(name: str) -> list[str]:
-    """Up to three known names near ``name``: those it begins first, then difflib's ratio."""
+    """Up to three known names near ``name``: those it begins first, then those of its family
+    (``gfx11...`` for ``gfx1115``), then by the characters they share and difflib's ratio."""
     low = name.lower()
-    scored = [(n.startswith(low) and low != "gfx", difflib.SequenceMatcher(None, low, n).ratio(), -i, n)
-              for i, n in enumerate(KNOWN)]
-    return [n for prefix, ratio, _i, n in sorted(scored, reverse=True) if prefix or ratio >= 0.6][:3]
+    fam = family(low)
+    scored = [(n.startswith(low) and low != "gfx", fam is not None and family(n) == fam, _common(low, n),
+               difflib.SequenceMatcher(None, low, n).ratio(), -i, n) for i, n in enumerate(KNOWN)]
+    return [n for prefix, _f, _c, ratio, _i, n in sorted(scored, reverse=True) if prefix or ratio >= 0.6][:3]
+
+
+#: the names the hint lists when nothing is near what was typed
+COMMON = ("gfx906", "gfx908", "gfx90a", "gfx942", "gfx950", "gfx1030", "gfx1100", "gfx1151", "gfx1201")
+
+
+def shown_known(near: list[str]) -> str:
+    """The known names a hint lists: the whole family of the nearest name and any other
+    suggestion (so every suggestion is among them), or a few common ones when nothing is near."""
+    if not near:
+        return "known: " + ", ".join(COMMON) + ", the generic targets (gfx11-generic, ...)"
+    fam = family(near[0])
+    listed = [n for n in KNOWN if fam is not None and family(n) == fam]
+    others = [n for n in near if n not in listed]
+    text = f"the gfx{fam} family: {', '.join(listed)}" if listed else ""
+    return "; ".join(x for x in (text, "also " + ", ".join(others) if others else "") if x)
 
 
 def unknown(name: str, what: str) -> InputError:
@@ -74,8 +114,7 @@ def unknown(name: str, what: str) -> InputError:
     hint = (f"did you mean {near[0]}?" + (f" (or {', '.join(near[1:])})" if near[1:] else "")) if near else ""
     return InputError(
         f"{what}: unknown GPU architecture '{name}'",
-        (hint + " " if hint else "") + "known: gfx906, gfx908, gfx90a, gfx942, gfx950, gfx1030, gfx1100, gfx1151, "
-        "gfx1201, the generic targets (gfx11-generic, ...); `rocmbuild doctor` shows this machine's GPU",
+        "; ".join(x for x in (hint, shown_known(near), "`rocmbuild doctor` shows this machine's GPU") if x),
         details={"value": name, "suggestions": near},
     )
 

@@ -25,7 +25,7 @@ from rocmbuild import names
 from rocmbuild.errors import InputError, RecipeError
 from rocmbuild.recipe import arch
 from rocmbuild.recipe.contains import parse_contains
-from rocmbuild.recipe.paths import prefix_problem, relative_inside
+from rocmbuild.recipe.paths import local_git_path, prefix_problem, relative_inside
 from rocmbuild.recipe.model import (
     DEFINE_RE, ENCODINGS, GENERATORS, LAUNCHERS, SMOKES, SYSTEMS, Build, DefineValue, Install, Recipe,
     Requires, Source, Verify, VersionSpec,
@@ -132,7 +132,8 @@ def _toml(text: str, path: Path) -> dict[str, Any]:
         line = int(m.group(1)) if m else None
         raise RecipeError(
             f"{path}: TOML syntax error{f' on line {line}' if line else ''}: {exc}",
-            "fix the TOML syntax (strings need quotes; tables are [name]); see docs/recipes.md",
+            "fix the TOML syntax (strings need quotes; tables are [name]); "
+            "a bundled recipe shows the format: `rocmbuild show miopen-3.5.1`",
             details={"file": str(path), "line": line},
         ) from exc
 
@@ -165,7 +166,8 @@ def _validate(data: Mapping[str, Any], schema: Mapping[str, Any], path: Path, pr
             _validate(value, expected, path, dotted + ".")
         elif not _type_ok(value, expected):
             raise _fail(path, dotted, f"'{dotted}' must be {expected}, got {type(value).__name__} ({value!r})",
-                        "fix the value's type; see docs/recipes.md")
+                        "fix the value's type; a bundled recipe shows the format: "
+                        "`rocmbuild show miopen-3.5.1`")
 
 
 # --------------------------------------------------------------------------------------------
@@ -184,7 +186,7 @@ def _source(data: Mapping[str, Any], path: Path) -> Source:
         if v is not None and not relative_inside(v):
             raise _fail(path, f"source.{k}", f"'{v}' must be a relative path inside the source", "e.g. projects/miopen")
     return Source(
-        git=src.get("git"),
+        git=local_git_path(src["git"], path) if "git" in src else None,
         archive=src.get("archive", src.get("tarball")),
         sha256=src.get("sha256", "").lower() or None,
         ref=src.get("ref"),

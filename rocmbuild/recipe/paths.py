@@ -5,7 +5,25 @@ resolving every symlink, before it moves anything."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
+
+
+def is_remote_url(url: str) -> bool:
+    """A URL with a scheme (``https://``, ``file://``...) or scp-like ssh (``git@host:path``), as
+    opposed to a local path."""
+    return bool(re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", url) or re.match(r"^[^/]+@[^/:]+:", url))
+
+
+def local_git_path(url: str, recipe_path: Path) -> str:
+    """A recipe's ``source.git``: a relative local path is taken against the recipe file's
+    directory (not where rocmbuild runs), ``~`` is the user's home; URLs stay as written."""
+    if is_remote_url(url) or not url:
+        return url
+    p = Path(url).expanduser()
+    if not p.is_absolute():
+        p = Path(os.path.abspath(recipe_path)).parent / p
+    return os.path.normpath(p)
 
 
 def relative_inside(value: str) -> bool:

@@ -40,6 +40,7 @@ class ShowResult(VerbResult):
     patch_files: tuple[str, ...]
     toml: str  # the recipe file as written (text output only)
     fixes: tuple[str, ...] = ()  # the names of [source] contains: what an artifact of it carries
+    overridden: tuple[str, ...] = ()  # "key = value" the command line set (text only: the JSON's recipe has them)
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "path": self.path, "description": self.description, "recipe": self.recipe,

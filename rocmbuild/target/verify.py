@@ -87,7 +87,8 @@ def incompatibility_message(runtime, compiled, report: ProbeReport, encoding: st
     if encoding == "miopen":
         names = recipes_for("miopen", compiled)
         fits = (f"e.g. the recipe {names[-1]}: `rocmbuild apply {names[-1]}`" if names
-                else f"none of the recipes found builds one: write a recipe for MIOpen {cmm_s}.x, see docs/recipes.md")
+                else f"none of the recipes found builds one: write a recipe for MIOpen {cmm_s}.x, starting "
+                     "from a bundled one (`rocmbuild show miopen-3.5.1` prints it)")
         return (
             f"{torch_s} was compiled against MIOpen {ct} but would load {rt}: PyTorch for ROCm requires the same "
             "major.minor, so the first torch.backends.cudnn.version() call (made by every convolution and "

@@ -48,6 +48,13 @@ def test_help_names_every_ROCMBUILD_variable_the_code_reads():
         read |= set(re.findall(r"ROCMBUILD_[A-Z_]+[A-Z]", f.read_text()))
     out = rb("--help").stdout
     assert read and read <= set(re.findall(r"ROCMBUILD_[A-Z_]+[A-Z]", out)), sorted(read)
+    # the variables only the tests set are named in their own note, not among what users set
+    env, note = out.split("environment variables:", 1)[1].split("\n\nfor tests only", 1)
+    for test_only in ("ROCMBUILD_FAILPOINTS", "ROCMBUILD_PAUSEPOINTS", "ROCMBUILD_PAUSE_SECONDS",
+                      "ROCMBUILD_SYSFS_ROOT", "ROCMBUILD_NO_OPENAT2", "ROCMBUILD_ROOT", "ROCMBUILD_SMOKE_DEVICE"):
+        assert test_only not in env and test_only in note, test_only
+    explained = set(re.findall(r"^  (ROCMBUILD_[A-Z_]+[A-Z])\s", env, re.M))
+    assert read <= explained | set(re.findall(r"ROCMBUILD_[A-Z_]+[A-Z]", note)), sorted(read - explained)
 
 
 def test_every_verb_help_has_an_example():
