@@ -141,11 +141,15 @@ def test_json_events_on_stderr_and_one_object_on_stdout(paced, watch):
     events = [json.loads(x) for x in w.text().splitlines() if x.startswith("{")]
     phases = [(e["phase"], e["state"]) for e in events if e["event"] == "phase"]
     assert phases == [(p, s) for p in ("fetch", "configure", "build", "install") for s in ("start", "done")], phases
-    progress = [e for e in events if e["event"] == "progress"]
-    assert progress and all(e["phase"] == "build" and isinstance(e["elapsed_s"], float) for e in progress)
+    every = [e for e in events if e["event"] == "progress"]
+    # a slow configure on a loaded machine may get a heartbeat of its own (0.5 s here): the build's
+    # steps are the build phase's
+    assert every and all(e["phase"] in ("fetch", "configure", "build", "install") for e in every)
+    progress = [e for e in every if e["phase"] == "build"]
+    assert progress and all(isinstance(e["elapsed_s"], float) for e in progress)
     last = progress[-1]
     assert last["total"] >= 12 and last["done"] == last["total"] and last["eta_s"] == 0.0 and last["percent"] == 100.0
-    assert all(set(e) == set(TABLES["event-progress"]) for e in progress)  # docs/json.md, exactly
+    assert all(set(e) == set(TABLES["event-progress"]) for e in every)  # docs/json.md, exactly
     assert all(set(e) == set(TABLES["event-phase"]) for e in events if e["event"] == "phase")
     out = json.loads(w.out)  # exactly one object
     assert out["ok"] and out["cached"] is False and out["duration_s"] > 2.0
