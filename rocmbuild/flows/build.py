@@ -54,6 +54,14 @@ def requirement_checks(r: Recipe) -> tuple[requirements.DoctorCheck, ...]:
     return tuple(checks)
 
 
+def _missing(r: Recipe) -> RequirementError | None:
+    try:
+        require(r)
+    except RequirementError as exc:
+        return exc
+    return None
+
+
 def require(r: Recipe) -> None:
     """Raise RequirementError (exit 2) listing every missing requirement, before any fetch."""
     failed = [c for c in requirement_checks(r) if c.status == "fail"]
@@ -107,7 +115,13 @@ def build_recipe(r: Recipe, before_build: Callable[[str | None], None] | None = 
     The attempt's log is started before the fetch, so it holds the fetch's output too. After the
     local cache, the binary caches are asked (``caches``: :mod:`rocmbuild.flows.substitute`)."""
     home = cache_home()
-    commit = resolve_commit(r, offline=caches.offline)
+    missing = _missing(r)  # raised only if this machine must build (a cached artifact needs no compiler)
+    try:
+        commit = resolve_commit(r, offline=caches.offline)
+    except FetchError:
+        if missing is not None:  # what to install says more than an unreachable remote
+            raise missing from None
+        raise
     inp = cache.inputs(r, commit=commit, home=home)
     key = cache.cache_key(inp)
     hit = cache.lookup(key, home)
@@ -120,7 +134,8 @@ def build_recipe(r: Recipe, before_build: Callable[[str | None], None] | None = 
         if before_build is not None:
             before_build(hit.manifest.version)
         return used(hit, home)
-    require(r)
+    if missing is not None:
+        raise missing
     with source.source_lock(r, home=home, wait=wait):
         log = logs.start(home, key, f"# rocmbuild: fetch and build of {r.name} ({r.source.url} {r.source.ref or ''})")
         with progress.phase("fetch", f"fetching {r.name}"):

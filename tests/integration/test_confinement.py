@@ -348,9 +348,11 @@ def test_a_recovery_that_cannot_confirm_the_old_state_exits_4(txn_home, env350):
     env = env350("conda")
     journal = _crashed_apply(txn_home, env)
     (backup,) = [b for b in (env.prefix / ".rocmbuild/backups" / journal.stem).iterdir() if "libMIOpen" in b.name]
-    data = backup.read_bytes()
-    backup.unlink()
-    backup.write_bytes(data)  # the same bytes, another inode: not provably the original
+    data, ino = backup.read_bytes(), backup.stat().st_ino
+    other = backup.with_name("other")
+    other.write_bytes(data)  # made while the original lives: another inode number for sure
+    os.replace(other, backup)  # the same bytes, another inode: not provably the original
+    assert backup.stat().st_ino != ino
     r = rb("recover", "--env", env.prefix, "--json")
     assert r.returncode == 4, r.stderr
     err = _json(r)["error"]
