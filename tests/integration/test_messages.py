@@ -16,25 +16,10 @@ from pathlib import Path
 from tests.support.cli import REPO, rb
 from tests.support.recipes import fixture_recipe, write_fixture_recipe
 from tests.support.snapshots import snapshot
+from tests.support.monorepo import run_git, small_repo
 
 MAKE_LINE = "gmake[2]: *** [src/CMakeFiles/MIOpen.dir/build.make:12: src/kernel.cpp.o] Error 1"
 MARKUP = "[bold]not bold[/bold] [red]x[/] :smile: :thumbs_up:"
-
-
-def _git(cwd: Path, *args: str) -> str:
-    done = subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd, check=True,
-                          capture_output=True, text=True, timeout=60)
-    return done.stdout.strip()
-
-
-def _repo(path: Path, files: dict[str, str]) -> Path:
-    path.mkdir(parents=True)
-    _git(path, "init", "-q", "-b", "main")
-    for name, text in files.items():
-        (path / name).write_text(text)
-    _git(path, "add", "-A")
-    _git(path, "commit", "-qm", "one")
-    return path
 
 
 # --------------------------------------------------------------------------------------------
@@ -60,7 +45,7 @@ def test_a_failed_build_tail_keeps_the_make_line_and_markup_text(tmp_path):
     cmake = ("cmake_minimum_required(VERSION 3.16)\nproject(fails C)\n"
              f"add_custom_target(fail ALL COMMAND echo \"{MAKE_LINE}\" COMMAND echo \"{MARKUP}\" "
              "COMMAND false VERBATIM)\n")
-    repo = _repo(tmp_path / "upstream", {"CMakeLists.txt": cmake})
+    repo = small_repo(tmp_path / "upstream", {"CMakeLists.txt": cmake})
     recipe = write_fixture_recipe(tmp_path / "recipes", "fails", url=repo.as_uri(), ref="main", subdir=None,
                                   version=None, verify=None, generator="Unix Makefiles", jobs=1)
     r = rb("build", recipe)
@@ -155,9 +140,9 @@ def test_incompatibility_refusal_without_a_fitting_recipe_says_so(txn_home, targ
 
 def _damaged_remote(tmp_path: Path) -> Path:
     """A remote whose tip commit's blob is gone (it serves the commit and trees, not the file)."""
-    repo = _repo(tmp_path / "damaged", {"CMakeLists.txt": "project(x C)\n", "big.c": "int x;\n"})
-    _git(repo, "config", "uploadpack.allowFilter", "true")
-    blob = _git(repo, "rev-parse", "HEAD:big.c")
+    repo = small_repo(tmp_path / "damaged", {"CMakeLists.txt": "project(x C)\n", "big.c": "int x;\n"})
+    run_git(repo, "config", "uploadpack.allowFilter", "true")
+    blob = run_git(repo, "rev-parse", "HEAD:big.c")
     (repo / ".git" / "objects" / blob[:2] / blob[2:]).unlink()
     return repo
 

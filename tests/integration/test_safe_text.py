@@ -19,6 +19,7 @@ from pathlib import Path
 from tests.support.cli import REPO, rb
 from tests.support.recipes import fixture_recipe
 from tests.support.snapshots import snapshot
+from tests.support.monorepo import run_git, small_repo
 
 HOSTILE = "desc \x1b[2J\x1b]0;owned\x07 clear\r\nFAKE: all good"
 HOSTILE_REF = "develop\x1b[31m\nFAKE: all good"
@@ -31,22 +32,6 @@ def _inert(*texts: str) -> None:
     for text in texts:
         assert "\x1b" not in text and "\r" not in text and "\x07" not in text, repr(text)
         assert not [line for line in text.splitlines() if line.lstrip().startswith("FAKE")], text
-
-
-def _git(cwd: Path, *args: str) -> str:
-    done = subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd, check=True,
-                          capture_output=True, text=True, timeout=60)
-    return done.stdout.strip()
-
-
-def _repo(path: Path, files: dict[str, str]) -> Path:
-    path.mkdir(parents=True)
-    _git(path, "init", "-q", "-b", "main")
-    for name, text in files.items():
-        (path / name).write_text(text)
-    _git(path, "add", "-A")
-    _git(path, "commit", "-qm", "one")
-    return path
 
 
 def _write(directory: Path, name: str, text: str) -> Path:
@@ -68,7 +53,7 @@ def _hostile_recipe(directory: Path, url: str, *, programs=(PROGRAM,), **kw) -> 
 
 
 def test_show_recipes_plan_and_doctor_print_a_hostile_recipe_escaped(tmp_path):
-    repo = _repo(tmp_path / "upstream", {"CMakeLists.txt": "project(x)\n"})
+    repo = small_repo(tmp_path / "upstream", {"CMakeLists.txt": "project(x)\n"})
     recipe = _hostile_recipe(tmp_path / "recipes", repo.as_uri())
     for args in (("show", recipe), ("recipes", "--recipes-dir", recipe.parent), ("plan", recipe),
                  ("doctor", recipe)):
@@ -100,7 +85,7 @@ def test_a_build_refused_for_a_missing_program_shows_the_recipes_hint_escaped(tm
 
 
 def test_a_fetch_failure_naming_a_hostile_ref_is_escaped(tmp_path):
-    repo = _repo(tmp_path / "upstream", {"CMakeLists.txt": "project(x)\n"})
+    repo = small_repo(tmp_path / "upstream", {"CMakeLists.txt": "project(x)\n"})
     recipe = _hostile_recipe(tmp_path / "recipes", repo.as_uri(), programs=None)
     r = rb("build", recipe)
     assert r.returncode == 3, r.stderr
@@ -111,7 +96,7 @@ def test_a_fetch_failure_naming_a_hostile_ref_is_escaped(tmp_path):
 def test_a_build_log_tail_keeps_its_lines_and_escapes_control_characters(tmp_path):
     cmake = ("cmake_minimum_required(VERSION 3.16)\nproject(fails C)\n"
              "add_custom_target(fail ALL COMMAND printf \"red \\\\033[31mtail\\\\rover\\\\n\" COMMAND false VERBATIM)\n")
-    repo = _repo(tmp_path / "upstream", {"CMakeLists.txt": cmake})
+    repo = small_repo(tmp_path / "upstream", {"CMakeLists.txt": cmake})
     recipe = _write(tmp_path / "recipes", "fails", fixture_recipe(
         name="fails", url=repo.as_uri(), ref="main", subdir=None, version=None, verify=None,
         generator="Unix Makefiles", jobs=1))
@@ -129,7 +114,7 @@ def test_a_build_log_tail_keeps_its_lines_and_escapes_control_characters(tmp_pat
 
 def test_a_version_read_from_the_source_that_is_not_a_version_is_refused(tmp_path):
     cmake = "project(x)\nrocm_setup_version(VERSION 3.5.1\x1b[2J\nFAKE: all good)\n"
-    repo = _repo(tmp_path / "upstream", {"CMakeLists.txt": cmake})
+    repo = small_repo(tmp_path / "upstream", {"CMakeLists.txt": cmake})
     loose = "{ file = \"CMakeLists.txt\", regex = 'rocm_setup_version\\(VERSION ([^)]+)\\)' }"
     recipe = _write(tmp_path / "recipes", "loose", fixture_recipe(
         name="loose", url=repo.as_uri(), ref="main", subdir=None, version=loose))

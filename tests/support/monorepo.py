@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,3 +80,21 @@ def init_fixture_repo(root: Path) -> git.Repo:
         cw.set_value("uploadpack", "allowAnySHA1InWant", "true")
         cw.set_value("uploadpack", "allowFilter", "true")
     return repo
+
+
+def run_git(cwd: Path, *args: str) -> str:
+    """Plain git in ``cwd`` (a test's own repository), its stdout."""
+    done = subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd, check=True,
+                          capture_output=True, text=True, timeout=60)
+    return done.stdout.strip()
+
+
+def small_repo(path: Path, files: dict[str, str]) -> Path:
+    """A one-commit git repository at ``path`` holding ``files`` (name -> text), on branch main."""
+    path.mkdir(parents=True)
+    run_git(path, "init", "-q", "-b", "main")
+    for name, text in files.items():
+        (path / name).write_text(text)
+    run_git(path, "add", "-A")
+    run_git(path, "commit", "-qm", "one")
+    return path
