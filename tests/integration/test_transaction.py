@@ -180,8 +180,8 @@ RUNNER = textwrap.dedent("""
 
 RECOVER = textwrap.dedent("""
     import sys
-    from rocmbuild.swap import protocol as transaction
-    print(len(transaction.recover(sys.argv[1])))
+    from rocmbuild.swap import recovery
+    print(len(recovery.recover(sys.argv[1])))
 """)
 
 
