@@ -14,7 +14,6 @@ import fcntl
 import hashlib
 import json
 import os
-import shutil
 import stat
 import tempfile
 import time
@@ -113,27 +112,6 @@ def _unlink(path: Path) -> None:
         os.unlink(path)
 
 
-def link_or_copy(src: Path, dst: Path) -> bool:
-    """Hardlink ``src`` to ``dst`` (replacing a leftover ``dst``); copy across filesystems.
-    Returns True when bytes were copied."""
-    _unlink(dst)
-    try:
-        os.link(src, dst)
-        return False
-    except OSError as exc:
-        if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EACCES):
-            raise
-    tmp = dst.parent / (dst.name + ".part")
-    _unlink(tmp)
-    with open(src, "rb") as fi, open(tmp, "wb") as fo:
-        shutil.copyfileobj(fi, fo, CHUNK)
-        fo.flush()
-        shutil.copystat(src, tmp)  # mode and mtime, so the copy's identity can be compared
-        os.fsync(fo.fileno())  # data and the inode (mode, mtime) together
-    os.replace(tmp, dst)
-    return True
-
-
 # --------------------------------------------------------------------------------------------
 # an own copy: a reflink where the filesystem can, else a copy hashed on the way
 
@@ -206,42 +184,6 @@ def copy_fd(src_fd: int, dst_fd: int, what: str, sha256: str | None, trusted: bo
     if sha256 is not None and h.hexdigest() != sha256:
         raise ContentMismatch(Path(what), sha256, h.hexdigest())
     return "copy"
-
-
-def own_copy(src: Path, dst: Path, *, sha256: str | None = None,
-             trusted: Callable[[os.stat_result], bool] | None = None) -> str:
-    """Give ``dst`` its own inode holding ``src``'s bytes (replacing a leftover ``dst``); never a
-    hardlink. Returns ``"reflink"`` or ``"copy"``.
-
-    A reflink (``FICLONE``) reads no byte, so it is taken only when ``trusted(fstat(src))`` says
-    the source is still the file that was checked (or when no ``sha256`` is expected at all); else,
-    and wherever the filesystem cannot reflink, the bytes are streamed through sha256 and compared
-    with ``sha256``: a mismatch removes the partial copy and raises :class:`ContentMismatch`. The
-    copy keeps ``src``'s mtime and its mode plus owner write (cache files are read-only; the
-    target's copy is an ordinary file). It is fsynced before it is renamed to ``dst``.
-    """
-    src, dst = Path(src), Path(dst)
-    tmp = dst.parent / (dst.name + ".part")
-    _unlink(dst)
-    _unlink(tmp)
-    sfd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        st = os.fstat(sfd)
-        dfd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            how = copy_fd(sfd, dfd, str(src), sha256, sha256 is None or (trusted is not None and trusted(st)))
-            os.fchmod(dfd, (st.st_mode & 0o7777) | 0o200)
-            os.utime(dfd, ns=(st.st_atime_ns, st.st_mtime_ns))
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except BaseException:
-        _unlink(tmp)
-        raise
-    finally:
-        os.close(sfd)
-    os.replace(tmp, dst)
-    return how
 
 
 def reflink_supported(directory: Path) -> bool:

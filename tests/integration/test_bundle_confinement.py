@@ -22,19 +22,10 @@ from rocmbuild.build import bundle
 from rocmbuild.errors import EXIT_BUILD, BuildFilesystemError, FetchError
 from tests.support.cli import REPO, kill_group, rb
 from tests.support.tars import bundle_entries, entry, write_tar
+from tests.support.snapshots import CANARY, canaries
 
-CANARY = b"canary: must never change\n"
 TOP = "rocmbuild-artifact"
 LIB = f"{TOP}/tree/lib/libMIOpen.so.1.0"
-
-
-def canaries(*dirs: Path) -> dict[Path, bytes]:
-    out = {}
-    for d in dirs:
-        d.mkdir(parents=True, exist_ok=True)
-        (d / "flag").write_bytes(CANARY)
-        out[d / "flag"] = CANARY
-    return out
 
 
 def assert_intact(guard: dict[Path, bytes]) -> None:

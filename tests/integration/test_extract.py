@@ -19,18 +19,7 @@ from tests.support.cli import rb
 from tests.support.recipes import fixture_recipe
 from tests.support.snapshots import snapshot
 from tests.support.tars import bundle_entries, cve_2025_4517, entry, write_tar
-
-CANARY = b"canary: must never change\n"
-
-
-def canaries(*dirs: Path) -> dict[Path, bytes]:
-    """A ``flag`` file in each dir (what the attacks aim at); returns what they must stay."""
-    out = {}
-    for d in dirs:
-        d.mkdir(parents=True, exist_ok=True)
-        (d / "flag").write_bytes(CANARY)
-        out[d / "flag"] = CANARY
-    return out
+from tests.support.snapshots import canaries
 
 
 def assert_intact(expected: dict[Path, bytes]) -> None:

@@ -70,3 +70,16 @@ def listing(prefix: Path, key: Callable[[os.stat_result], tuple] = _identity) ->
 def full_listing(prefix: Path) -> dict[str, tuple]:
     """Every path under the prefix (incl. .rocmbuild) -> (inode, mtime_ns, size): "touched nothing"."""
     return listing(prefix)
+
+
+CANARY = b"canary: must never change\n"
+
+
+def canaries(*dirs: Path) -> dict[Path, bytes]:
+    """A ``flag`` file in each dir (what the attacks aim at); returns what they must stay."""
+    out = {}
+    for d in dirs:
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "flag").write_bytes(CANARY)
+        out[d / "flag"] = CANARY
+    return out
