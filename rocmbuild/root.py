@@ -345,12 +345,14 @@ class Root:
 
     def copy_in(self, src_fd: int, rel: str | os.PathLike, *, mode: int, sha256: str | None = None,
                 trusted: bool = False, owner: os.stat_result | None = None,
-                mtime_ns: int | None = None) -> str:
+                mtime_ns: int | None = None, durable: bool = True) -> str:
         """Write ``src_fd``'s bytes as the new file ``rel`` (a leftover is replaced), mode ``mode``,
         owned like ``owner`` (or its directory). A trusted source (or no ``sha256`` to check) is
         copied kernel-side (``"reflink"`` or ``"copy_file_range"``); else its bytes are streamed
         through sha256 (``"copy"``) and a mismatch raises :class:`ContentMismatch` (the partial
-        file removed). The file is fsynced; the caller renames it into place."""
+        file removed). The file is fsynced (``durable=False``: its writeback is only started, and
+        the caller fsyncs it before anything depends on its bytes surviving a power cut: the swap
+        does before its commit); the caller renames it into place."""
         with self.parent(rel) as (dfd, name):
             try:
                 os.unlink(name, dir_fd=dfd)
@@ -364,7 +366,8 @@ class Root:
                 self.own_like(fd, owner or os.fstat(dfd))
                 if mtime_ns is not None:
                     os.utime(fd, ns=(mtime_ns, mtime_ns))
-                os.fsync(fd)
+                if durable:
+                    os.fsync(fd)
             except BaseException:
                 os.close(fd)
                 try:

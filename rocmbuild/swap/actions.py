@@ -152,6 +152,12 @@ class FileAction(abc.ABC):
     def apply(self) -> None:
         self.roots.target.replace(self.staged, self.rel)
 
+    def make_durable(self, after: dict | None) -> None:
+        """Before the commit: the placed file's bytes on disk (its copy only started their
+        writeback, so the disk worked during the swap and the verification). Nothing to do for
+        a link or a removal (their directories are fsynced); a file that is not the inode this
+        transaction placed raises (the transaction is rolled back)."""
+
     # -- revert ----------------------------------------------------------------------------
     def revert(self, after: PathState | None) -> str | None:
         """Put ``before`` back. Returns a message when something was done, "" when it already
@@ -202,7 +208,21 @@ class FileAction(abc.ABC):
                 pass
 
 
-class ReplaceFile(FileAction):
+class _PlacesData(FileAction):
+    """An action whose staged file is a copy of the artifact's (see :meth:`make_durable`)."""
+
+    def make_durable(self, after: dict | None) -> None:
+        fd = self.roots.target.open_file(self.rel, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            st = os.fstat(fd)
+            if after and (st.st_dev, st.st_ino) != (after.get("dev"), after.get("inode")):
+                raise OSError(errno.ESTALE, f"{self.dest} was replaced while the transaction ran", str(self.dest))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+class ReplaceFile(_PlacesData):
     """A regular file (or whatever was there) replaced by ``action.source``'s content."""
 
     def stage(self) -> PathState:
@@ -231,7 +251,8 @@ class ReplaceFile(FileAction):
             st, trusted = os.fstat(fd), trust_check(src)
             before = self.roots.target.lstat(self.rel) if self.before.kind == "file" else None
             self.roots.target.copy_in(fd, self.staged, mode=file_mode(st.st_mode), sha256=self.action.sha256,
-                                      trusted=bool(trusted and trusted(st)), owner=before, mtime_ns=st.st_mtime_ns)
+                                      trusted=bool(trusted and trusted(st)), owner=before, mtime_ns=st.st_mtime_ns,
+                                      durable=False)
         except ContentMismatch as exc:
             raise _corrupt_source(src, exc) from None
         finally:

@@ -133,6 +133,8 @@ def _run(j: Journal, plan: Plan, roots: Roots, verify: Verify | None, verify_res
         verdict = verify(expectation_after(plan)) if verify is not None else None
         if verdict is not None and not verdict.ok:
             raise _VerifyFailed(verdict)
+        for fa, step in fas:  # the copies' writeback ran during the swap and the verification
+            fa.make_durable(step.get("after"))
         j.set(state="verified", verdict=verdict_json(verdict))
         failpoint("after-verify")
         # commit: inside the try, so a journal that cannot be written (ENOSPC, EIO) reverts the

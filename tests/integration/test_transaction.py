@@ -123,6 +123,47 @@ def test_commit_hardlinks_backups_and_staged_files(art, prefix):
     assert transaction.drift(Path(p.state_dir)) == []
 
 
+def test_the_placed_copy_is_fsynced_after_the_verification_and_before_the_commit(art, prefix, mocker):
+    """The target's copy only starts its writeback while it is made; its fsync comes after the
+    verification (the disk writes meanwhile) and before the journal says ``verified``."""
+    seen = []
+    real = actions._PlacesData.make_durable
+
+    def spy(self, after):
+        seen.append((Path(self.dest).name, transaction.Journal.load(
+            Path(p.state_dir) / "journal" / f"{txn}.json").state, len(v.calls)))
+        return real(self, after)
+
+    mocker.patch.object(actions._PlacesData, "make_durable", spy)
+    fsyncs = mocker.spy(os, "fsync")
+    p = plan.make(art, facts(prefix))
+    txn = transaction.new_id(Path(p.state_dir))
+    v = Verifier()
+    out = transaction.execute(p, verify=v, verify_restored=v, txn=txn)
+    assert out.state == "committed"
+    assert ("libMIOpen.so.1.0", "swapped", 1) in seen  # after the probe ran, before "verified"
+    assert fsyncs.call_count > 0
+
+
+def test_a_placed_file_replaced_during_the_verification_is_not_committed(art, prefix):
+    """make_durable fsyncs the inode this transaction placed; another one there is rolled back."""
+    before, ids = snapshot(prefix), inodes(prefix)
+
+    class Swapper(Verifier):
+        def __call__(self, exp):
+            if not exp.restored:
+                lib = prefix / "lib/libMIOpen.so.1.0"
+                (prefix / "lib/intruder").write_bytes(lib.read_bytes())
+                os.replace(prefix / "lib/intruder", lib)
+            return super().__call__(exp)
+
+    v = Swapper()
+    with pytest.raises(VerifyError) as ei:
+        transaction.execute(plan.make(art, facts(prefix)), verify=v, verify_restored=v)
+    assert "was replaced while the transaction ran" in ei.value.message
+    assert snapshot(prefix) == before and inodes(prefix) == ids
+
+
 @pytest.mark.parametrize("failure", ["rejects", "raises", "ctrl-c"])
 def test_failure_after_the_swap_restores_the_old_state(art, prefix, failure):
     before, ids = snapshot(prefix), inodes(prefix)
@@ -300,7 +341,7 @@ def _no_link(mocker):
 
 def test_across_filesystems_files_are_copied_and_fsynced(art, prefix, mocker):
     """No hardlink possible (EXDEV): staging and backups copy (with mode and mtime), each copy is
-    fsynced (data and inode) before it is renamed into place, the result is the same content, and
+    fsynced (data and inode) before the journal depends on it, the result is the same content, and
     a rollback restores the old content (a copy: another inode)."""
     before = snapshot(prefix)
     _no_link(mocker)
@@ -313,9 +354,9 @@ def test_across_filesystems_files_are_copied_and_fsynced(art, prefix, mocker):
     assert lib_step["backup_copied"] is True
     new = prefix / "lib/libMIOpen.so.1.0"
     staged = actions.staged_name(new, out.id)
-    # the staged copy (written under its temp name with O_EXCL) and the backup copy (written as
-    # NAME.part, renamed to its name) were fsynced
-    assert str(staged) in fsynced
+    # the staged copy (written under its temp name with O_EXCL, its writeback started) was fsynced
+    # in place before the commit, and the backup copy (written as NAME.part, renamed) before use
+    assert str(new) in fsynced and str(staged) not in fsynced
     (bk,) = [b for b in (sdir / "backups" / out.id).iterdir() if "libMIOpen" in b.name]
     assert str(bk) + ".part" in fsynced
     assert str(prefix / "lib") in fsynced and str(sdir / "backups" / out.id) in fsynced
@@ -492,26 +533,32 @@ def test_a_failing_journal_write_after_the_first_rename_still_reverts_everything
 
 
 def test_stage_and_new_directories_are_fsynced(art, prefix, mocker):
-    """DESIGN step 4: a staged copy is fsynced before its rename, and its directory entry after it;
-    every directory created (data parents, journal/, backups/, backups/<txn>/) is followed by an
+    """DESIGN step 4: a staged copy's directory entry is fsynced at once, its bytes (writeback
+    started while it was copied) by make_durable, before the commit; every directory created (data parents, journal/, backups/, backups/<txn>/) is followed by an
     fsync of its parent."""
     p = plan.make(art, facts(prefix))
     rts = Roots.of(p.prefix, p.libdir, p.outside, p.state_dir)
     fsynced = _record_fsyncs(mocker)
     lib_action = next(a for a in p.actions if a.role == "library")
     fa = actions.make(lib_action, "0000-test", rts, 0)
-    fa.stage()
-    # the staged copy itself (data and inode, before its rename), then the directory holding it
-    staged = str(actions.staged_name(prefix / "lib/libMIOpen.so.1.0", "0000-test"))
-    assert fsynced == [staged, str(prefix / "lib")]
+    after = fa.stage()
+    # the directory holding the staged copy; its bytes once placed (make_durable, before the commit)
+    assert fsynced == [str(prefix / "lib")]
+    saved = prefix / "stock.so"
+    os.link(prefix / "lib/libMIOpen.so.1.0", saved)
+    fa.apply()
+    fa.make_durable(after.to_json())
+    assert fsynced == [str(prefix / "lib"), str(prefix / "lib"), str(prefix / "lib/libMIOpen.so.1.0")]  # the rename too
+    with pytest.raises(OSError, match="was replaced while the transaction ran"):
+        fa.make_durable({**after.to_json(), "inode": after.inode + 1})
+    os.replace(saved, prefix / "lib/libMIOpen.so.1.0")  # the stock library again, for the rest
     fa.discard()
     fsynced.clear()
     data_action = next(a for a in p.actions if a.role == "data")
     assert data_action.create_dirs == tuple(str(prefix / d) for d in ("share", "share/miopen", "share/miopen/db"))
     actions.make(data_action, "0000-test", rts, 3).stage()
     assert fsynced[:3] == [str(prefix), str(prefix / "share"), str(prefix / "share/miopen")]
-    assert ".rocmbuild-new-" in fsynced[3]  # the staged copy
-    assert fsynced[4] == str(prefix / "share/miopen/db")  # the staged file's directory entry
+    assert fsynced[3:] == [str(prefix / "share/miopen/db")]  # the staged file's directory entry
     actions.make(data_action, "0000-test", rts, 3).discard()
     rts.close()
     shutil.rmtree(prefix / ".rocmbuild")

@@ -123,3 +123,52 @@ def test_an_untrusted_copy_is_hashed_and_a_mismatch_leaves_nothing(mode, tmp_pat
             os.close(fd)
     assert (tmp_path / "ok").read_bytes() == b"payload" * 1000
     assert not (tmp_path / "bad").exists()
+
+
+def test_a_large_kernel_side_copy_is_split_in_two_and_each_chunk_starts_its_writeback(tmp_path, mocker):
+    """disk._copy_file_range: the first chunk, then two halves copied by two threads; every
+    chunk's writeback started as it lands; the bytes are the source's, whatever the split."""
+    from rocmbuild import disk
+    mocker.patch.object(disk, "WRITEBACK_CHUNK", 64 * 1024)
+    mocker.patch.object(disk, "PARALLEL_MIN", 256 * 1024)
+    mocker.patch.object(disk, "CHUNK", 4096)
+    mocker.patch("os.cpu_count", return_value=2)
+    data = os.urandom(1024 * 1024 + 12345)  # not a multiple of any chunk
+    (tmp_path / "src").write_bytes(data)
+    started = mocker.spy(disk, "start_writeback")
+    threads = mocker.spy(disk.threading, "Thread")
+    with Root.open(tmp_path, "the test root") as root:
+        fd = os.open(tmp_path / "src", os.O_RDONLY)
+        try:
+            how = root.copy_in(fd, "copy", mode=0o644, trusted=True)
+        finally:
+            os.close(fd)
+    if how == "reflink":
+        pytest.skip("this filesystem reflinks: no copy_file_range to split")
+    assert how == "copy_file_range"
+    assert (tmp_path / "copy").read_bytes() == data
+    assert threads.call_count == 1
+    ranges = sorted((c.args[1], c.args[2]) for c in started.call_args_list)
+    assert ranges[0] == (0, 64 * 1024)  # the first chunk, copied alone
+    covered = sum(n for _, n in ranges)
+    assert covered == len(data)  # every byte's writeback was started, once
+
+
+def test_a_copy_that_comes_up_short_raises_and_leaves_no_file(tmp_path, mocker):
+    from rocmbuild import disk
+    mocker.patch.object(disk, "WRITEBACK_CHUNK", 64 * 1024)
+    mocker.patch.object(disk, "PARALLEL_MIN", 256 * 1024)
+    mocker.patch("os.cpu_count", return_value=2)
+    (tmp_path / "src").write_bytes(os.urandom(1024 * 1024))
+    real = disk._copy_range
+    mocker.patch.object(disk, "_copy_range_into", lambda failed, *a: None)  # the second half never lands
+    with Root.open(tmp_path, "the test root") as root:
+        fd = os.open(tmp_path / "src", os.O_RDONLY)
+        try:
+            if disk.reflink_supported(tmp_path):
+                pytest.skip("this filesystem reflinks: no copy_file_range to cut short")
+            with pytest.raises(OSError, match="the source changed during the copy"):
+                root.copy_in(fd, "copy", mode=0o644, trusted=True)
+        finally:
+            os.close(fd)
+    assert not (tmp_path / "copy").exists() and real is disk._copy_range
