@@ -124,7 +124,7 @@ def apply(source: Source, where: TargetSpec, options: ApplyOptions = ApplyOption
     targets, encoding = ((arch.build_targets(recipe.build.defines), recipe.verify.encoding) if recipe is not None
                          else (art.manifest.gpu_targets, art.manifest.encoding))  # a recipe: before it is built
     gpu_arch = guards.refuse_other_arch(targets, encoding, allow_other_arch=options.allow_other_arch)
-    prefix, python = target.resolve(where.env, where.python)
+    prefix, python = target.resolve(where.env, where.python, check=False)  # probed below
     recovered = tuple(guards.recover_prefix(prefix, wait=options.wait))  # never probe a half-swapped target
     t = target.discover_at(prefix, python, timeout=options.probe_timeout)
     log = None

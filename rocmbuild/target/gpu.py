@@ -2,13 +2,16 @@
 
 Sources, in order:
 
-1. ``rocminfo`` when it is on PATH: every agent line ``Name: gfxNNNN`` (ISA lines
-   ``amdgcn-amd-amdhsa--gfx...`` and CPU agents are ignored).
-2. Otherwise, or when rocminfo fails or lists no GPU: the KFD topology,
-   ``/sys/class/kfd/kfd/topology/nodes/*/properties``, key ``gfx_target_version``. CPU nodes
-   carry 0 and are skipped. The number is ``major*10000 + minor*100 + stepping`` and the name is
+1. The KFD topology, ``/sys/class/kfd/kfd/topology/nodes/*/properties``, key
+   ``gfx_target_version`` (what rocminfo itself reads; no process started). CPU nodes carry 0
+   and are skipped. The number is ``major*10000 + minor*100 + stepping`` and the name is
    ``gfx{major}{minor:x}{stepping:x}``: 90000 -> gfx900, 90010 -> gfx90a, 90402 -> gfx942,
    100300 -> gfx1030, 110501 -> gfx1151, 120001 -> gfx1201.
+2. ``rocminfo`` when it is on PATH and the topology lists no GPU, or ``HSA_OVERRIDE_GFX_VERSION``
+   is set (the runtime then loads kernels for the overriding target, which rocminfo reports and
+   the topology does not): every agent line ``Name: gfxNNNN`` (ISA lines
+   ``amdgcn-amd-amdhsa--gfx...`` and CPU agents are ignored). Its failure or an empty answer
+   falls back to the topology's answer.
 
 ``ROCMBUILD_SYSFS_ROOT`` (or the ``sysfs_root`` argument) replaces ``/sys`` and, being an
 explicit choice, skips rocminfo: tests fake a topology there. Results are deduplicated, order kept
@@ -72,17 +75,18 @@ def from_topology(root: Path) -> list[str]:
 def detect(*, sysfs_root: Path | None = None) -> list[str]:
     """The machine's GPU architectures, e.g. ``["gfx1151"]``; empty when none is found."""
     env_root = os.environ.get("ROCMBUILD_SYSFS_ROOT")
-    if sysfs_root is None and not env_root and runner.which("rocminfo"):
+    root = Path(sysfs_root) if sysfs_root is not None else Path(env_root or "/sys")
+    found = from_topology(root)
+    if sysfs_root is not None or env_root or (found and not os.environ.get("HSA_OVERRIDE_GFX_VERSION")):
+        return found
+    if runner.which("rocminfo"):
         try:
             done = runner.capture(["rocminfo"], timeout=60)
-            if done.returncode == 0:
-                archs = from_rocminfo(done.stdout)
-                if archs:
-                    return archs
+            if done.returncode == 0 and (archs := from_rocminfo(done.stdout)):
+                return archs
         except (RocmbuildError, subprocess.TimeoutExpired, OSError):
             pass
-    root = Path(sysfs_root) if sysfs_root is not None else Path(env_root or "/sys")
-    return from_topology(root)
+    return found
 
 
 def source_description(*, sysfs_root: Path | None = None) -> str:
@@ -91,5 +95,5 @@ def source_description(*, sysfs_root: Path | None = None) -> str:
     root = Path(sysfs_root) if sysfs_root is not None else Path(env_root or "/sys")
     where = str(root / TOPOLOGY)
     if sysfs_root is None and not env_root and runner.which("rocminfo"):
-        return f"rocminfo, then {where}"
+        return f"{where}, then rocminfo"
     return where

@@ -167,8 +167,10 @@ def _python_in(prefix: Path) -> Path | None:
     return None
 
 
-def resolve(env: str | None = None, python: str | None = None) -> tuple[Path, Path]:
-    """(prefix, python) of the target, without importing torch. See the module docstring."""
+def resolve(env: str | None = None, python: str | None = None, *, check: bool = True) -> tuple[Path, Path]:
+    """(prefix, python) of the target, without importing torch. See the module docstring.
+    ``check=False``: an ``--env`` target's Python is not run here (the caller probes it at once,
+    and the probe reports a Python that does not run as clearly); ``--python`` always runs it."""
     if env and python:
         raise TargetError("give either --env or --python, not both", "--env PREFIX or --python EXE")
     if python:
@@ -209,7 +211,8 @@ def resolve(env: str | None = None, python: str | None = None) -> tuple[Path, Pa
             f"not an environment prefix: {prefix} has no bin/python (from {source})",
             "--env takes a conda env or venv root (e.g. ~/miniconda3/envs/NAME); for another layout use --python EXE",
         )
-    _ask_prefix(exe)
+    if check:
+        _ask_prefix(exe)
     return prefix, exe
 
 

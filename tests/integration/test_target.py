@@ -23,7 +23,7 @@ from rocmbuild.errors import EXIT_INPUT, EXIT_OK, EXIT_VERIFY, TargetError
 from rocmbuild.target.probe import run_probe
 from rocmbuild.target.verify import compatible, judge
 from rocmbuild.target.versions import decode_version
-from rocmbuild.target.target import discover, resolve
+from rocmbuild.target.target import discover, discover_at, resolve
 
 pytestmark = pytest.mark.slow
 
@@ -343,3 +343,19 @@ def test_user_environment_is_passed_through_and_skip_flag_hides_nothing(target_e
     r = run_probe(env.python)
     assert r.version_error is None and r.version_int == 3006000
     assert [c.name for c in judge(r).failures()] == ["compatibility"]
+
+
+def test_an_env_whose_python_does_not_run_is_reported_by_the_probe_when_resolve_skips_it(tmp_path):
+    """apply resolves with check=False (its probe follows at once, one Python start fewer): the
+    probe's error names the interpreter and its exit code, exit 2, as resolve's own would."""
+    (tmp_path / "env" / "bin").mkdir(parents=True)
+    bad = tmp_path / "env" / "bin" / "python"
+    bad.write_text("#!/bin/sh\necho broken >&2\nexit 3\n")
+    bad.chmod(0o755)
+    prefix, exe = resolve(env=str(tmp_path / "env"), check=False)
+    assert (prefix, exe) == (tmp_path / "env", bad)
+    with pytest.raises(TargetError, match="does not run") as ei:
+        resolve(env=str(tmp_path / "env"))
+    with pytest.raises(TargetError, match=r"exit code 3") as ei:
+        discover_at(prefix, exe, timeout=30)
+    assert ei.value.exit_code == EXIT_INPUT and str(bad) in ei.value.message

@@ -71,7 +71,7 @@ def test_from_rocminfo():
     assert gpu.from_rocminfo(ROCMINFO) == ["gfx1151"]
 
 
-def test_detect_prefers_rocminfo_on_path(tmp_path, monkeypatch):
+def test_detect_asks_rocminfo_when_the_topology_lists_no_gpu(tmp_path, monkeypatch):
     bindir = tmp_path / "bin"
     bindir.mkdir()
     exe = bindir / "rocminfo"
@@ -80,3 +80,24 @@ def test_detect_prefers_rocminfo_on_path(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.delenv("ROCMBUILD_SYSFS_ROOT", raising=False)
     assert gpu.detect() == ["gfx1151"]
+
+
+@pytest.mark.parametrize("override", [None, "11.0.0"])
+def test_the_topology_answers_without_a_process_unless_an_override_is_set(tmp_path, monkeypatch, mocker, override):
+    """rocminfo reads the topology too: it runs only when HSA_OVERRIDE_GFX_VERSION changes what
+    the runtime uses (rocminfo then names the overriding target)."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    ran = tmp_path / "ran"
+    exe = bindir / "rocminfo"
+    exe.write_text(f"#!/bin/sh\ntouch {ran}\ncat <<'EOF'\n" + ROCMINFO.replace("gfx1151", "gfx1100") + "EOF\n")
+    exe.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("ROCMBUILD_SYSFS_ROOT", raising=False)
+    if override:
+        monkeypatch.setenv("HSA_OVERRIDE_GFX_VERSION", override)
+    else:
+        monkeypatch.delenv("HSA_OVERRIDE_GFX_VERSION", raising=False)
+    mocker.patch.object(gpu, "from_topology", return_value=["gfx1151"])  # a gfx1151 box's KFD nodes
+    assert gpu.detect() == (["gfx1100"] if override else ["gfx1151"])
+    assert ran.exists() == bool(override)
