@@ -126,17 +126,17 @@ def test_an_untrusted_copy_is_hashed_and_a_mismatch_leaves_nothing(mode, tmp_pat
 
 
 def test_a_large_kernel_side_copy_is_split_in_two_and_each_chunk_starts_its_writeback(tmp_path, mocker):
-    """disk._copy_file_range: the first chunk, then two halves copied by two threads; every
+    """kcopy.copy_file_range: the first chunk, then two halves copied by two threads; every
     chunk's writeback started as it lands; the bytes are the source's, whatever the split."""
-    from rocmbuild import disk
-    mocker.patch.object(disk, "WRITEBACK_CHUNK", 64 * 1024)
-    mocker.patch.object(disk, "PARALLEL_MIN", 256 * 1024)
-    mocker.patch.object(disk, "CHUNK", 4096)
+    from rocmbuild import kcopy
+    mocker.patch.object(kcopy, "WRITEBACK_CHUNK", 64 * 1024)
+    mocker.patch.object(kcopy, "PARALLEL_MIN", 256 * 1024)
+    mocker.patch.object(kcopy, "CHUNK", 4096)
     mocker.patch("os.cpu_count", return_value=2)
     data = os.urandom(1024 * 1024 + 12345)  # not a multiple of any chunk
     (tmp_path / "src").write_bytes(data)
-    started = mocker.spy(disk, "start_writeback")
-    threads = mocker.spy(disk.threading, "Thread")
+    started = mocker.spy(kcopy, "start_writeback")
+    threads = mocker.spy(kcopy.threading, "Thread")
     with Root.open(tmp_path, "the test root") as root:
         fd = os.open(tmp_path / "src", os.O_RDONLY)
         try:
@@ -155,13 +155,13 @@ def test_a_large_kernel_side_copy_is_split_in_two_and_each_chunk_starts_its_writ
 
 
 def test_a_copy_that_comes_up_short_raises_and_leaves_no_file(tmp_path, mocker):
-    from rocmbuild import disk
-    mocker.patch.object(disk, "WRITEBACK_CHUNK", 64 * 1024)
-    mocker.patch.object(disk, "PARALLEL_MIN", 256 * 1024)
+    from rocmbuild import disk, kcopy
+    mocker.patch.object(kcopy, "WRITEBACK_CHUNK", 64 * 1024)
+    mocker.patch.object(kcopy, "PARALLEL_MIN", 256 * 1024)
     mocker.patch("os.cpu_count", return_value=2)
     (tmp_path / "src").write_bytes(os.urandom(1024 * 1024))
-    real = disk._copy_range
-    mocker.patch.object(disk, "_copy_range_into", lambda failed, *a: None)  # the second half never lands
+    real = kcopy._copy_range
+    mocker.patch.object(kcopy, "_copy_range_into", lambda failed, *a: None)  # the second half never lands
     with Root.open(tmp_path, "the test root") as root:
         fd = os.open(tmp_path / "src", os.O_RDONLY)
         try:
@@ -171,4 +171,4 @@ def test_a_copy_that_comes_up_short_raises_and_leaves_no_file(tmp_path, mocker):
                 root.copy_in(fd, "copy", mode=0o644, trusted=True)
         finally:
             os.close(fd)
-    assert not (tmp_path / "copy").exists() and real is disk._copy_range
+    assert not (tmp_path / "copy").exists() and real is kcopy._copy_range
