@@ -14,6 +14,7 @@ from rocmbuild.build import cache
 from rocmbuild.errors import RecipeError
 from rocmbuild.recipe.parsing import parse
 from tests.support.cli import REPO, rb
+from tests.real.conftest import cache_root
 
 SHA = "a" * 64
 BASE = f'[source]\narchive = "x.whl"\nsha256 = "{SHA}"\nsubdir = "nvidia/cudnn"\n[build]\nsystem = "prebuilt"\n' \
@@ -66,8 +67,10 @@ def test_a_cmake_recipe_key_does_not_carry_the_system(tmp_path):
 
 
 CUDNN = REPO / "recipes" / "cudnn-9.25.toml"
-WHEEL = Path(os.environ.get("ROCMBUILD_CUDNN_WHEEL", Path.home() / ".cache" / "rocmbuild-wheels" /
-                            "nvidia_cudnn_cu13-9.25.1.1-py3-none-manylinux_2_27_x86_64.whl"))
+# the wheel tests/real (and .ci/run) download: one cache path for both (tests/real/conftest.py)
+WHEEL = Path(os.environ.get("ROCMBUILD_CUDNN_WHEEL") or next(
+    iter(sorted((cache_root() / "wheels").glob("nvidia_cudnn_cu13-9.25.1.1-*.whl"))),
+    cache_root() / "wheels" / "nvidia_cudnn_cu13-9.25.1.1-py3-none-manylinux_2_27_x86_64.whl"))
 
 
 def test_the_cudnn_recipe_loads_and_plans_offline():
