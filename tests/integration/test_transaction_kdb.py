@@ -131,3 +131,25 @@ def test_a_symlinked_db_dir_refuses_the_plan(art, prefix, tmp_path):
         plan.make(art, facts(prefix))
     assert getattr(ei.value, "exit_code", None) == 2
     assert (outside / "gfx1151.kdb").read_bytes() == b"canary\n" and (outside / "gfx1151.kdb").stat().st_nlink == 1
+
+
+def test_the_db_report_names_the_dir_foreign_files_and_a_custom_cache(art, prefix, tmp_path):
+    from rocmbuild.cli.statetext import databases_text
+    from rocmbuild.swap import dbreport
+
+    lib = str(prefix / "lib/libMIOpen.so.1.0")
+    stock = dbreport.report(prefix, lib, env={})
+    assert stock.db_dir == str(_db(prefix)) and not stock.placed_build and stock.foreign == ()
+    transaction.execute(plan.make(art, facts(prefix)), verify=Verifier())
+    (_db(prefix) / "gfx1151_40.kdb").write_bytes(b"a device wheel's kernels\n")  # came in afterwards
+    custom = tmp_path / "miopen-cache"
+    custom.mkdir()
+    (custom / "gfx1151_40.ukdb").write_bytes(b"kernels compiled by another build\n")
+    r = dbreport.report(prefix, lib, env={"MIOPEN_CUSTOM_CACHE_DIR": str(custom)})
+    assert r.placed_build and r.ours == (str(_db(prefix) / "gfx1151.db.txt"),)
+    assert r.foreign == (str(_db(prefix) / "gfx1151_40.kdb"),) and not r.ok
+    assert r.custom_foreign == (str(custom / "gfx1151_40.ukdb"),)
+    assert r.clear_command == f"rm -rf -- {custom / 'gfx1151_40.ukdb'}"
+    text = databases_text(r)
+    assert f"MIOpen databases: {_db(prefix)}" in text and "FOREIGN" in text and r.clear_command in text
+    assert r.to_json()["clear_command"] == r.clear_command
