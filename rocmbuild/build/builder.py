@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rocmbuild import progress, runner, stop, ui
-from rocmbuild.build import buildtree, cmake, logs, retry
+from rocmbuild.build import buildtree, cmake, logs, retry, tweak
 from rocmbuild.build.artifact import MANIFEST, TREE, Artifact, Manifest, find_libraries, scan_tree, seal
 from rocmbuild.build.cache import Inputs, key_lock, lookup
 from rocmbuild.build.extract import safe_extract
@@ -198,7 +198,8 @@ def _compile(recipe: Recipe, checkout: Checkout, build_dir: Path, destdir: Path,
     env = {**cmake.build_env(recipe.build), **dict(use.env)}
     hint = f"read the full log at {log}; fix the cause (missing dependency, wrong define) and run again"
     ui.info(f"configuring {recipe.name} ({recipe.build.generator}, {recipe.build.build_type})")
-    argv = cmake.configure_argv(recipe.build, checkout.source_dir, build_dir, use.path)
+    argv = cmake.configure_argv(recipe.build, checkout.source_dir, build_dir, use.path,
+                                tweak.for_recipe(recipe, checkout.commit or checkout.tarball_sha256, checkout.patches))
     retry.reconcile(build_dir, argv, cmake.build_env(recipe.build))  # a kept cache asks nothing this one does not
     with progress.phase("configure", f"configuring {recipe.name}"):
         runner.run(argv, env=env, log=log, what="configure failed", hint=hint, on_start=started)

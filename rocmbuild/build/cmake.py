@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from rocmbuild.build import tweak as version_tweak
 from rocmbuild.recipe.model import Build, DefineValue
 
 LAUNCHER_VARIABLES = (
@@ -39,8 +40,10 @@ def jobs(build: Build) -> int:
     return build.jobs if build.jobs > 0 else (os.cpu_count() or 1)
 
 
-def configure_argv(build: Build, source_dir: Path, build_dir: Path, launcher_path: str | None = None) -> list[str]:
-    """``launcher_path``: the resolved launcher (None: a named launcher by its name, else none)."""
+def configure_argv(build: Build, source_dir: Path, build_dir: Path, launcher_path: str | None = None,
+                   tweak: str | None = None) -> list[str]:
+    """``launcher_path``: the resolved launcher (None: a named launcher by its name, else none);
+    ``tweak``: MIOpen's version tweak (:mod:`rocmbuild.build.tweak`; None: not set)."""
     argv = [
         "cmake",
         "-S", str(source_dir),
@@ -53,6 +56,8 @@ def configure_argv(build: Build, source_dir: Path, build_dir: Path, launcher_pat
     if launcher:
         for var in LAUNCHER_VARIABLES:
             argv.append(f"-D{var}:FILEPATH={launcher}")
+    if tweak:
+        argv.append(version_tweak.define(tweak))
     for name, value in build.defines:
         argv.append(define_arg(name, value))
     return argv

@@ -19,7 +19,7 @@ from typing import Any
 from rocmbuild import runner
 from rocmbuild.names import safe_lines, safe_text
 from rocmbuild.cli import layout
-from rocmbuild.cli.statetext import HISTORY_HEADERS, drift_text, history_row, origin_text, plan_tree, rel
+from rocmbuild.cli.statetext import HISTORY_HEADERS, databases_text, drift_text, history_row, origin_text, plan_tree, rel
 from rocmbuild.results import (
     ApplyResult,
     BuildPlan,
@@ -169,12 +169,12 @@ def _status(r: StatusResult) -> str:
     """The summary line first, then what is loaded, then rocmbuild's changes grouped per transaction."""
     prefix = str(r.target.prefix)
     body = safe_text(r.summary) + "\n" + _loaded(r.to_json()) + "\n" + status_changes(r.changes, prefix)
-    return layout.short_keys(body)
+    return layout.short_keys(body + databases_text(r.databases))
 
 
 @text.register
 def _verify(r: VerifyResult) -> str:
-    return safe_text(f"verified {r.target.prefix}") + "\n" + r.verdict.render()
+    return safe_text(f"verified {r.target.prefix}") + "\n" + r.verdict.render() + databases_text(r.databases)
 
 
 @text.register

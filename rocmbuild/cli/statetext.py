@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 
 from rocmbuild.cli import layout
+from rocmbuild.names import safe_text
 from rocmbuild.results import short_txn
 
 
@@ -128,3 +129,25 @@ def origin_text(o: dict) -> str:
     """Where a substituted artifact came from, in one line."""
     signed = f"signed by {o['signer']}" if o.get("signer") else "unsigned (--allow-unsigned)"
     return f"substituted from {o['url']} (bundle sha256 {str(o['bundle_sha256'])[:16]}, {signed})"
+
+
+def databases_text(db) -> str:
+    """The MIOpen databases the loaded library reads (swap/dbreport.py), as lines after a blank
+    one; "" when no MIOpen is loaded."""
+    if db is None:
+        return ""
+    lines = [f"MIOpen databases: {db.db_dir}"]
+    if db.placed_build:
+        lines.append(f"  {len(db.ours)} DB file(s) of the placed build"
+                     + ("" if db.foreign else "; no other DB file"))
+        lines += [f"  FOREIGN {p}: not placed by the build in effect (MIOpen reads it; `rocmbuild apply` "
+                  "again moves it aside)" for p in db.foreign]
+    lines += [f"  note: {n}" for n in db.notes]
+    if db.custom_cache:
+        if db.custom_foreign:
+            lines.append(f"  MIOPEN_CUSTOM_CACHE_DIR={db.custom_cache} holds {len(db.custom_foreign)} user "
+                         "database(s) of an unknown build, which an MIOpen up to 3.3 reads as its own; "
+                         f"clear them: {db.clear_command}")
+        else:
+            lines.append(f"  MIOPEN_CUSTOM_CACHE_DIR={db.custom_cache}: no user database at its top")
+    return "\n" + "\n".join(safe_text(x) for x in lines)

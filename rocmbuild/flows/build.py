@@ -20,7 +20,7 @@ from rocmbuild import home as home_layout
 from rocmbuild import progress
 from rocmbuild import recipe as _recipe
 from rocmbuild import ui
-from rocmbuild.build import builder, cache, cmake, fixes, housekeeping, logs, requirements, source
+from rocmbuild.build import builder, cache, cmake, fixes, housekeeping, logs, requirements, source, tweak
 from rocmbuild.build.artifact import Artifact
 from rocmbuild.build.provenance import origin
 from rocmbuild.errors import FetchError, InputError, RequirementError, RocmbuildError
@@ -263,7 +263,8 @@ def build_plan(name: str, recipes_dirs: Sequence[str] = (), overrides: Overrides
     if ref_error:
         ref = f"ref '{r.source.ref}'" if r.source.ref else "the remote's default branch"
         notes.append(f"{ref} unresolved: {ref_error}")
-    commands = {"configure": cmake.configure_argv(r.build, src_dir, build_dir, _soft_launcher(r)),
+    tw = tweak.for_recipe(r, commit, [sha for _, sha in inp.patches])
+    commands = {"configure": cmake.configure_argv(r.build, src_dir, build_dir, _soft_launcher(r), tw),
                 "build": cmake.build_argv(r.build, build_dir), "install": cmake.install_argv(build_dir)}
     if r.source.contains:
         notes.append("contains: " + "; ".join(f.name for f in r.source.contains)

@@ -46,7 +46,7 @@ from rocmbuild.results import (
     VerifyResult,
     txn_order,
 )
-from rocmbuild.swap import state
+from rocmbuild.swap import dbreport, state
 from rocmbuild.swap.mapping import layout_of
 from rocmbuild.swap.observe import observe
 from rocmbuild.swap.records import Drift
@@ -215,7 +215,13 @@ def status(*, env: str | None = None, python: str | None = None, probe_timeout: 
     t = target.discover(env, python, timeout=probe_timeout, want_hash=want_hash)
     libs = tuple(_library_status(t, lib) for lib in t.report.libraries)
     loaded = {(s.library.dev, s.library.inode): s.version for s in libs if not s.library.deleted}
-    return StatusResult(t, libs, status_changes(t.prefix, loaded))
+    return StatusResult(t, libs, status_changes(t.prefix, loaded), databases(t))
+
+
+def databases(t) -> "dbreport.DbReport | None":
+    """The MIOpen databases the loaded libMIOpen reads (swap/dbreport.py); None: none is loaded."""
+    lib = next((x for x in t.report.libraries if x.kind == "miopen" and not x.deleted), None)
+    return dbreport.report(t.prefix, lib.path) if lib is not None else None
 
 
 def verify(*, env: str | None = None, python: str | None = None, probe_timeout: float = 300.0,
@@ -237,4 +243,4 @@ def verify(*, env: str | None = None, python: str | None = None, probe_timeout: 
             details={"checks": [c.to_json() for c in verdict.checks], "failures": [c.name for c in bad],
                      "target": t.to_json()},
         )
-    return VerifyResult(t, verdict)
+    return VerifyResult(t, verdict, databases(t))

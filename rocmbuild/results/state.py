@@ -130,6 +130,7 @@ class StatusResult(VerbResult):
     target: "Target"
     libraries: tuple[LibraryStatus, ...]
     changes: StatusChanges
+    databases: Any = None  # swap.dbreport.DbReport: the MIOpen databases the library reads (None: no MIOpen)
 
     def torch_json(self) -> dict[str, Any]:
         r = self.target.report
@@ -147,16 +148,19 @@ class StatusResult(VerbResult):
     def to_json(self) -> dict[str, Any]:
         return {"target": self.target.to_json(), "torch": self.torch_json(),
                 "libraries": [lib.to_json() for lib in self.libraries], "probe_errors": self.target.report.errors,
-                "changes": self.changes.to_json(), "summary": self.summary}
+                "changes": self.changes.to_json(), "summary": self.summary,
+                "databases": self.databases.to_json() if self.databases is not None else None}
 
 
 @dataclass(frozen=True)
 class VerifyResult(VerbResult):
     target: "Target"
     verdict: "Verdict"
+    databases: Any = None  # swap.dbreport.DbReport (None: no MIOpen loaded)
 
     def to_json(self) -> dict[str, Any]:
-        return {"target": self.target.to_json(), **self.verdict.to_json()}
+        return {"target": self.target.to_json(), **self.verdict.to_json(),
+                "databases": self.databases.to_json() if self.databases is not None else None}
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ Decisions (the mapping rules in full: docs/transactions.md, "Planning"):
   one plan, members torch has not mapped yet found beside the mapped ones;
 * ``[install] data`` dirs land at ``<libdir>/../<data path>``; missing parents are recorded so a
   revert removes them again; a library loaded from outside the prefix is refused unless asked;
+  old MIOpen DB files the artifact does not replace are moved aside (:mod:`rocmbuild.swap.dbfiles`);
 * every destination is checked by :class:`~rocmbuild.swap.paths.Places` (only the lib dir and its
   ``../share``, never the state dir, never through a symlink out of the prefix) before any action;
 * "already there" is decided by identity (the cache's inode, or the identity the active
@@ -25,6 +26,7 @@ from rocmbuild import schema as s
 from rocmbuild.errors import InputError, TargetError
 from rocmbuild.home import target_state_dir
 from rocmbuild.swap.mapping import After, NameMap, check_chains, find_beside, layout_of, lib_dir_names
+from rocmbuild.swap.dbfiles import stale_actions
 from rocmbuild.swap.observe import PATH_STATE_SPEC, FsObserver, Observer, PathState, resolve
 from rocmbuild.swap.paths import Places, clean_relative, missing_dirs, plain_name
 
@@ -120,8 +122,7 @@ class Plan:
         return "\n".join(lines)
 
 
-# the schemas of a journaled plan (docs/state-files.md)
-ACTION_SPEC = s.record(Action, kind=s.one_of(*ACTION_KINDS), before=PATH_STATE_SPEC)
+ACTION_SPEC = s.record(Action, kind=s.one_of(*ACTION_KINDS), before=PATH_STATE_SPEC)  # journaled (state-files.md)
 PLAN_SPEC = s.record(Plan, verb=s.one_of("apply", "rollback"), actions=s.list_of(ACTION_SPEC),
                      encoding=s.one_of("miopen", "cudnn"), recipe=s.optional(s.name("recipe")),
                      commit=s.optional(s.name("commit")), version_before=s.optional(s.name("version")),
@@ -181,8 +182,8 @@ def state_dir_of(facts: TargetFacts, stems: Iterable[str]) -> Path | None:
 
 
 def _placed_unchanged(before: PathState, rec: tuple[PathState, str] | None, sha: str | None) -> bool:
-    """``before`` is the file the active transaction placed, untouched since (its identity after
-    the swap, ctime included): known to hold ``sha`` without reading a byte."""
+    """``before`` is the file the active transaction placed, untouched since (its identity after the
+    swap, ctime included): known to hold ``sha`` without reading a byte."""
     if rec is None or not sha or rec[1] != sha or not rec[0].ctime_ns or before.kind != "file":
         return False
     keys = ("dev", "inode", "size", "mtime_ns", "ctime_ns")
@@ -254,10 +255,8 @@ def _loaded_copy(name: str, facts: TargetFacts, allow_outside_prefix: bool) -> L
 
 
 def _not_loaded(name: str, facts: TargetFacts) -> TargetError:
-    return TargetError(
-        f"the target's torch does not load {name} (python: {facts.python})",
-        "check that this environment's torch is a ROCm build: `rocmbuild status` shows what it loads",
-    )
+    return TargetError(f"the target's torch does not load {name} (python: {facts.python})",
+                       "check that this environment's torch is a ROCm build: `rocmbuild status` shows what it loads")
 
 
 @dataclass
@@ -380,6 +379,7 @@ def make(artifact: "Artifact", facts: TargetFacts, *, allow_outside_prefix: bool
     layout = layout_of(dest, (facts.prefix, resolve(facts.prefix, obs)))
     notes = _soname_notes(members, After(obs, [str(c[0]) for c in chains], links))
     actions += _data_actions(m, libdir, tree, {a.path for a in actions}, places, placed)
+    actions += stale_actions(m, libdir, str(libdir.parent) if outside else facts.prefix, {a.path for a in actions}, obs)
     first = mapped[0] if loaded[0] is None else loaded[0]
     return Plan(
         verb="apply", prefix=facts.prefix, python=facts.python, libdir=str(libdir), layout=layout,
