@@ -78,15 +78,17 @@ class Stray:
     before: str  # the first sorted name that leads to the placed file ("" : none does)
     what: str  # "file", "link -> X", "dangling link -> X"
 
-    def why(self, preload: bool = True) -> str:
-        name = Path(self.path).name
+    def reason(self, preload: bool = True) -> str:
+        """Why it matters (without its name)."""
         if not preload:
-            return (f"{name} ({self.what}) matches {glob_of(_stem(name))} but is not the placed library; "
-                    "the linker loads by SONAME here, so it does not decide what loads")
+            return (f"matches {glob_of(_stem(Path(self.path).name))} but is not the placed library; the linker "
+                    "loads by SONAME here, so it does not decide what loads")
         if self.first:
-            return f"{name} ({self.what}): sorted first, it is what {PRELOAD} loads"
-        return (f"{name} ({self.what}): sorted after {self.before} today, it is what {PRELOAD} loads "
-                f"as soon as the names before it go")
+            return f"sorted first, it is what {PRELOAD} loads"
+        return f"sorted after {self.before} today, it is what {PRELOAD} loads as soon as the names before it go"
+
+    def why(self, preload: bool = True) -> str:
+        return f"{Path(self.path).name} ({self.what}): {self.reason(preload)}"
 
     def to_json(self, preload: bool = True) -> dict[str, Any]:
         return {"path": self.path, "first": self.first, "what": self.what, "why": self.why(preload)}
@@ -127,7 +129,7 @@ def find(libdir: str | Path, stem: str, placed: str | Path, obs: Observer,
 
 def refusal(strays: tuple[Stray, ...], placed: str | Path) -> TargetError:
     """Apply refuses a TheRock lib dir holding strays (exit 2), naming each and why it matters."""
-    lines = "\n  ".join(s.why() for s in strays)
+    lines = "\n  ".join(f"{s.path} ({s.what}): {s.reason()}" for s in strays)
     return TargetError(
         f"{len(strays)} stray file(s) in {Path(placed).parent} match {glob_of(_stem(Path(placed).name))}, "
         f"the names {PRELOAD} (rocm_sdk.find_libraries) loads the first sorted of; nothing was changed:\n  {lines}",
