@@ -51,10 +51,11 @@ if _config.get("import_error"):
     raise ImportError(_config["import_error"])
 
 # PyTorch's idiom for TheRock's wheels: torch/_rocm_init.py preloads the ROCm libraries through
-# rocm_sdk before anything else (tests/support/therock.py); absent, nothing happens
+# rocm_sdk before anything else (tests/support/therock.py); absent, nothing happens (a missing
+# submodule is an ImportError "cannot import name" here, not a ModuleNotFoundError)
 try:
     from . import _rocm_init
-except ModuleNotFoundError:
+except ImportError:
     pass
 else:
     _rocm_init.initialize()

@@ -13,7 +13,7 @@ rocm_sdk/__init__.py`` and ``_dist_info.py``), not copied:
   (split on ``,`` and ``;``);
 * ``torch/_rocm_init.py`` calls it with ``preload_shortnames``, and the fake torch's
   ``__init__`` runs it first with PyTorch's idiom (``from . import _rocm_init`` guarded by
-  ``ModuleNotFoundError``). Its ``_C`` then opens ``libMIOpen.so.1`` by SONAME, as torch's
+  ``ImportError``). Its ``_C`` then opens ``libMIOpen.so.1`` by SONAME, as torch's
   ``libtorch_hip.so`` NEEDS it: the dynamic linker hands back the preloaded library.
 
 The libraries package's ``lib/`` holds only ``libMIOpen.so.1``, a plain file (TheRock's runtime
