@@ -41,6 +41,7 @@ from rocmbuild.disk import nearest_existing
 from rocmbuild.errors import RocmbuildError
 from rocmbuild.home import cache_home
 from rocmbuild.recipe import arch
+from rocmbuild.swap import strays
 from rocmbuild.swap.mapping import layout_of
 from rocmbuild.target import gpu, target, verify
 
@@ -198,7 +199,7 @@ def _discover(env: str | None, python: str | None, timeout: float) -> tuple[list
     except RocmbuildError as exc:
         return [DoctorCheck("target torch", FAIL, exc.message.splitlines()[0], exc.hint)], None
     disk = check_disk("target disk", t.prefix, TARGET_FAIL, TARGET_WARN, "staging a new library beside the old")
-    return [check_torch(t), disk], t
+    return [check_torch(t), *check_strays(t), disk], t
 
 
 def check_target(env: str | None, python: str | None, timeout: float = 300) -> list[DoctorCheck]:
@@ -235,6 +236,21 @@ def check_torch(t: target.Target) -> DoctorCheck:
         status, fix = FAIL, (f"torch raises on cudnn.version(): {r.version_error} -- install {lib} "
                              f"{compiled.rsplit('.', 1)[0]}.x (rocmbuild rollback if rocmbuild changed it)")
     return DoctorCheck("target torch", status, f"{t.prefix}: {detail}", fix)
+
+
+def check_strays(t: target.Target) -> list[DoctorCheck]:
+    """Stray ``libMIOpen.so*`` names beside each loaded libMIOpen (swap.strays): in a TheRock lib dir
+    the preload loads the first sorted name, so a stray there FAILs (apply refuses it); elsewhere
+    the linker loads by SONAME and a stray is a WARN."""
+    out = []
+    for lib in t.report.loaded("miopen"):
+        found, preload = strays.scan(lib.path, lib.soname) if not lib.deleted else ((), False)
+        if found:
+            out.append(DoctorCheck(
+                "stray files", FAIL if preload else WARN,
+                f"{len(found)} beside {lib.path}: " + "; ".join(f"{s.path}: {s.why(preload)}" for s in found),
+                f"remove them, or let `rocmbuild apply {strays.FLAG}` move them into its backups"))
+    return out
 
 
 def check_cuda(t: target.Target) -> list[DoctorCheck]:

@@ -20,6 +20,7 @@ from tests.support.envs import make_env
 from tests.support.machine import write_kfd_topology
 from tests.support.monorepo import Monorepo, make_monorepo
 from tests.support.project import build_library
+from tests.support.therock import make_therock_env
 from tests.support import registry
 from tests.support.world import World, build_world
 
@@ -128,6 +129,21 @@ def target_env(fixture_libs, tmp_path):
         counter["n"] += 1
         root = tmp_path / (name or f"env{counter['n']}-{layout}-{version}")
         return make_env(root, layout=layout, lib_dir=fixture_libs(version), **kwargs)
+
+    return make
+
+
+@pytest.fixture
+def therock_env(fixture_libs, tmp_path):
+    """Factory for TheRock-wheel targets (tests/support/therock.py): ``therock_env(version="3.5.0",
+    *, generation="per-family"|"multi-arch", compile_version=..., preload=("miopen",), **knobs) -> Env``,
+    a fake torch whose ``_rocm_init.py`` preloads MIOpen through a stand-in ``rocm_sdk``."""
+    counter = {"n": 0}
+
+    def make(version: str = "3.5.0", *, generation: str = "per-family", **kwargs):
+        counter["n"] += 1
+        root = tmp_path / f"therock{counter['n']}-{generation}-{version}"
+        return make_therock_env(root, lib_dir=fixture_libs(version), generation=generation, **kwargs)
 
     return make
 

@@ -136,6 +136,7 @@ def _loaded(data: dict[str, Any]) -> str:
         lines.append(f"  {lib['kind']:6} {lib['path']}{' (deleted)' if lib['deleted'] else ''}"
                      f"{' ' + lib['version'] if lib['version'] else ''}: {lib['layout']}, {where}{links}; "
                      f"device {lib['device']} inode {lib['inode']}" + (f" sha256 {lib['sha256']}" if lib["sha256"] else ""))
+        lines += [f"    stray {s['path']}: {s['why']}" for s in lib.get("strays") or ()]
     if not data["libraries"]:
         lines.append("  no libMIOpen/libamdhip64/libcudnn loaded")
     return layout.lines(lines)

@@ -250,6 +250,9 @@ def _add_apply(sub) -> None:
                         "older ones are pruned")
     p.add_argument("--allow-outside-prefix", action="store_true",
                    help="allow changing a library the target loads from outside its prefix (e.g. /opt/rocm/lib)")
+    p.add_argument("--move-strays", action="store_true",
+                   help="move stray libMIOpen.so* files (e.g. a hand-made .backup_system copy) out of the lib dir "
+                        "into this transaction's backups instead of refusing; rollback puts them back")
 
 
 def _cmd_apply(args) -> VerbResult:
@@ -266,7 +269,8 @@ def _cmd_apply(args) -> VerbResult:
     options = apply.ApplyOptions(expect=args.expect, smoke=args.smoke, wait=a.lock_wait(args), keep=args.keep,
                                  allow_outside_prefix=args.allow_outside_prefix, probe_timeout=args.probe_timeout,
                                  dry_run=args.dry_run, allow_other_arch=args.allow_other_arch,
-                                 caches=a.cache_options(args, allow_other_arch=args.allow_other_arch))
+                                 caches=a.cache_options(args, allow_other_arch=args.allow_other_arch),
+                                 move_strays=args.move_strays)
     return apply.apply(source, apply.TargetSpec(args.env, args.python), options)
 
 

@@ -106,6 +106,7 @@ class ApplyOptions:
     dry_run: bool = False
     allow_other_arch: bool = False  # apply an artifact built for other GPUs than this machine's (warned)
     caches: CacheOptions = CacheOptions()  # substitution from binary caches (a recipe or lock file)
+    move_strays: bool = False  # move stray libMIOpen.so* files into the transaction's backups (swap.strays)
 
 
 def apply(source: Source, where: TargetSpec, options: ApplyOptions = ApplyOptions()) -> ApplyResult | DryRunResult:
@@ -175,7 +176,7 @@ def _plan_on(art: Artifact, t: Target, options: ApplyOptions,
 def _replan(art: Artifact, facts: _plan.TargetFacts, options: ApplyOptions,
             observer: FsObserver | None = None) -> _plan.Plan:
     return _plan.make(art, facts, allow_outside_prefix=options.allow_outside_prefix, expect=options.expect,
-                      observer=observer)
+                      observer=observer, move_strays=options.move_strays)
 
 
 # --------------------------------------------------------------------------------------------

@@ -46,7 +46,7 @@ from rocmbuild.results import (
     VerifyResult,
     txn_order,
 )
-from rocmbuild.swap import dbreport, state
+from rocmbuild.swap import dbreport, state, strays
 from rocmbuild.swap.mapping import layout_of
 from rocmbuild.swap.observe import observe
 from rocmbuild.swap.records import Drift
@@ -205,8 +205,9 @@ def _library_status(t, lib) -> LibraryStatus:
     if lib.kind in ("miopen", "cudnn") and r.backend in (None, lib.kind):
         n = r.effective_version_int(lib.kind)
         version = str(versions.decode_version(n, lib.kind)) if n is not None else None
+    found, preload = strays.scan(lib.path, lib.soname) if lib.kind == "miopen" and not lib.deleted else ((), False)
     return LibraryStatus(lib, t.inside_prefix(lib.path), layout_of(lib.path, (t.prefix, os.path.realpath(t.prefix))), version,
-                         tuple(str(x) for x in t.links_to(Path(lib.path))))
+                         tuple(str(x) for x in t.links_to(Path(lib.path))), found, preload)
 
 
 def status(*, env: str | None = None, python: str | None = None, probe_timeout: float = 300.0,

@@ -10,6 +10,7 @@ from rocmbuild.results.base import BACKUP_BYTES_NOTE, Json, Record, VerbResult, 
 
 if TYPE_CHECKING:
     from rocmbuild.swap.records import Drift, Unreadable
+    from rocmbuild.swap.strays import Stray
     from rocmbuild.target.probe import LoadedLibrary
     from rocmbuild.target.target import Target
     from rocmbuild.target.verify import Verdict
@@ -115,10 +116,13 @@ class LibraryStatus:
     layout: str
     version: str | None
     links: tuple[str, ...]
+    strays: tuple["Stray", ...] = ()  # names matching TheRock's preload glob that are not this file
+    preload: bool = False  # a TheRock libraries package's lib dir: the first sorted name is loaded
 
     def to_json(self) -> dict[str, Any]:
         return {**self.library.to_json(), "inside_prefix": self.inside_prefix, "layout": self.layout,
-                "version": self.version, "links": list(self.links)}
+                "version": self.version, "links": list(self.links),
+                "strays": [s.to_json(self.preload) for s in self.strays]}
 
 
 def dotted(t: Sequence[int] | None) -> str | None:

@@ -81,11 +81,13 @@ def find_beside(names: Iterable[str], dirs: Iterable[Path], obs: Observer) -> Pa
 class After:
     """The target as a plan would leave it: the planned files and links over ``obs``."""
 
-    def __init__(self, obs: Observer, files: Iterable[str], links: dict[str, str]):
-        self.obs, self.files, self.links = obs, set(files), links
+    def __init__(self, obs: Observer, files: Iterable[str], links: dict[str, str], gone: Iterable[str] = ()):
+        self.obs, self.files, self.links, self.gone = obs, set(files), links, set(gone)
 
     def state(self, path: Path) -> PathState:
         p = str(path)
+        if p in self.gone:  # removed by the plan (a stray moved aside)
+            return PathState("absent")
         if p in self.links:
             return PathState("link", target=self.links[p])
         if p in self.files:
@@ -120,3 +122,21 @@ def check_chains(chains: Iterable[tuple[Path, tuple[str, ...]]], after: After) -
             "the target loads), then run again",
             details={"links": bad},
         )
+
+
+def soname_notes(members: Iterable, after: After) -> list[str]:
+    """A member whose SONAME has no name resolving to its file: ``ldconfig`` would add that link
+    (said, not refused: the file the target had is named so too, as a rule)."""
+    return [f"{mem.dest.parent / mem.lib.soname} does not exist: the placed file's SONAME is "
+            f"{mem.lib.soname}, so `ldconfig` would add a link {mem.lib.soname} -> {mem.dest.name}"
+            for mem in members if mem.lib.soname and mem.lib.soname != mem.dest.name
+            and after.state(mem.dest.parent / mem.lib.soname).kind == "absent"]
+
+
+def placed_unchanged(before: PathState, rec: tuple[PathState, str] | None, sha: str | None) -> bool:
+    """``before`` is the file the active transaction placed, untouched since (its identity after
+    the swap, ctime included): known to hold ``sha`` without reading a byte."""
+    if rec is None or not sha or rec[1] != sha or not rec[0].ctime_ns or before.kind != "file":
+        return False
+    keys = ("dev", "inode", "size", "mtime_ns", "ctime_ns")
+    return all(getattr(before, k) == getattr(rec[0], k) for k in keys)

@@ -25,8 +25,10 @@ from typing import TYPE_CHECKING, Any, Iterable
 from rocmbuild import schema as s
 from rocmbuild.errors import InputError, TargetError
 from rocmbuild.home import target_state_dir
-from rocmbuild.swap.mapping import After, NameMap, check_chains, find_beside, layout_of, lib_dir_names
+from rocmbuild.swap import strays
 from rocmbuild.swap.dbfiles import stale_actions
+from rocmbuild.swap.mapping import (After, NameMap, check_chains, find_beside, layout_of, lib_dir_names,
+                                     placed_unchanged, soname_notes)
 from rocmbuild.swap.observe import PATH_STATE_SPEC, FsObserver, Observer, PathState, resolve
 from rocmbuild.swap.paths import Places, clean_relative, missing_dirs, plain_name
 
@@ -181,15 +183,6 @@ def state_dir_of(facts: TargetFacts, stems: Iterable[str]) -> Path | None:
     return target_state_dir(Path(facts.prefix), Path(mapped[0].path).parent, outside=outside)
 
 
-def _placed_unchanged(before: PathState, rec: tuple[PathState, str] | None, sha: str | None) -> bool:
-    """``before`` is the file the active transaction placed, untouched since (its identity after the
-    swap, ctime included): known to hold ``sha`` without reading a byte."""
-    if rec is None or not sha or rec[1] != sha or not rec[0].ctime_ns or before.kind != "file":
-        return False
-    keys = ("dev", "inode", "size", "mtime_ns", "ctime_ns")
-    return all(getattr(before, k) == getattr(rec[0], k) for k in keys)
-
-
 def _file_action(dest: Path, src: Path, entry_size: int, entry_sha: str | None, role: str,
                  obs: Observer, placed: dict[str, tuple[PathState, str]] | None = None) -> Action:
     before = obs.state(dest)
@@ -208,7 +201,7 @@ def _file_action(dest: Path, src: Path, entry_size: int, entry_sha: str | None, 
     if before.kind == "file":
         if (before.dev, before.inode) == (src_state.dev, src_state.inode):
             done = True
-        elif _placed_unchanged(before, (placed or {}).get(str(dest)), entry_sha):
+        elif placed_unchanged(before, (placed or {}).get(str(dest)), entry_sha):
             done = True
         elif before.size == entry_size and entry_sha and obs.sha256(dest) == entry_sha:
             done = True
@@ -274,6 +267,9 @@ def _locate(lib: "LibraryEntry", loaded: LoadedFact | None, dirs: list[Path], li
     """Where a member's bytes go: the file its loaded copy resolves to; else the file one of its
     names (SONAME first) resolves to beside a mapped member; else (new) the artifact's own name."""
     names, _other = lib_dir_names(lib.file, (*lib.links, *lib.other_links))
+    if loaded is not None and strays.therock_package(loaded.path):  # the preload's dir: the package's own file
+        return _Member(lib, strays.package_file(loaded.path, lib.soname, obs), "the file of TheRock's libraries "
+                       "package (named by its SONAME) that the preload loads: new bytes, same name")
     if loaded is not None:
         return _Member(lib, Path(resolve(loaded.path, obs)),
                        "the file the target loads (its own chain resolves to it): new bytes, same name")
@@ -344,9 +340,9 @@ def _data_actions(m: "Manifest", libdir: Path, tree: Path, seen: set[str], place
 
 
 def make(artifact: "Artifact", facts: TargetFacts, *, allow_outside_prefix: bool = False,
-         expect: str | None = None, observer: Observer | None = None, state_dir: str | None = None) -> Plan:
-    """The plan to place ``artifact`` (a library set: every member in one plan) into the target
-    described by ``facts``."""
+         expect: str | None = None, observer: Observer | None = None, state_dir: str | None = None,
+         move_strays: bool = False) -> Plan:
+    """The plan placing ``artifact`` (a set: one plan) into ``facts``' target; strays refused or moved."""
     obs = observer or FsObserver()
     m = artifact.manifest
     tree = Path(artifact.tree)
@@ -373,12 +369,13 @@ def make(artifact: "Artifact", facts: TargetFacts, *, allow_outside_prefix: bool
         actions += acts
         names += nmap
         chains.append((Path(acts[0].path), chain))
-    links = {a.path: a.link or "" for a in actions if a.kind == "replace_link"}
-    check_chains(chains, After(obs, [a.path for a in actions if a.role == "library"], links))
     dest = Path(actions[0].path)
+    moves, stray_notes = _strays(members, dest, places, move_strays)  # refused here unless moved
+    links, gone = {a.path: a.link or "" for a in actions if a.kind == "replace_link"}, [a.path for a in moves]
+    check_chains(chains, After(obs, [a.path for a in actions if a.role == "library"], links, gone))
     layout = layout_of(dest, (facts.prefix, resolve(facts.prefix, obs)))
-    notes = _soname_notes(members, After(obs, [str(c[0]) for c in chains], links))
-    actions += _data_actions(m, libdir, tree, {a.path for a in actions}, places, placed)
+    notes = soname_notes(members, After(obs, [str(c[0]) for c in chains], links, gone)) + stray_notes
+    actions = moves + actions + _data_actions(m, libdir, tree, {a.path for a in actions}, places, placed)
     actions += stale_actions(m, libdir, str(libdir.parent) if outside else facts.prefix, {a.path for a in actions}, obs)
     first = mapped[0] if loaded[0] is None else loaded[0]
     return Plan(
@@ -391,10 +388,12 @@ def make(artifact: "Artifact", facts: TargetFacts, *, allow_outside_prefix: bool
     )
 
 
-def _soname_notes(members: list[_Member], after: After) -> list[str]:
-    """A member whose SONAME has no name resolving to its file: ``ldconfig`` would add that link
-    (said, not refused: the file the target had is named so too, as a rule)."""
-    return [f"{mem.dest.parent / mem.lib.soname} does not exist: the placed file's SONAME is "
-            f"{mem.lib.soname}, so `ldconfig` would add a link {mem.lib.soname} -> {mem.dest.name}"
-            for mem in members if mem.lib.soname and mem.lib.soname != mem.dest.name
-            and after.state(mem.dest.parent / mem.lib.soname).kind == "absent"]
+def _strays(members: list[_Member], dest: Path, places: Places, move: bool) -> tuple[list[Action], list[str]]:
+    """Strays (:mod:`rocmbuild.swap.strays`): refused in a TheRock lib dir; ``move``: removed, backed up."""
+    found = tuple(s for mem in members for s in strays.find(mem.dest.parent, mem.lib.name, mem.dest, places.obs))
+    preload = strays.therock_package(dest) is not None
+    if found and preload and not move:
+        raise strays.refusal(found, dest)
+    moves = [Action("remove", str(places.dest(Path(s.path), (Path(s.path).parent,), "stray")), "stray",
+                    places.obs.state(Path(s.path))) for s in found if move]
+    return moves, strays.notes(found, preload, move)

@@ -50,6 +50,17 @@ if _config.get("print_noise"):
 if _config.get("import_error"):
     raise ImportError(_config["import_error"])
 
+# PyTorch's idiom for TheRock's wheels: torch/_rocm_init.py preloads the ROCm libraries through
+# rocm_sdk before anything else (tests/support/therock.py); absent, nothing happens (a missing
+# submodule is an ImportError "cannot import name" here, not a ModuleNotFoundError)
+try:
+    from . import _rocm_init
+except ImportError:
+    pass
+else:
+    _rocm_init.initialize()
+    del _rocm_init
+
 _handles = []
 for _p in ([_config["load"]] if _config.get("load") else []) + list(_config.get("extra_libs") or []):
     _handles.append(ctypes.CDLL(_p, mode=ctypes.RTLD_GLOBAL))

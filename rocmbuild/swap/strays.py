@@ -1,0 +1,157 @@
+"""Stray library files: names matching TheRock's preload glob that are not the placed library.
+
+TheRock's wheels load MIOpen by preload: ``torch/_rocm_init.py`` calls
+``rocm_sdk.initialize_process(preload_shortnames=[..., "miopen", ...])``, whose
+``find_libraries`` dlopens ``sorted(<libraries package>/lib.glob("libMIOpen.so*"))[0]`` (and
+``ROCM_SDK_PRELOAD_LIBRARIES`` names more shortnames the same way). So in such a lib dir the
+*first sorted name* decides what loads, whatever the linker would pick by SONAME.
+
+Decisions (in full: docs/transactions.md, "Stray files"; docs/miopen.md, "TheRock wheels"):
+* a stray is a name in the library's directory matching ``<stem>.so*`` (the preload's glob, by
+  ``fnmatch`` on the name: a leading dot never matches) that does not resolve to the placed file;
+  a dangling link is a stray too (the preload's ``dlopen`` of it fails);
+* in a TheRock lib dir (layout ``therock``, both generations) the destination is the libraries
+  package's own file: the SONAME-named file (TheRock's runtime wheels ship only SONAME files, no
+  links), even when a stray sorted first is what the process loaded;
+* there, any stray refuses the apply (exit 2): sorted first it is what the preload loads; sorted
+  after it loads as soon as the names before it go, so the glob must match only the placed chain.
+  ``--move-strays`` moves each into the transaction's backups instead (a ``remove`` action, role
+  ``stray``, done before the library is placed; rollback puts it back). Elsewhere (conda, wheel,
+  system) the linker loads by SONAME: a stray is only noted, and moved with the flag;
+* rocmbuild's own temp names start with a dot (``.libMIOpen.so.1.rocmbuild-new-<txn>``) and its
+  backups live in the state dir, so nothing it makes ever matches the glob in a lib dir.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from rocmbuild.errors import TargetError
+from rocmbuild.swap.observe import FsObserver, Observer, resolve
+
+FLAG = "--move-strays"
+PRELOAD = "TheRock's preload"
+
+
+def glob_of(stem: str) -> str:
+    """The preload's pattern for a library stem (``libMIOpen`` -> ``libMIOpen.so*``)."""
+    return f"{stem}.so*"
+
+
+def therock_package(path: str | Path) -> tuple[str, str] | None:
+    """(package dir name, generation) of a TheRock libraries package on ``path``'s way, or None.
+    ``_rocm_sdk_libraries_gfx1151``: "per-family"; ``_rocm_sdk_libraries`` (with device overlays
+    from ``rocm-sdk-device-gfxNNNN``): "multi-arch"."""
+    for part in Path(path).parts:
+        if re.fullmatch(r"_rocm_sdk_libraries_gfx[0-9a-zA-Z]+(-[a-z]+)?(_.*)?", part):
+            return part, "per-family"
+        if part.startswith("_rocm_sdk_libraries"):
+            return part, "multi-arch"
+    return None
+
+
+def package_file(loaded: str | Path, soname: str | None, obs: Observer) -> Path:
+    """Where a TheRock lib dir's library lives: the SONAME-named file beside the loaded one when it
+    resolves to a file (the package's own, which the preload loads once strays are gone), else the
+    file the loaded name resolves to."""
+    real = Path(resolve(loaded, obs))
+    if soname:
+        own = Path(loaded).parent / soname
+        if obs.state(own).kind in ("file", "link"):
+            target = Path(resolve(own, obs))
+            if obs.state(target).kind == "file":
+                return target
+    return real
+
+
+@dataclass(frozen=True)
+class Stray:
+    """A name matching the preload's glob that does not lead to the placed library."""
+
+    path: str
+    first: bool  # sorted first among the glob's matches: what TheRock's preload loads
+    before: str  # the first sorted name that leads to the placed file ("" : none does)
+    what: str  # "file", "link -> X", "dangling link -> X"
+
+    def reason(self, preload: bool = True) -> str:
+        """Why it matters (without its name)."""
+        if not preload:
+            return (f"matches {glob_of(_stem(Path(self.path).name))} but is not the placed library; the linker "
+                    "loads by SONAME here, so it does not decide what loads")
+        if self.first:
+            return f"sorted first, it is what {PRELOAD} loads"
+        return f"sorted after {self.before} today, it is what {PRELOAD} loads as soon as the names before it go"
+
+    def why(self, preload: bool = True) -> str:
+        return f"{Path(self.path).name} ({self.what}): {self.reason(preload)}"
+
+    def to_json(self, preload: bool = True) -> dict[str, Any]:
+        return {"path": self.path, "first": self.first, "what": self.what, "why": self.why(preload)}
+
+
+def _stem(name: str) -> str:
+    return name.split(".so", 1)[0]
+
+
+def _listing(libdir: Path) -> list[str]:
+    try:
+        return os.listdir(libdir)
+    except OSError:
+        return []
+
+
+def find(libdir: str | Path, stem: str, placed: str | Path, obs: Observer,
+         names: Iterable[str] | None = None) -> tuple[Stray, ...]:
+    """Every stray of ``stem`` in ``libdir`` (sorted as the preload sorts them) for the file
+    ``placed``; ``names``: the directory's listing (default: read now)."""
+    libdir, placed = Path(libdir), str(placed)
+    pattern = glob_of(stem)
+    matches = sorted(n for n in (_listing(libdir) if names is None else names) if fnmatch.fnmatchcase(n, pattern))
+    leads, what = {}, {}
+    for n in matches:
+        st = obs.state(libdir / n)
+        try:
+            real = resolve(libdir / n, obs)
+        except ValueError:
+            real = ""
+        leads[n] = real == placed and obs.state(Path(real)).kind == "file"
+        what[n] = "file" if st.kind == "file" else (
+            f"link -> {st.target}" if real and obs.state(Path(real)).kind == "file" else f"dangling link -> {st.target}")
+    ok = [n for n in matches if leads[n]]
+    return tuple(Stray(str(libdir / n), i == 0, ok[0] if ok else "", what[n])
+                 for i, n in enumerate(matches) if not leads[n])
+
+
+def refusal(strays: tuple[Stray, ...], placed: str | Path) -> TargetError:
+    """Apply refuses a TheRock lib dir holding strays (exit 2), naming each and why it matters."""
+    lines = "\n  ".join(f"{s.path} ({s.what}): {s.reason()}" for s in strays)
+    return TargetError(
+        f"{len(strays)} stray file(s) in {Path(placed).parent} match {glob_of(_stem(Path(placed).name))}, "
+        f"the names {PRELOAD} (rocm_sdk.find_libraries) loads the first sorted of; nothing was changed:\n  {lines}",
+        f"remove them yourself, or pass {FLAG} to move them into this transaction's backups "
+        "(`rocmbuild rollback` puts them back)",
+        details={"strays": [s.to_json() for s in strays], "placed": str(placed)},
+    )
+
+
+def notes(strays: tuple[Stray, ...], preload: bool, moved: bool) -> list[str]:
+    """The plan's notes on strays (moved, or merely reported where the linker decides)."""
+    if moved:
+        return [f"stray {s.path} moved into the transaction's backups ({s.why(preload)})" for s in strays]
+    return [f"stray {s.path}: {s.why(preload)} (pass {FLAG} to move it aside)" for s in strays]
+
+
+def scan(loaded: str | Path, soname: str | None) -> tuple[tuple[Stray, ...], bool]:
+    """For ``status`` and ``doctor``: the strays beside a loaded library file (judged against the
+    file a plan would place: in a TheRock lib dir the package's own), and whether the dir is a
+    TheRock libraries package's (where the preload's first sorted name decides)."""
+    obs = FsObserver()
+    preload = therock_package(loaded) is not None
+    placed = package_file(loaded, soname, obs) if preload else Path(resolve(loaded, obs))
+    stem = _stem(Path(loaded).name)
+    return find(Path(loaded).parent, stem, placed, obs), preload
