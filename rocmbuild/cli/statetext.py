@@ -128,3 +128,18 @@ def origin_text(o: dict) -> str:
     """Where a substituted artifact came from, in one line."""
     signed = f"signed by {o['signer']}" if o.get("signer") else "unsigned (--allow-unsigned)"
     return f"substituted from {o['url']} (bundle sha256 {str(o['bundle_sha256'])[:16]}, {signed})"
+
+
+def activation_lines(t: dict) -> list[str]:
+    """A target's activation (``target.activation`` in the JSON) and, when the unactivated
+    environment loads something else, both (``target.unactivated``)."""
+    act, diff = t.get("activation") or {}, t.get("unactivated")
+    lines = []
+    if act.get("kind", "none") != "none":
+        sets = ", ".join(f"{c['var']} ({c['source']})" for c in act.get("changes") or ())
+        files = ", ".join(act.get("files") or ()) or "no activation files"
+        lines.append(f"activation: {act['kind']}, {act['how']}: {files}; "
+                     + (f"sets {sets}" if sets else "nothing that changes what torch loads"))
+    if diff:
+        lines.append(f"ACTIVATED AND UNACTIVATED DIFFER: {diff['text']}")
+    return lines
