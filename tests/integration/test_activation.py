@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,8 +23,9 @@ from rocmbuild.cli import app as cli
 from rocmbuild.errors import EXIT_INPUT, EXIT_OK, EXIT_VERIFY, TargetError
 from rocmbuild.target import activation
 from rocmbuild.target.target import discover
-from tests.support.cli import REPO
+from tests.support.cli import REPO, rb
 from tests.support.envs import stage_library
+from tests.support.snapshots import snapshot
 
 pytestmark = pytest.mark.slow
 
@@ -226,3 +228,25 @@ def test_own_venv_check_is_not_made_for_other_envs(target_env, monkeypatch):
     env = target_env("3.5.1")
     monkeypatch.setenv("CONDA_PREFIX", str(env.prefix))  # not sys.prefix: judged as usual
     assert discover().origin == "$CONDA_PREFIX"
+
+
+def test_apply_and_rollback_judge_the_activated_env(txn_home, target_env, fixture_libs, tmp_path):
+    env = target_env("3.5.0", compile_version="3.5.1")
+    other = _other(fixture_libs, tmp_path)  # 3.5.0 too, outside the prefix, first on the activated LD_LIBRARY_PATH
+    _conda(env, script=f'export LD_LIBRARY_PATH="{other}"\n')
+    before, other_before = snapshot(env.prefix), snapshot(other.parent)
+    r = rb("apply", txn_home.recipe("mini"), "--env", env.prefix)
+    assert r.returncode == EXIT_INPUT, r.stderr  # the file the activated env loads is outside the prefix
+    assert "outside the prefix" in r.stderr and snapshot(env.prefix) == before
+
+    r = rb("apply", txn_home.recipe("mini"), "--env", env.prefix, "--allow-outside-prefix", "--json")
+    assert r.returncode == EXIT_OK, r.stderr
+    sdir = Path(json.loads(r.stdout)["target"]["state_dir"])
+    assert snapshot(other.parent) != other_before  # the copy the user's shell loads got the new bytes
+    assert snapshot(env.prefix) == before
+    status = json.loads(rb("status", "--env", env.prefix, "--json").stdout)
+    assert status["torch"]["runtime_version"] == "3.5.1" and status["target"]["unactivated"] is not None
+    r = rb("rollback", "--env", env.prefix)
+    assert r.returncode == EXIT_OK, r.stderr
+    assert snapshot(other.parent) == other_before
+    shutil.rmtree(sdir)  # the session home is shared
