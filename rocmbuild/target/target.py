@@ -288,9 +288,19 @@ def discover_at(prefix: Path, python: Path, *, timeout: float = 300, want_hash: 
     report = run_probe(python, timeout=timeout, want_hash=want_hash, smoke=smoke, env=act.extras())
     if report.torch_error:
         raise _torch_error(report, prefix, python, act)
-    other = run_probe(python, timeout=timeout) if act.relevant() else None
+    other = _unactivated(python, timeout) if act.relevant() else None
     return Target(prefix=prefix, python=python, report=report, state_dir=target_state_dir(prefix), origin=origin,
                   activation=act, unactivated=other)
+
+
+def _unactivated(python: Path, timeout: float) -> ProbeReport | None:
+    """The second probe, without the activation; one that does not finish is only a warning."""
+    try:
+        return run_probe(python, timeout=timeout)
+    except TargetError as exc:
+        ui.warn(f"the probe without the environment's activation failed ({exc.message.splitlines()[0]}); only the "
+                "activated environment is reported")
+        return None
 
 
 def probe_env(prefix: Path, python: Path) -> dict[str, str | None]:
@@ -308,8 +318,10 @@ def _torch_error(report: ProbeReport, prefix: Path, python: Path, act: Activatio
             details=details,
         )
     tb = (report.raw.get("torch_traceback") or "").strip().splitlines()[-6:]
+    applied = ", ".join(f"{c.var} set by {c.source}" for c in act.relevant())
     return TargetError(
         f"`import torch` fails in the target {prefix}: {report.torch_error}"
+        + (f" (with its activation applied: {applied})" if applied else "")
         + ("\n" + "\n".join(tb) if tb else ""),
         "fix the environment first (run the target's python -c 'import torch' to see the full error); "
         "nothing was changed",
