@@ -11,8 +11,8 @@ Decisions:
   change is named.
 * A copy is a file matching the library's names (``libMIOpen.so*``; a set's glob as given) that
   is not an inode the activated run maps (when it maps two files of one SONAME, e.g. an
-  ``LD_PRELOAD`` copy beside the env's own, every matching file counts). ``LD_LIBRARY_PATH`` entries are directories (``:`` or
-  ``;`` separated; an empty entry is the current directory, which is named but not listed);
+  ``LD_PRELOAD`` copy beside the env's own, every matching file counts). ``LD_LIBRARY_PATH``
+  entries are directories (``:`` or ``;`` separated; an empty entry is the current directory);
   ``LD_PRELOAD`` entries (whitespace or ``:`` separated) are files, a bare name is searched by the
   loader and only named when it matches. The caller's entries come first, then the ones the
   activation adds; each says where it came from.
