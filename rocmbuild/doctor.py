@@ -22,6 +22,13 @@ Decisions:
   256 MiB and warns under 2 GiB (a swap stages one new library, ~1 GiB, beside the old one).
 * No target given and none active (``$CONDA_PREFIX``/``$VIRTUAL_ENV``): **warn**, not fail. A
   target given but unusable (no torch, does not run): fail.
+* An implicit target that is rocmbuild's own environment without torch: **warn**, like no target.
+* The target's activation (conda's ``activate.d``/env vars, a venv's ``bin/activate``: see
+  docs/verification.md): an ``ok`` line naming its files and what they set; when the activated
+  environment loads another library than the unactivated one: **warn**, naming the variable and
+  the file. Every ``LD_LIBRARY_PATH``/``LD_PRELOAD`` entry (the caller's or the activation's)
+  holding another copy of the judged library (``libMIOpen.so*``): **warn**, one line each (the
+  loader searches them before a library's RUNPATH; a copy there can be what loads).
 * A recipe's ``[requires]`` are checked by :mod:`rocmbuild.build.requirements` (the build runs
   the same checks before fetching); doctor shows them beside its own.
 """
@@ -43,7 +50,7 @@ from rocmbuild.home import cache_home
 from rocmbuild.recipe import arch
 from rocmbuild.swap import strays
 from rocmbuild.swap.mapping import layout_of
-from rocmbuild.target import gpu, target, verify
+from rocmbuild.target import gpu, loadpath, target, verify
 
 CMAKE_MIN = "3.16"
 GiB = 1 << 30
@@ -197,9 +204,33 @@ def _discover(env: str | None, python: str | None, timeout: float) -> tuple[list
     try:
         t = target.discover(env, python, timeout=timeout)
     except RocmbuildError as exc:
-        return [DoctorCheck("target torch", FAIL, exc.message.splitlines()[0], exc.hint)], None
+        own = isinstance(exc.details, dict) and exc.details.get("own_environment")
+        return [DoctorCheck("target" if own else "target torch", WARN if own else FAIL,
+                            exc.message.splitlines()[0], exc.hint)], None
     disk = check_disk("target disk", t.prefix, TARGET_FAIL, TARGET_WARN, "staging a new library beside the old")
-    return [check_torch(t), *check_strays(t), disk], t
+    return [check_torch(t), *check_strays(t), *check_activation(t), disk], t
+
+
+def check_activation(t: target.Target) -> list[DoctorCheck]:
+    """The target's activation, what it changes in what torch loads, and every LD_LIBRARY_PATH /
+    LD_PRELOAD entry holding another copy of the library (see the module docstring)."""
+    act, diff, out = t.activation, t.difference, []
+    if diff is not None:
+        files = ", ".join(dict.fromkeys(c.source for c in diff.causes)) or "the activation"
+        out.append(DoctorCheck("target activation", WARN, f"{act.kind} activation ({act.how}): {diff.text()}",
+                               f"remove the {', '.join(dict.fromkeys(c.var for c in diff.causes))} line from "
+                               f"{files} if the env's own library is meant; else `rocmbuild apply` places the "
+                               "library the activated env loads (outside the prefix: --allow-outside-prefix)"))
+    elif act.kind != "none":
+        sets = ", ".join(f"{c.var} ({c.source})" for c in act.relevant()) or "nothing that changes what torch loads"
+        out.append(DoctorCheck("target activation", OK,
+                               f"{act.kind} ({act.how}): {', '.join(act.files) or 'no activation files'}; sets {sets}"))
+    for cp in loadpath.copies(act, t.report):
+        where = ("unset it in the shell or script that runs torch" if cp.source == loadpath.CALLER
+                 else f"remove it from {cp.source}")
+        out.append(DoctorCheck("library copy", WARN, cp.text(),
+                               f"{where}, or remove the copy: the loader searches it before the env's own library"))
+    return out
 
 
 def check_target(env: str | None, python: str | None, timeout: float = 300) -> list[DoctorCheck]:
@@ -235,7 +266,8 @@ def check_torch(t: target.Target) -> DoctorCheck:
     elif r.version_error:
         status, fix = FAIL, (f"torch raises on cudnn.version(): {r.version_error} -- install {lib} "
                              f"{compiled.rsplit('.', 1)[0]}.x (rocmbuild rollback if rocmbuild changed it)")
-    return DoctorCheck("target torch", status, f"{t.prefix}: {detail}", fix)
+    came = f" (from {t.origin})" if t.origin != "--env" else ""
+    return DoctorCheck("target torch", status, f"{t.prefix}{came}: {detail}", fix)
 
 
 def check_strays(t: target.Target) -> list[DoctorCheck]:

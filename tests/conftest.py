@@ -65,6 +65,8 @@ def _isolated_home(tmp_path, monkeypatch):
     monkeypatch.delenv("ROCMBUILD_PAUSEPOINTS", raising=False)
     monkeypatch.delenv("CONDA_PREFIX", raising=False)
     monkeypatch.delenv("VIRTUAL_ENV", raising=False)
+    monkeypatch.delenv("CONDA_EXE", raising=False)  # conda-like test envs are activated by rocmbuild's own bash run
+    monkeypatch.delenv("MAMBA_EXE", raising=False)
 
 
 @pytest.fixture(scope="session")

@@ -31,6 +31,9 @@ ENVIRONMENT: tuple[tuple[str, str], ...] = (
     ("ROCM_PATH", "the ROCm installation to build against (default /opt/rocm, else /usr)"),
     ("CONDA_PREFIX", "the target when none of --env, -n, --python is given (an active conda env)"),
     ("VIRTUAL_ENV", "the target when none of --env, -n, --python is given and no conda env is active"),
+    ("CONDA_EXE", "the conda whose `run -p PREFIX` activates a conda target for the probe (else MAMBA_EXE, then "
+                  "conda/mamba/micromamba on PATH; none: rocmbuild sources its activate.d scripts itself)"),
+    ("MAMBA_EXE", "the mamba/micromamba used like CONDA_EXE when that is not set"),
     ("CONDA_ENVS_PATH", "more directories of conda envs for -n NAME when conda itself is not installed"),
     ("NO_COLOR", "set: print no colours"),
     ("XDG_CACHE_HOME", "the cache's parent when ROCMBUILD_HOME is not set"),

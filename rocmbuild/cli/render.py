@@ -19,7 +19,8 @@ from typing import Any
 from rocmbuild import runner
 from rocmbuild.names import safe_lines, safe_text
 from rocmbuild.cli import layout
-from rocmbuild.cli.statetext import HISTORY_HEADERS, databases_text, drift_text, history_row, origin_text, plan_tree, rel
+from rocmbuild.cli.statetext import (HISTORY_HEADERS, activation_lines, databases_text, drift_text, history_row,
+                                     origin_text, plan_tree, rel)
 from rocmbuild.results import (
     ApplyResult,
     BuildPlan,
@@ -125,7 +126,8 @@ def _build(r: BuildResult) -> str:
 def _loaded(data: dict[str, Any]) -> str:
     t, tv = data["target"], data["torch"]
     build = f"ROCm {tv['hip']}" if tv["hip"] else (f"CUDA {tv['cuda']}" if tv["cuda"] else "CPU-only (no MIOpen/cuDNN)")
-    lines = [f"target: {t['prefix']} (python {t['python']}, {tv['python_version']})",
+    came = f"from {t['from']}; " if t.get("from", "--env") != "--env" else ""
+    lines = [f"target: {t['prefix']} ({came}python {t['python']}, {tv['python_version']})", *activation_lines(t),
              f"torch {tv['version']}: {build}; compiled against {tv['compile_version'] or '-'}, "
              f"runtime {tv['runtime_version'] or '-'}, cudnn.version() = "
              + (f"raises {tv['version_error']} (then {tv['version_int_retry']})" if tv["version_error"]
@@ -175,7 +177,9 @@ def _status(r: StatusResult) -> str:
 
 @text.register
 def _verify(r: VerifyResult) -> str:
-    return safe_text(f"verified {r.target.prefix}") + "\n" + r.verdict.render() + databases_text(r.databases)
+    came = f" (from {r.target.origin})" if r.target.origin != "--env" else ""
+    head = layout.lines([f"verified {r.target.prefix}{came}", *activation_lines(r.target.to_json())])
+    return head + "\n" + r.verdict.render() + databases_text(r.databases)
 
 
 @text.register

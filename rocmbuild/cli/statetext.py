@@ -151,3 +151,18 @@ def databases_text(db) -> str:
         else:
             lines.append(f"  MIOPEN_CUSTOM_CACHE_DIR={db.custom_cache}: no user database at its top")
     return "\n" + "\n".join(safe_text(x) for x in lines)
+
+
+def activation_lines(t: dict) -> list[str]:
+    """A target's activation (``target.activation`` in the JSON) and, when the unactivated
+    environment loads something else, both (``target.unactivated``)."""
+    act, diff = t.get("activation") or {}, t.get("unactivated")
+    lines = []
+    if act.get("kind", "none") != "none":
+        sets = ", ".join(f"{c['var']} ({c['source']})" for c in act.get("changes") or ())
+        files = ", ".join(act.get("files") or ()) or "no activation files"
+        lines.append(f"activation: {act['kind']}, {act['how']}: {files}; "
+                     + (f"sets {sets}" if sets else "nothing that changes what torch loads"))
+    if diff:
+        lines.append(f"ACTIVATED AND UNACTIVATED DIFFER: {diff['text']}")
+    return lines

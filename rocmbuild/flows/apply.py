@@ -188,7 +188,8 @@ def _swap(art: Artifact, t: Target, recovered: tuple, options: ApplyOptions) -> 
     facts, the_plan = _plan_on(art, t, options)
     copy_bytes = guards.preflight(the_plan, art)
     options = replace(options, smoke=options.smoke or bool(m.smoke))  # the recipe's [verify] smoke
-    verify = guards.verifier(t.python, timeout=options.probe_timeout, smoke=options.smoke)
+    verify = guards.verifier(t.python, timeout=options.probe_timeout, smoke=options.smoke,
+                             env=t.activation.extras())
     sdir = Path(the_plan.state_dir)
     if the_plan.already_applied:
         with state.TargetLock(sdir, wait=options.wait, shared=True):

@@ -90,15 +90,17 @@ def recover_prefix(prefix: Path, *, wait: bool | LockWait, verify_restored=None)
     return out
 
 
-def verifier(python: Path, *, timeout: float, smoke: bool) -> Callable[["_txn.Expectation"], Verdict]:
-    """The verify callback for :func:`rocmbuild.swap.transaction.execute` (see the module notes)."""
+def verifier(python: Path, *, timeout: float, smoke: bool,
+             env: dict[str, str | None] | None = None) -> Callable[["_txn.Expectation"], Verdict]:
+    """The verify callback for :func:`rocmbuild.swap.transaction.execute` (see the module notes);
+    ``env``: the target's activation (``Target.activation.extras()``), so the activated env is judged."""
     from rocmbuild.target import probe
     from rocmbuild.target import verify as verify_mod
 
     def verify(exp: "_txn.Expectation") -> Verdict:
         want_smoke = smoke and not exp.restored
         with progress.phase("verify", "verifying the restored state" if exp.restored else "verifying the new state") as ph:
-            report = probe.run_probe(python, timeout=timeout, smoke=want_smoke)
+            report = probe.run_probe(python, timeout=timeout, smoke=want_smoke, env=env)
             verdict = verify_mod.judge(report, library=exp.library_name, encoding=exp.encoding, expect=exp.version,
                                        expected_file=exp.expected_files(),
                                        links=() if exp.restored else tuple(Path(x) for x in exp.links),

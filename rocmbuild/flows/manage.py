@@ -101,7 +101,7 @@ def rollback(*, env: str | None = None, python: str | None = None, to: str | Non
         if _txn.needs_recovery(sdir):
             recovered += _txn.recover(sdir)
         p = replace(_txn.rollback_plan(sdir, to=to, force=force), python=str(py))
-        verify = guards.verifier(py, timeout=probe_timeout, smoke=False)
+        verify = guards.verifier(py, timeout=probe_timeout, smoke=False, env=target.probe_env(prefix, py))
         ui.info(f"rolling back {', '.join(p.undoes)} on {prefix} ({len(p.pending)} path(s))")
         with progress.phase("swap", f"swapping {len(p.pending)} path(s) back in {prefix}"):
             out = _txn.execute(p, verify=verify, verify_restored=verify, keep=keep, meta={"python": str(py)})
@@ -114,7 +114,7 @@ def recover(*, env: str | None = None, python: str | None = None, wait: bool | L
             probe_timeout: float = 300.0) -> RecoverResult:
     """``rocmbuild recover``: only recovery (roll back unfinished transactions); nothing: says so."""
     prefix, py = target.resolve(env, python)
-    verify = guards.verifier(py, timeout=probe_timeout, smoke=False)
+    verify = guards.verifier(py, timeout=probe_timeout, smoke=False, env=target.probe_env(prefix, py))
     done = guards.recover_prefix(prefix, wait=wait, verify_restored=verify)
     return RecoverResult(str(prefix), tuple(done))
 
@@ -239,7 +239,8 @@ def verify(*, env: str | None = None, python: str | None = None, probe_timeout: 
         bad = verdict.failures()
         raise VerifyError(
             f"verification failed in {t.prefix}: " + "; ".join(f"{c.shown_name}: expected {c.expected}, found {c.found}"
-                                                               for c in bad),
+                                                               for c in bad)
+            + (f"\n{t.difference.text()}" if t.difference is not None else ""),
             " ".join(c.message for c in bad if c.message) or "see the checks above",
             details={"checks": [c.to_json() for c in verdict.checks], "failures": [c.name for c in bad],
                      "target": t.to_json()},

@@ -3,7 +3,8 @@
 :func:`run_probe` starts the target's Python on ``_probe.py`` as a fresh process (through
 :func:`rocmbuild.runner.capture`: its own process group, stdin ``/dev/null``, the user's live
 environment passed through so ``LD_LIBRARY_PATH``, ``PYTHONPATH``, ``HSA_*`` etc. apply exactly
-as they would for the user). The probe prints one JSON object; it becomes a frozen
+as they would for the user, with the target's activation applied over it when the caller passes
+one: :mod:`rocmbuild.target.activation`). The probe prints one JSON object; it becomes a frozen
 :class:`ProbeReport`. Judging it is :mod:`rocmbuild.target.verify`'s. The report is taken when
 the probe process exits, even if a child that torch forked (or one that called ``setsid()``)
 still holds its pipes; that child is killed then (runner.py, reaper.py).
@@ -222,8 +223,10 @@ def _name_matches(path: str, library: str) -> bool:
 # running it
 
 
-def run_probe(python: Path, *, timeout: float = 300, want_hash: bool = False, smoke: bool = False) -> ProbeReport:
-    """Run the probe in ``python`` (a fresh process) and parse its JSON.
+def run_probe(python: Path, *, timeout: float = 300, want_hash: bool = False, smoke: bool = False,
+              env: runner.Env = None) -> ProbeReport:
+    """Run the probe in ``python`` (a fresh process) and parse its JSON. ``env``: the target's
+    activation (:meth:`rocmbuild.target.activation.Activation.extras`) applied over the caller's.
 
     Raises :class:`TargetError` (exit 2) when the Python does not exist or run, prints no JSON,
     or runs longer than ``timeout`` seconds (its whole process group is killed first).
@@ -234,7 +237,7 @@ def run_probe(python: Path, *, timeout: float = 300, want_hash: bool = False, sm
     if smoke:
         argv.append("--smoke")
     with progress.phase("probe", f"probing {python} (importing torch)"):
-        done = _capture(argv, python, timeout)
+        done = _capture(argv, python, timeout, env)
     raw = parse_output(done.stdout)
     if raw is None:
         tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-15:])
@@ -253,10 +256,10 @@ def run_probe(python: Path, *, timeout: float = 300, want_hash: bool = False, sm
     return ProbeReport.from_json(raw)
 
 
-def _capture(argv: list[str], python: Path, timeout: float) -> runner.Completed:
+def _capture(argv: list[str], python: Path, timeout: float, env: runner.Env = None) -> runner.Completed:
     """Run the probe's command line; every way of not running at all is a TargetError."""
     try:
-        return runner.capture(argv, timeout=timeout)
+        return runner.capture(argv, timeout=timeout, env=env)
     except RequirementError as exc:
         raise TargetError(
             f"the target's Python does not exist or is not executable: {python}",

@@ -17,6 +17,19 @@ Decisions:
   interpreter prints its ``sys.prefix`` with ``ascii()``, so the path read back is exact.
 * :func:`discover` is :func:`resolve` then :func:`discover_at` (one probe); a caller that must do
   something between the two (recover an interrupted swap first) calls them separately.
+* Where the target came from is said: :func:`resolve_from` returns it (``--env``, ``--python``,
+  ``$CONDA_PREFIX``, ``$VIRTUAL_ENV``; ``-n NAME`` reaches here as ``--env``), the JSON's
+  ``target.from`` carries it, and an implicit target (from a variable) is announced on stderr
+  (``target: /x/.venv (from $VIRTUAL_ENV)``) by every verb that resolves one.
+* The implicit target is never rocmbuild's own environment: when the variable names the prefix
+  rocmbuild runs from (``sys.prefix``: the README's ``. .venv/bin/activate``) and torch cannot be
+  found there, that is a :class:`TargetError` asking for ``--env`` (``details.own_environment``),
+  not a probe of rocmbuild's venv.
+* :func:`discover_at` probes the target *activated* (:mod:`rocmbuild.target.activation`: conda's
+  ``activate.d`` and env vars, a venv's ``bin/activate``); only when the activation changes a
+  variable that can change what torch loads does it probe a second time with the caller's
+  environment as it is (``Target.unactivated``); :attr:`Target.difference` says what differs and
+  which variable and file make the difference. Judging uses the activated report.
 * The prefix keeps the path the user gave (made absolute); comparisons (:meth:`Target.inside_prefix`)
   use fully resolved paths on both sides, because ``/proc/self/maps`` shows resolved paths.
 * :meth:`Target.layout`: "conda" when the real file is reached through at least one symlink in
@@ -33,15 +46,20 @@ Decisions:
 from __future__ import annotations
 
 import ast
+import importlib.util
 import os
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from rocmbuild import runner
+from rocmbuild import runner, ui
 from rocmbuild.errors import RequirementError, TargetError
 from rocmbuild.home import target_state_dir
 from rocmbuild.names import safe_text
+from rocmbuild.target import activation as activation_mod
+from rocmbuild.target import loadpath
+from rocmbuild.target.activation import Activation
 from rocmbuild.target.probe import LoadedLibrary, ProbeReport, run_probe
 
 _MAIN = {"miopen": "libMIOpen", "cudnn": "libcudnn", "hip": "libamdhip64"}
@@ -55,6 +73,14 @@ class Target:
     python: Path
     report: ProbeReport
     state_dir: Path  # rocmbuild.home.target_state_dir(prefix)
+    origin: str = "--env"  # where the target came from: --env, --python, $CONDA_PREFIX, $VIRTUAL_ENV
+    activation: Activation = activation_mod.NONE
+    unactivated: ProbeReport | None = None  # probed without the activation (only when it changes a relevant variable)
+
+    @property
+    def difference(self) -> loadpath.Difference | None:
+        """What the activation changes in what torch loads (None: nothing, or not probed twice)."""
+        return loadpath.difference(self.activation, self.report, self.unactivated)
 
     def library(self, kind: str = "miopen") -> LoadedLibrary | None:
         """The single loaded library of that kind, None if none; TargetError if several."""
@@ -111,7 +137,10 @@ class Target:
         return tuple(sorted(out, key=lambda p: (len(p.name), p.name)))
 
     def to_json(self) -> dict:
-        return {"prefix": str(self.prefix), "python": str(self.python), "state_dir": str(self.state_dir)}
+        diff = self.difference
+        return {"prefix": str(self.prefix), "python": str(self.python), "state_dir": str(self.state_dir),
+                "from": self.origin, "activation": self.activation.to_json(),
+                "unactivated": diff.to_json() if diff is not None else None}
 
 
 def require_utf8(path: str | os.PathLike, source: str) -> None:
@@ -171,6 +200,13 @@ def resolve(env: str | None = None, python: str | None = None, *, check: bool = 
     """(prefix, python) of the target, without importing torch. See the module docstring.
     ``check=False``: an ``--env`` target's Python is not run here (the caller probes it at once,
     and the probe reports a Python that does not run as clearly); ``--python`` always runs it."""
+    prefix, exe, _origin = resolve_from(env, python, check=check)
+    return prefix, exe
+
+
+def resolve_from(env: str | None = None, python: str | None = None, *,
+                 check: bool = True) -> tuple[Path, Path, str]:
+    """(prefix, python, where it came from): :func:`resolve` that also says where."""
     if env and python:
         raise TargetError("give either --env or --python, not both", "--env PREFIX or --python EXE")
     if python:
@@ -184,7 +220,7 @@ def resolve(env: str | None = None, python: str | None = None, *, check: bool = 
         require_utf8(exe, "--python")
         prefix = _ask_prefix(exe)
         require_utf8(prefix, f"the sys.prefix of {safe_text(exe)}")
-        return prefix, exe
+        return prefix, exe, "--python"
     source = "--env"
     if not env:
         for var in ("CONDA_PREFIX", "VIRTUAL_ENV"):
@@ -211,9 +247,27 @@ def resolve(env: str | None = None, python: str | None = None, *, check: bool = 
             f"not an environment prefix: {prefix} has no bin/python (from {source})",
             "--env takes a conda env or venv root (e.g. ~/miniconda3/envs/NAME); for another layout use --python EXE",
         )
+    if source != "--env":
+        _not_own_environment(prefix, source)
+        ui.info(f"target: {prefix} (from {source})")
     if check:
         _ask_prefix(exe)
-    return prefix, exe
+    return prefix, exe, source
+
+
+def _not_own_environment(prefix: Path, source: str) -> None:
+    """TargetError when an implicit target is the environment rocmbuild runs from and has no torch."""
+    try:
+        own = os.path.samefile(prefix, sys.prefix)
+    except OSError:
+        return
+    if own and importlib.util.find_spec("torch") is None:
+        raise TargetError(
+            f"{source} is {prefix}, the environment rocmbuild itself runs from, and it has no torch: it is not the "
+            "environment to check or change",
+            "pass --env PREFIX (or -n NAME) for the environment that has PyTorch; rocmbuild does not judge its own "
+            "environment",
+            details={"prefix": str(prefix), "from": source, "own_environment": True})
 
 
 def discover(
@@ -224,23 +278,43 @@ def discover(
     want_hash: bool = False,
     smoke: bool = False,
 ) -> Target:
-    """Resolve the target and run the probe once in it. No torch, or torch failing: TargetError."""
-    prefix, exe = resolve(env, python)
-    return discover_at(prefix, exe, timeout=timeout, want_hash=want_hash, smoke=smoke)
+    """Resolve the target and probe it (activated; see the module docstring). No torch, or torch
+    failing: TargetError."""
+    prefix, exe, origin = resolve_from(env, python)
+    return discover_at(prefix, exe, timeout=timeout, want_hash=want_hash, smoke=smoke, origin=origin)
 
 
 def discover_at(prefix: Path, python: Path, *, timeout: float = 300, want_hash: bool = False,
-                smoke: bool = False) -> Target:
-    """Probe a target :func:`resolve` already returned (prefix, python) without resolving it again."""
-    report = run_probe(python, timeout=timeout, want_hash=want_hash, smoke=smoke)
+                smoke: bool = False, origin: str = "--env") -> Target:
+    """Probe a target :func:`resolve` already returned (prefix, python) without resolving it again:
+    activated, and a second time unactivated when the activation changes a relevant variable."""
+    act = activation_mod.of(prefix, python)
+    report = run_probe(python, timeout=timeout, want_hash=want_hash, smoke=smoke, env=act.extras())
     if report.torch_error:
-        raise _torch_error(report, prefix, python)
-    return Target(prefix=prefix, python=python, report=report, state_dir=target_state_dir(prefix))
+        raise _torch_error(report, prefix, python, act)
+    other = _unactivated(python, timeout) if act.relevant() else None
+    return Target(prefix=prefix, python=python, report=report, state_dir=target_state_dir(prefix), origin=origin,
+                  activation=act, unactivated=other)
 
 
-def _torch_error(report: ProbeReport, prefix: Path, python: Path) -> TargetError:
+def _unactivated(python: Path, timeout: float) -> ProbeReport | None:
+    """The second probe, without the activation; one that does not finish is only a warning."""
+    try:
+        return run_probe(python, timeout=timeout)
+    except TargetError as exc:
+        ui.warn(f"the probe without the environment's activation failed ({exc.message.splitlines()[0]}); only the "
+                "activated environment is reported")
+        return None
+
+
+def probe_env(prefix: Path, python: Path) -> dict[str, str | None]:
+    """The environment extras that activate the target (for a probe run outside :func:`discover_at`)."""
+    return activation_mod.of(prefix, python).extras()
+
+
+def _torch_error(report: ProbeReport, prefix: Path, python: Path, act: Activation) -> TargetError:
     """torch is missing, or ``import torch`` fails, in the target: say which, and that nothing changed."""
-    details = {"torch_error": report.torch_error, "prefix": str(prefix)}
+    details = {"torch_error": report.torch_error, "prefix": str(prefix), "activation": act.to_json()}
     if report.torch_error.startswith("ModuleNotFoundError") and "'torch'" in report.torch_error:
         return TargetError(
             f"torch is not installed in the target {prefix} (python {python})",
@@ -248,8 +322,10 @@ def _torch_error(report: ProbeReport, prefix: Path, python: Path) -> TargetError
             details=details,
         )
     tb = (report.raw.get("torch_traceback") or "").strip().splitlines()[-6:]
+    applied = ", ".join(f"{c.var} set by {c.source}" for c in act.relevant())
     return TargetError(
         f"`import torch` fails in the target {prefix}: {report.torch_error}"
+        + (f" (with its activation applied: {applied})" if applied else "")
         + ("\n" + "\n".join(tb) if tb else ""),
         "fix the environment first (run the target's python -c 'import torch' to see the full error); "
         "nothing was changed",

@@ -29,6 +29,7 @@ DEFAULT_KNOBS = {
     "fork_child": 0,
     "setsid_child": False,
     "version_raises": None,
+    "search": [],
 }
 
 _INIT = r'''
@@ -61,9 +62,22 @@ else:
     _rocm_init.initialize()
     del _rocm_init
 
+
+def _open(_p):
+    # a bare name is found by the real loader (LD_LIBRARY_PATH first); "search" stands in for the
+    # DT_RUNPATH a real libtorch carries ($ORIGIN/../../../ in a conda env), tried after it
+    try:
+        return ctypes.CDLL(_p, mode=ctypes.RTLD_GLOBAL)
+    except OSError:
+        for _d in ([] if "/" in _p else list(_config.get("search") or [])):
+            if os.path.exists(os.path.join(_d, _p)):
+                return ctypes.CDLL(os.path.join(_d, _p), mode=ctypes.RTLD_GLOBAL)
+        raise
+
+
 _handles = []
 for _p in ([_config["load"]] if _config.get("load") else []) + list(_config.get("extra_libs") or []):
-    _handles.append(ctypes.CDLL(_p, mode=ctypes.RTLD_GLOBAL))
+    _handles.append(_open(_p))
 
 __version__ = _config.get("torch_version", "2.7.1+rocm7.0")
 
