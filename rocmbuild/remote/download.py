@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
 import requests
+import urllib3
 
 from rocmbuild import progress
 from rocmbuild.build import net
@@ -80,7 +81,7 @@ def http_open(get: Callable[[dict[str, str]], requests.Response], offset: int) -
 
 def http_body(resp: requests.Response, offset: int) -> Body:
     """The :class:`Body` of a streamed GET answered 200 or 206 (to ``Range: bytes=offset-``)."""
-    chunks = resp.iter_content(CHUNK)
+    chunks = _raw(resp)
     length = int(resp.headers.get("Content-Length") or 0) or None
     if resp.status_code == 206:
         m = _RANGE.match(resp.headers.get("Content-Range", "").strip())
@@ -90,6 +91,18 @@ def http_body(resp: requests.Response, offset: int) -> Body:
         raise Retry(FetchError(f"{resp.url}: the server answered another byte range than the one asked",
                                http.RETRY_HINT))
     return Body(0, length, chunks, resp.close)
+
+
+def _raw(resp: requests.Response) -> Iterator[bytes]:
+    """The body's bytes as they arrive (``read1``: what the socket has, up to :data:`CHUNK`), never
+    decoded (the digest is over the bytes the cache holds, whatever ``Content-Encoding`` says).
+    A fixed-size read would wait for a whole chunk and lose it when the connection drops."""
+    read1 = getattr(resp.raw, "read1", None)
+    if read1 is None:  # urllib3 < 2.2
+        yield from resp.raw.stream(64 << 10, decode_content=False)
+        return
+    while data := read1(CHUNK, decode_content=False):
+        yield data
 
 
 def file_body(path_fd: int, offset: int) -> Body:
@@ -175,14 +188,13 @@ def _free(root: Root, name: str) -> bool:
         os.close(fd)
 
 
-def _mib(n: int) -> str:
-    return f"{n / 2**20:.1f} MiB"
-
-
 def broke_off(url: str, key: str, part: _Partial, total: int | None, exc: BaseException) -> FetchError:
     tries = net.retries() + 1
-    of = f" of {_mib(total)}" if total else ""
-    return FetchError(f"{url}: the download of {key[:16]} broke off after {_mib(part.n)}{of}: {net.why(exc)} "
+    of = f" of {progress.size(total)}" if total else ""
+    why = net.why(exc)
+    if why == "the connection failed" and isinstance(exc, urllib3.exceptions.ProtocolError):
+        why = "the connection was cut mid-body"
+    return FetchError(f"{url}: the download of {key[:16]} broke off after {progress.size(part.n)}{of}: {why} "
                       f"(tried {tries} time{'s' if tries > 1 else ''}; what arrived is kept, and the next run "
                       "resumes it)", http.RETRY_HINT, details={"url": url, "key": key, "received": part.n,
                                                                "size": total, "tries": tries})
@@ -238,7 +250,7 @@ def _attempt(part: _Partial, open_body: Callable[[int], Body], p: progress.Phase
 def _chunks(chunks: Iterable[bytes], part: _Partial, total: int | None, url: str, key: str) -> Iterator[bytes]:
     try:
         yield from chunks
-    except (requests.RequestException, OSError) as exc:
+    except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
         os.fsync(part.fd)
         raise Retry(broke_off(url, key, part, total, exc)) from exc
 
