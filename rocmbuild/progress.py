@@ -86,13 +86,7 @@ def parse_step(line: str) -> Step | None:
 
 def size(n: int) -> str:
     """``812 B``, ``3.4 KiB``, ``41.0 MiB``, ``1.2 GiB``: what a download's progress says."""
-    if n < 1024:
-        return f"{n} B"
-    for unit in ("KiB", "MiB", "GiB"):
-        n /= 1024
-        if n < 1024 or unit == "GiB":
-            return f"{n:.1f} {unit}"
-    raise AssertionError("unreachable")
+    return next((f"{n / f:.1f} {u}" for f, u in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")) if n >= f), f"{n} B")
 
 
 def duration(seconds: float) -> str:

@@ -148,6 +148,10 @@ def test_a_download_that_never_completes_is_one_line_then_resumed_by_the_next_ru
     res = json.loads(r.stdout)
     assert r.returncode == 0 and res["substituted"]["url"] == served.url, r.stderr
     assert served.sent() - before == size - 2 * (size // 4) and served.seen()[-1].range == f"bytes={2 * (size // 4)}-"
+    events = [json.loads(ln) for ln in r.stderr.splitlines() if ln.startswith("{")]
+    assert {"event": "phase", "phase": "download", "state": "done"}.items() <= \
+        next(e for e in events if e.get("phase") == "download" and e.get("state") == "done").items()
+    assert any(e["event"] == "progress" and e["phase"] == "download" and e["percent"] == 100.0 for e in events)
     assert not kept.exists()
 
 
@@ -232,3 +236,27 @@ def test_eight_machines_pull_one_key_from_the_registry_at_once(world, oci_regist
         assert res["artifact"] == str(imported / world["key"])
         assert _tree_hashes(imported / world["key"] / "tree") == reference
         assert not (home / "downloads" / f"{world['key']}.part").exists()
+
+
+def test_four_pulls_of_one_key_on_one_home_download_it_once(world, oci_registry, tmp_path):
+    sha = _push(world, oci_registry.url())["bundle_sha256"]
+    proxy = flaky.start(upstream=f"http://{oci_registry.host}", faults=flaky.Faults(target=f"sha256:{sha}"))
+    try:
+        url = f"oci://{proxy.host}/rocmbuild/cache"
+        _trust(world["public"], (url,))
+        home = tmp_path / "one-machine"
+        env = {**os.environ, "PYTHONPATH": str(REPO), "ROCMBUILD_HOME": str(home)}
+        argv = [sys.executable, "-m", "rocmbuild", "build", str(world["recipe"]), "--require-cache", "--wait", "--json"]
+        procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO,
+                                  start_new_session=True) for _ in range(4)]
+        try:
+            outs = [p.communicate(timeout=300) for p in procs]
+        finally:
+            for p in procs:
+                kill_group(p)
+        assert [p.returncode for p in procs] == [0] * 4, [e for _, e in outs]
+        assert {json.loads(o)["artifact"] for o, _ in outs} == {str(home / "artifacts" / "imported" / world["key"])}
+        assert [p.name for p in (home / "artifacts" / "imported").iterdir()] == [world["key"]]
+        assert len(proxy.seen()) == 1 and proxy.sent() == oci_registry.blob(sha).stat().st_size  # pulled once
+    finally:
+        proxy.stop()
