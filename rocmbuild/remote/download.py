@@ -133,6 +133,7 @@ class _Partial:
 
     def seed(self, offset: int) -> None:
         """Make the hash cover exactly the first ``offset`` bytes (reading them when it does not)."""
+        self.resumed = self.resumed or offset > 0
         if self.n == offset:
             return
         os.ftruncate(self.fd, offset)
@@ -144,7 +145,6 @@ class _Partial:
                 break
             self.h.update(data)
             self.n += len(data)
-        self.resumed = self.resumed or offset > 0
 
     def write(self, chunk: bytes) -> None:
         view = memoryview(chunk)

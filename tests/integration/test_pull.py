@@ -260,3 +260,20 @@ def test_four_pulls_of_one_key_on_one_home_download_it_once(world, oci_registry,
         assert len(proxy.seen()) == 1 and proxy.sent() == oci_registry.blob(sha).stat().st_size  # pulled once
     finally:
         proxy.stop()
+
+
+def test_kept_bytes_that_are_wrong_start_the_download_over_once(world, served, tmp_path):
+    key, size = world["key"], (world["cache_dir"] / f"{world['key']}.tar.gz").stat().st_size
+    dest_dir = tmp_path / "pulled"
+    dest_dir.mkdir()
+    planted = dest_dir / f".{key}.tar.gz.{_sha(world)[:16]}.part"
+    planted.write_bytes(b"\0" * (size // 2))  # not a prefix of the bundle
+    stale = dest_dir / f".{key}.tar.gz.{'0' * 16}.part"  # a partial of another push of the key
+    stale.write_bytes(b"old")
+    with Root.open(dest_dir, "pulled") as dest:
+        got = open_cache(CacheConfig(served.url)).fetch(key, dest)
+    assert hashlib.sha256(Path(got.bundle).read_bytes()).hexdigest() == _sha(world)
+    gets = served.seen()
+    assert [(s.status, s.range) for s in gets] == [(206, f"bytes={size // 2}-"), (200, None)]
+    assert served.sent() == size - size // 2 + size
+    assert not planted.exists() and not stale.exists()
