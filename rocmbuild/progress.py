@@ -84,6 +84,11 @@ def parse_step(line: str) -> Step | None:
     return None
 
 
+def size(n: int) -> str:
+    """``812 B``, ``3.4 KiB``, ``41.0 MiB``, ``1.2 GiB``: what a download's progress says."""
+    return next((f"{n / f:.1f} {u}" for f, u in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")) if n >= f), f"{n} B")
+
+
 def duration(seconds: float) -> str:
     """``3.2s``, ``2m05s``, ``2h13m``: what a phase line says."""
     if seconds < 60:
@@ -165,7 +170,7 @@ class Phase:
 
     def bytes(self, done: int, total: int | None) -> None:
         """A download's progress: ``done`` of ``total`` bytes (a percent only when the size is known)."""
-        mib = f"{done / 2**20:.1f} MiB" + (f" of {total / 2**20:.1f} MiB" if total else "")
+        mib = size(done) + (f" of {size(total)}" if total else "")
         if total:
             self.moved(Step(min(100.0, 100.0 * done / total), None, None, mib))
 

@@ -126,7 +126,7 @@ def build_recipe(r: Recipe, before_build: Callable[[str | None], None] | None = 
     key = cache.cache_key(inp)
     hit = cache.lookup(key, home)
     if hit is None and (caches.lookup or caches.require):
-        hit = substitute.substitute(r.name, key, home, caches)
+        hit = substitute.substitute(r.name, key, home, caches, wait=wait)
     elif hit is not None:
         ui.info(f"{r.name}: cache hit {key[:16]} (no configure, no compile)")
     if hit is not None:

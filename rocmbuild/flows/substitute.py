@@ -12,7 +12,8 @@ flags first (in their order), then the config's ``[[caches]]``. For each cache, 
    unsigned or untrusted one through, per command);
 3. the GPU targets the signed manifest records, against this machine's GPUs (as ``apply
    --artifact`` checks them, ``--allow-other-arch`` included);
-4. the download (retried with backoff by :mod:`rocmbuild.remote`), its sha256 checked on the way;
+4. the download (:mod:`rocmbuild.remote.download`: progress, retried with backoff, resumed from
+   the partial file an earlier try or run left), its sha256 checked on the way;
 5. the import (:func:`rocmbuild.build.bundle.import_bundle`): the bundle's sha256 again, its first
    member exactly the signed manifest, every header and every file's size and sha256 against it;
    placed under ``artifacts/imported/<key>/`` with a provenance of kind ``cache`` (the URL, the
@@ -21,8 +22,12 @@ flags first (in their order), then the config's ``[[caches]]``. For each cache, 
 Decisions: a miss, an unreachable cache (after the remote layer's retries) or a refused artifact
 prints one line and the next cache is asked, then the recipe is built here;
 ``--require-cache`` makes that an error (exit 3, with every reason); ``--no-cache`` and
-``--offline`` skip the lookup entirely (``--offline``: no request at all). The download lands in
-a private directory under ``downloads/`` that is removed afterwards, whatever happens.
+``--offline`` skip the lookup entirely (``--offline``: no request at all). Steps 4-5 hold the
+artifact's key lock (the build's: ``wait`` is its policy, ``--wait``), so one home pulls a key
+once; a pull that waited finds the artifact imported and downloads nothing. The download lands
+in ``downloads/<key>.part/``, removed afterwards; when the download fails or is stopped (SIGTERM:
+exit 143) only the partial bundle stays there, for the next pull to resume, and nothing is under
+``artifacts/`` (the import starts only after the whole bundle is checked).
 """
 
 from __future__ import annotations
@@ -37,9 +42,11 @@ from pathlib import Path
 from rocmbuild import config, ui
 from rocmbuild.build import bundle
 from rocmbuild.build.artifact import Artifact
+from rocmbuild.build.cache import key_lock, lookup
 from rocmbuild.build.provenance import SUBSTITUTED, Provenance
-from rocmbuild.errors import FetchError, RocmbuildError
+from rocmbuild.errors import FetchError, LockedError, RocmbuildError
 from rocmbuild.home import downloads_dir
+from rocmbuild.locks import LockWait
 from rocmbuild.root import Root
 
 
@@ -110,24 +117,56 @@ def candidate(c: config.CacheConfig, key: str, opts: CacheOptions) -> Candidate 
 
 
 def _import(cand: Candidate, key: str, home: Path) -> Artifact:
-    """Steps 4-5: download into a private directory, import, remove the directory."""
+    """Steps 4-5, under the key lock: download into ``downloads/<key>.part/``, import, remove the
+    directory. A download that fails or is stopped leaves only its partial file there (the next
+    pull of the key resumes it); anything else in it is removed."""
     from rocmbuild.remote import open_cache
 
     entry = cand.entry
-    tmp = downloads_dir(home) / f".substitute-{key[:16]}-{os.getpid()}"
+    tmp = downloads_dir(home) / f"{key}.part"
+    ok = False
     try:
         with Root.open(tmp, "the download directory", create=True) as root:
             fetched = open_cache(cand.cache).fetch(key, root)
         origin = Provenance(source=cand.cache.url, kind=SUBSTITUTED, bundle_sha256=entry.bundle_sha256,  # type: ignore[attr-defined]
                             sha256_checked=True, cache=cand.cache.url, signer=cand.signer,
                             imported=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
-        return bundle.import_bundle(fetched.bundle, home=home, sha256=entry.bundle_sha256,  # type: ignore[attr-defined]
-                                    signed=(key, entry.manifest), origin=origin)  # type: ignore[attr-defined]
+        art = bundle.import_bundle(fetched.bundle, home=home, sha256=entry.bundle_sha256,  # type: ignore[attr-defined]
+                                   signed=(key, entry.manifest), origin=origin)  # type: ignore[attr-defined]
+        ok = True
+        return art
     finally:
+        _tidy(tmp, keep_partial=not ok)
+
+
+def _tidy(tmp: Path, *, keep_partial: bool) -> None:
+    """Remove the download directory, or all of it but a partial download (``.part``)."""
+    if not keep_partial:
         shutil.rmtree(tmp, ignore_errors=True)
+        return
+    try:
+        with Root.open(tmp, "the download directory") as root:
+            for name in root.listdir():
+                if not name.endswith(".part"):
+                    root.rmtree(name)
+            if not root.listdir():
+                os.rmdir(tmp)
+    except (OSError, RocmbuildError):
+        pass
 
 
-def substitute(name: str, key: str, home: Path, opts: CacheOptions) -> Artifact | None:
+def _pull(cand: Candidate, name: str, key: str, home: Path, wait: bool | LockWait) -> Artifact:
+    """``_import`` under the artifact's key lock (one pull of a key per home at a time, and its
+    partial file is that pull's alone); a pull that waited finds the artifact already here."""
+    with key_lock(home, key, wait=wait):
+        art = lookup(key, home)
+        if art is not None:
+            ui.info(f"{name}: {key[:16]} is here already (another rocmbuild pulled or built it meanwhile; no download)")
+            return art
+        return _import(cand, key, home)
+
+
+def substitute(name: str, key: str, home: Path, opts: CacheOptions, *, wait: bool | LockWait = False) -> Artifact | None:
     """The artifact ``key`` of recipe ``name`` from the first cache that holds it and passes every
     check (imported), or None: then it is built here, unless ``--require-cache`` (exit 3)."""
     reasons = []
@@ -137,7 +176,9 @@ def substitute(name: str, key: str, home: Path, opts: CacheOptions) -> Artifact 
             if cand is None:
                 reasons.append(f"{c.url}: not there")
                 continue
-            art = _import(cand, key, home)
+            art = _pull(cand, name, key, home, wait)
+        except LockedError:
+            raise  # another rocmbuild pulls (or builds) this key here: exit 5, naming it
         except RocmbuildError as exc:
             ui.warn(f"{exc.message}; {'not building (--require-cache)' if opts.require else 'trying the next cache or building here'}")
             reasons.append(exc.message)

@@ -8,7 +8,8 @@
 
 Every backend answers :class:`Cache`: ``lookup(key)`` -> :class:`Entry` or None (a miss),
 ``fetch(key, dest_root)`` -> the files written into the :class:`~rocmbuild.root.Root` ``dest_root``
-(the bundle's bytes checked against its sha256 on the way), ``push(key, bundle, sha256,
+(the bundle downloaded by :mod:`.download`: progress, retries, resumed from a partial file kept
+in ``dest_root``, its bytes checked against its sha256 on the way), ``push(key, bundle, sha256,
 signature)`` -> False when the key was already there (nothing uploaded), ``list()``.
 Trust (:mod:`.trust`) is checked by the caller, on the entry, before anything is imported.
 """
@@ -21,7 +22,7 @@ import os
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Protocol
+from typing import Any, Protocol
 from urllib.parse import urlparse
 
 from rocmbuild.config import CacheConfig
@@ -116,28 +117,6 @@ def digest_mismatch(url: str, key: str, expected: str, got: str) -> FetchError:
                       f"got {got[:16]}...): nothing was imported",
                       "the cache entry is damaged or was changed: push it again from the builder",
                       details={"key": key, "expected": expected, "actual": got})
-
-
-def receive(dest_root: Root, name: str, chunks: Iterable[bytes], sha256: str | None, *, url: str, key: str) -> str:
-    """Write ``chunks`` as ``name`` in ``dest_root`` (a temp name, fsync, rename), hashing on the way;
-    a digest that does not match removes the temp and raises. Returns the path written."""
-    tmp = f".{name}.{os.getpid()}.part"
-    fd = dest_root.open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    h = hashlib.sha256()
-    try:
-        with os.fdopen(fd, "wb") as out:
-            for chunk in chunks:
-                h.update(chunk)
-                out.write(chunk)
-            out.flush()
-            os.fsync(out.fileno())
-        if sha256 is not None and h.hexdigest() != sha256:
-            raise digest_mismatch(url, key, sha256, h.hexdigest())
-    except BaseException:
-        dest_root.unlink(tmp)
-        raise
-    dest_root.replace(tmp, name)
-    return dest_root.show(name)
 
 
 def side_files(dest_root: Root, e: Entry, bundle: str) -> Fetched:

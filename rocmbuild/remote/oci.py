@@ -20,7 +20,9 @@ not check the blob's digest. The API needed here is small (ping, manifests, blob
 uploads, tags list, Basic and Bearer token auth), so it is spoken directly.
 
 Decisions: HTTP for a loopback host or an ``insecure`` cache, else HTTPS (``ca_bundle`` for a
-private CA); every blob read is checked against its digest while it streams; uploads are
+private CA); every blob read is checked against its digest while it streams; the bundle's
+download (:mod:`.download`) resumes with a ``Range`` request, which the distribution API serves
+on blobs; uploads are
 monolithic (POST then PUT), and a blob the registry already has is not sent again.
 """
 
@@ -38,8 +40,8 @@ import requests
 
 from rocmbuild.config import CacheConfig
 from rocmbuild.errors import FetchError, InputError
-from rocmbuild.remote import Entry, Fetched, bundle_manifest, check_key, receive, side_files
-from rocmbuild.remote import http
+from rocmbuild.remote import Entry, Fetched, bundle_manifest, check_key, side_files
+from rocmbuild.remote import download, http
 from rocmbuild.remote.http import Retry
 from rocmbuild.root import Root
 
@@ -214,20 +216,19 @@ class OciCache:
         e = self.lookup(key)
         if e is None:
             raise InputError(f"{self.url}: no artifact {key[:16]}", "see `rocmbuild cache list --remote URL`")
-        name = f"{key}.tar.gz"
+        blob = self.reg.url(f"blobs/sha256:{e.bundle_sha256}")
 
-        def attempt() -> str:
-            resp = self.reg.request("GET", self.reg.url(f"blobs/sha256:{e.bundle_sha256}"), action="download the bundle",
-                                    stream=True)
-            with resp:
-                if resp.status_code == 404:
-                    raise FetchError(f"{self.url}: the registry lost the bundle of {key[:16]}", "push it again")
-                try:
-                    return receive(dest_root, name, resp.iter_content(1 << 20), e.bundle_sha256, url=self.url, key=key)
-                except requests.RequestException as exc:
-                    raise Retry(http.network_error(self.cfg, resp.url, exc)) from exc
+        def get(headers: dict[str, str]) -> requests.Response:
+            resp = self.reg.request("GET", blob, action="download the bundle", ok=(200, 206, 416), stream=True,
+                                    headers=headers)
+            if resp.status_code == 404:
+                resp.close()
+                raise FetchError(f"{self.url}: the registry lost the bundle of {key[:16]}", "push it again")
+            return resp
 
-        return side_files(dest_root, e, http.retrying(attempt))
+        bundle = download.pull(dest_root, f"{key}.tar.gz", lambda offset: download.http_open(get, offset),
+                               e.bundle_sha256, url=self.url, key=key, size=e.size or None)
+        return side_files(dest_root, e, bundle)
 
     def push(self, key: str, bundle: Path, sha256: str, signature: bytes | None) -> bool:
         check_key(key)

@@ -28,8 +28,8 @@ import requests
 from rocmbuild.build import net
 from rocmbuild.config import CacheConfig
 from rocmbuild.errors import InputError
-from rocmbuild.remote import Entry, bundle_manifest, check_key, receive, side_files
-from rocmbuild.remote import http
+from rocmbuild.remote import Entry, Fetched, bundle_manifest, check_key, side_files
+from rocmbuild.remote import download, http
 from rocmbuild.root import Root
 
 _SHA = re.compile(r"\s*([0-9a-fA-F]{64})\b")
@@ -89,9 +89,11 @@ class FileCache:
             if e is None:
                 raise InputError(f"{self.url}: no artifact {key[:16]}", "see `rocmbuild cache list --remote URL`")
             fd = root.open_file(names(key)["bundle"])
-            with os.fdopen(fd, "rb") as f:
-                bundle = receive(dest_root, names(key)["bundle"], iter(lambda: f.read(1 << 20), b""), e.bundle_sha256,
-                                 url=self.url, key=key)
+            try:
+                bundle = download.pull(dest_root, names(key)["bundle"], lambda offset: download.file_body(fd, offset),
+                                       e.bundle_sha256, url=self.url, key=key, size=e.size)
+            finally:
+                os.close(fd)
         return side_files(dest_root, e, bundle)
 
     def push(self, key: str, bundle: Path, sha256: str, signature: bytes | None) -> bool:
@@ -152,6 +154,20 @@ class HttpCache:
             raise http.status_error(self.cfg, url, resp, "read the cache")
         return resp.content
 
+    def _stream(self, s: requests.Session, url: str, headers: dict[str, str]) -> requests.Response:
+        """A streamed GET of ``url`` (200, 206 or 416). The session already retried a refused
+        connection and a 5xx with backoff (rocmbuild.build.net): those are final here."""
+        try:
+            resp = s.get(url, stream=True, timeout=net.TIMEOUT, auth=self._auth(), headers=headers)
+        except requests.RequestException as exc:
+            raise http.network_error(self.cfg, url, exc) from exc
+        if resp.status_code in (200, 206, 416):
+            return resp
+        resp.close()
+        if resp.status_code in (401, 403):
+            raise http.auth_error(self.cfg, url, resp.status_code, self._auth() is not None)
+        raise http.status_error(self.cfg, url, resp, "download the bundle")
+
     def _auth(self) -> tuple[str, str] | None:
         return http.credentials(self.cfg, urlparse(self.url).netloc)
 
@@ -174,12 +190,9 @@ class HttpCache:
             if e is None:
                 raise InputError(f"{self.url}: no artifact {key[:16]}", "see `rocmbuild cache list --remote URL`")
             url = self.base + names(key)["bundle"]
-            with net.open_stream(s, url, http.RETRY_HINT) as resp:
-                try:
-                    bundle = receive(dest_root, names(key)["bundle"], resp.iter_content(1 << 20), e.bundle_sha256,
-                                     url=self.url, key=key)
-                except requests.RequestException as exc:
-                    raise http.network_error(self.cfg, url, exc) from exc
+            bundle = download.pull(dest_root, names(key)["bundle"],
+                                   lambda offset: download.http_open(lambda h: self._stream(s, url, h), offset),
+                                   e.bundle_sha256, url=self.url, key=key)
         return side_files(dest_root, e, bundle)
 
     def push(self, key: str, bundle: Path, sha256: str, signature: bytes | None) -> bool:
