@@ -85,8 +85,10 @@ def did_you_mean(message: str) -> str:
 #: the global flags: (option strings, argparse keywords); accepted before or after the verb
 GLOBAL_FLAGS: tuple[tuple[tuple[str, ...], dict], ...] = (
     (("--json",), {"action": "store_true", "help": "print exactly one JSON object on stdout"}),
-    (("-q", "--quiet"), {"action": "store_true", "help": "only errors and warnings on stderr"}),
-    (("-v", "--verbose"), {"action": "count", "help": "more detail on stderr: each command run (-q wins)"}),
+    (("-q", "--quiet"), {"action": "store_true", "help": "one line per result on stdout (doctor: only what fails); "
+                                                       "only errors and warnings on stderr"}),
+    (("-v", "--verbose"), {"action": "count", "help": "each command run, and its output (a build's) live on stderr; "
+                                                      "-vv: also rocmbuild's debug lines (-q wins)"}),
     (("--debug",), {"action": "store_true", "help": "show tracebacks"}),
 )
 
