@@ -28,6 +28,7 @@ from rocmbuild.cli.args import Parser, UsageError
 from rocmbuild.cli.verbs import VERBS
 from rocmbuild.errors import EXIT_INPUT, EXIT_INTERNAL, EXIT_OK, InputError, RocmbuildError, from_os_error
 from rocmbuild.results import VerbResult
+from rocmbuild.swap import migrate
 
 
 
@@ -69,6 +70,8 @@ def _run(argv: list[str], want_json: bool, debug: bool) -> tuple[str | None, Ver
         a.check_target_paths(args)
         a.config_defaults(args)
         progress.configure(json=args.json, quiet=args.quiet)
+        if verb != "completion":
+            migrate.migrate()  # state left in the cache home by an older release (a note when it moves)
         result = handlers[verb](args)
         return verb, result, (result.to_json() if want_json else _text(result, args.quiet))
     except UsageError as exc:

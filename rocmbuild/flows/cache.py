@@ -34,7 +34,7 @@ from rocmbuild.build.artifact import MANIFEST, Artifact, read_manifest, seal
 from rocmbuild.root import Root
 from rocmbuild.disk import FileLock
 from rocmbuild.errors import ArtifactError, InputError
-from rocmbuild.home import artifacts_dir, cache_home
+from rocmbuild.home import artifacts_dir, cache_home, state_home
 from rocmbuild.build.cache import CacheEntry
 from rocmbuild.results import CacheGcResult, CacheListResult, CacheVerifyResult
 from rocmbuild.results.cache import Kept, ListedArtifact, ListedTarget
@@ -84,9 +84,9 @@ def verify(home: Path | None = None) -> CacheVerifyResult:
 # cache list / cache gc: the cache composed with what the known targets use (swap.known)
 
 
-def _uses(home: Path) -> tuple[list[ListedTarget], dict[str, list[Use]]]:
+def _uses(state: Path) -> tuple[list[ListedTarget], dict[str, list[Use]]]:
     targets, by_key = [], defaultdict(list)
-    for t in known.known(home):
+    for t in known.known(state):
         used, bad = known.uses(t)
         targets.append(ListedTarget(t, tuple(bad)))
         for u in used:
@@ -97,7 +97,7 @@ def _uses(home: Path) -> tuple[list[ListedTarget], dict[str, list[Use]]]:
 def listing(home: Path | None = None) -> CacheListResult:
     """``rocmbuild cache list``: every artifact, and which known targets use it."""
     home = Path(home) if home is not None else cache_home()
-    targets, by_key = _uses(home)
+    targets, by_key = _uses(state_home())
     arts = tuple(ListedArtifact(a, tuple(by_key.get(a.key, ()))) for a in housekeeping.artifacts(home))
     return CacheListResult(str(home), arts, tuple(targets))
 
@@ -146,9 +146,9 @@ def gc(keep_days: float = housekeeping.DEFAULT_KEEP_DAYS, *, dry_run: bool = Fal
     if not dry_run:
         Root.open(home, "the cache", create=True).close()
     with nullcontext() if dry_run else FileLock(home / ".gc.lock", wait=False, what="the cache's garbage collection"):
-        targets, by_key = _uses(home)
+        targets, by_key = _uses(state_home())
         bad = [p for t in targets for p in t.unreadable]
-        records = known.unreadable_records(home)
+        records = known.unreadable_records(state_home())
         blocked = None
         if bad:
             blocked = f"a known target's journal cannot be read ({bad[0]}): what it uses is unknown"
