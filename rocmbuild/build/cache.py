@@ -188,9 +188,11 @@ def cache_key(inp: Inputs) -> str:
     return inp.key
 
 
-def log_path(home: Path, key: str) -> Path:
-    """The build log of the artifact ``key`` (kept after success and failure)."""
-    return logs_dir(home) / f"{key}.log"
+def log_path(home: Path, key: str) -> Path | None:
+    """The newest build log of the artifact ``key`` (kept after success and failure; None: none)."""
+    from rocmbuild.build import logs
+
+    return logs.newest(home, key)
 
 
 def lookup(key: str, home: Path) -> Artifact | None:

@@ -29,6 +29,7 @@ from rocmbuild.results import (
     BuildResult,
     CacheGcResult,
     CacheListResult,
+    CacheRmResult,
     CacheVerifyResult,
     DemoResult,
     DoctorResult,
@@ -108,6 +109,11 @@ def _cache_list(r: CacheListResult) -> str:
 def _cache_gc(r: CacheGcResult) -> str:
     verb = "would remove" if r.dry_run else "removed"
     return _lines([f"{verb} {len(r.removed)} item(s), {sum(c.bytes for c in r.removed)} bytes"])
+
+
+@brief.register
+def _cache_rm(r: CacheRmResult) -> str:
+    return _lines(f"removed {c.key[:16] if c.key else ''} {c.path}" for c in r.removed)
 
 
 @brief.register
