@@ -132,6 +132,12 @@ def _plain(text: str) -> None:
         console.print(Text(safe_text(text)), soft_wrap=True)
 
 
+def echo(line: str) -> None:
+    """A line of a command's output shown as it comes (``-v``): above a terminal's display, which
+    stays below it; one line, its control characters escaped."""
+    _plain(line)
+
+
 _lock = threading.RLock()
 
 

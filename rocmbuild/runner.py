@@ -28,6 +28,7 @@ the thread that forked it): :func:`run` and :func:`capture` are synchronous.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import selectors
 import shutil
@@ -40,10 +41,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from rocmbuild import ui
+from rocmbuild import progress, ui
 from rocmbuild.errors import BuildError, RequirementError, RocmbuildError, SystemLimitError, from_os_error
 
 TAIL_LINES = 30
+logger = logging.getLogger(__name__)  # -vv: every start and exit, with the extra environment
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,8 @@ def _start(argv: Sequence[str | os.PathLike], cwd, env: Env, stderr) -> subproce
     """Start argv under the supervisor, in its own session, stdin /dev/null, stdout piped."""
     program, args = _command(argv)
     ui.detail(f"running: {display(argv)}" + (f" (in {cwd})" if cwd is not None else ""))
+    logger.debug("start %s (cwd %s; extra env %s)", display(argv), cwd or os.getcwd(),
+              " ".join(f"{k}={v if v is not None else '(unset)'}" for k, v in (env or {}).items()) or "none")
     try:
         return subprocess.Popen(
             [sys.executable, "-I", "-S", str(REAPER), str(os.getpid()), str(GRACE), "--", program, *args],
@@ -226,6 +230,8 @@ def run(
                 logf.write(line + "\n")
             if on_line is not None:
                 on_line(line)
+            if ui.streaming():  # -v: the command's own words, live (still logged above)
+                progress.echo(line)
             if timeout is not None and time.monotonic() - start > timeout:
                 raise subprocess.TimeoutExpired(list(map(str, argv)), timeout)
         rc = proc.wait()
@@ -238,6 +244,7 @@ def run(
         if logf is not None:
             logf.close()
     seconds = time.monotonic() - start
+    logger.debug("exit %d after %.2fs: %s", rc, seconds, display(argv))
     output = "\n".join(tail)
     if rc != 0:
         raise _failed(argv, rc, tail, log, error=error, what=what, hint=hint)
@@ -268,6 +275,7 @@ def capture(
         for f in (proc.stdout, proc.stderr):
             if f is not None:
                 f.close()
+    logger.debug("exit %s after %.2fs: %s", proc.returncode, time.monotonic() - start, display(argv))
     return Completed(
         tuple(str(a) for a in argv),
         proc.returncode,

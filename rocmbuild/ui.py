@@ -24,6 +24,7 @@ carries on, so a committed outcome stays committed and exits 0.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 from typing import Any
@@ -54,7 +55,7 @@ def silence(stream) -> None:
 console = _Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
 
 _quiet = False
-_verbose = False
+_verbose = 0
 
 
 def set_quiet(quiet: bool) -> None:
@@ -63,10 +64,46 @@ def set_quiet(quiet: bool) -> None:
     _quiet = quiet
 
 
-def set_verbose(verbose: bool) -> None:
-    """``-v``: also print details (each command run); quiet wins."""
+def set_verbose(verbose: int) -> None:
+    """``-v`` (1): also print details (each command run) and stream the output of the commands
+    run (a build's compile lines, git's words) as they come; ``-vv`` (2): also rocmbuild's own
+    debug lines (:func:`debug_logging`). Quiet wins over both."""
     global _verbose
-    _verbose = verbose
+    _verbose = int(verbose)
+    debug_logging(_verbose >= 2 and not _quiet)
+
+
+def streaming() -> bool:
+    """Whether a command's output lines are shown as they come (``-v``, not quiet, not ``--json``)."""
+    return _verbose >= 1 and not _quiet
+
+
+class _DebugHandler(logging.Handler):
+    """The ``rocmbuild`` logger's records as ``debug: <module>: <text>`` lines on the console."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            say("debug:", "dim", f"{record.name.removeprefix('rocmbuild.')}: {record.getMessage()}")
+        except Exception:  # a debug line never breaks the work
+            self.handleError(record)
+
+
+_handler = _DebugHandler()
+
+
+def debug_logging(on: bool) -> None:
+    """Send the ``rocmbuild`` logger's DEBUG records to stderr (``-vv``), or nothing (the default:
+    a library caller's own logging configuration is left alone)."""
+    log = logging.getLogger("rocmbuild")
+    if on:
+        if _handler not in log.handlers:
+            log.addHandler(_handler)
+        log.setLevel(logging.DEBUG)
+        log.propagate = False
+    elif _handler in log.handlers:
+        log.removeHandler(_handler)
+        log.setLevel(logging.NOTSET)
+        log.propagate = True
 
 
 def say(label: str, style: str, text: str, *, lines: bool = False) -> None:

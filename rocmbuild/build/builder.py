@@ -217,7 +217,7 @@ def attempt_log(home: Path, key: str, recipe: Recipe, checkout: Checkout, log: P
     """This attempt's log: the one the caller started (the fetch wrote to it), else a new one."""
     what = f"# rocmbuild build of {recipe.name} at {checkout.commit or checkout.url}"
     if log is None:
-        return logs.start(home, key, what)
+        return logs.start(home, key, what, recipe.name)
     with open(log, "a", encoding="utf-8") as f:
         f.write(what + "\n")
     return log

@@ -27,6 +27,7 @@ import hashlib
 import json
 import os
 import re
+import logging
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -41,6 +42,8 @@ from rocmbuild.errors import FetchError, InputError
 from rocmbuild.locks import LockWait
 from rocmbuild.home import artifacts_dir, logs_dir
 from rocmbuild.recipe.model import DefineValue, Recipe
+
+logger = logging.getLogger(__name__)
 
 
 PREBUILT_TOOL = "none (prebuilt)"
@@ -185,15 +188,18 @@ def cache_key(inp: Inputs) -> str:
     return inp.key
 
 
-def log_path(home: Path, key: str) -> Path:
-    """The build log of the artifact ``key`` (kept after success and failure)."""
-    return logs_dir(home) / f"{key}.log"
+def log_path(home: Path, key: str) -> Path | None:
+    """The newest build log of the artifact ``key`` (kept after success and failure; None: none)."""
+    from rocmbuild.build import logs
+
+    return logs.newest(home, key)
 
 
 def lookup(key: str, home: Path) -> Artifact | None:
     """The cached artifact for ``key``: the one built here, else one substituted from a binary
     cache (see the module notes), or None. A changed artifact is moved aside, not reused."""
     built = _lookup_built(key, home)
+    logger.debug("cache lookup %s in %s: %s", key[:16], artifacts_dir(home), "hit (built)" if built else "no built artifact")
     if built is not None:
         return built
     if origin(imported_dir(home) / key) is None:

@@ -50,7 +50,7 @@ import subprocess
 from pathlib import Path
 from typing import Mapping
 
-from rocmbuild import runner
+from rocmbuild import progress, runner, ui
 from rocmbuild.names import safe_text
 from rocmbuild.errors import FetchError, RequirementError
 from rocmbuild.recipe.paths import is_remote_url
@@ -227,6 +227,10 @@ class Git:
                 for text in (out, err):
                     if text:
                         f.write(text + "\n")
+            if ui.streaming():  # -v: a build's fetch shows what git said, like its compile lines
+                for line in f"{out}\n{err}".splitlines():
+                    if line.strip():
+                        progress.echo(line)
         if check and status != 0:
             raise GitFailed(argv, status, err or out)
         return status, out, err

@@ -23,11 +23,12 @@ from typing import Callable
 from rocmbuild import progress, stop, ui
 from rocmbuild.names import safe_lines
 from rocmbuild.cli import args as a
-from rocmbuild.cli import completion, help, render
+from rocmbuild.cli import brief, completion, help, render
 from rocmbuild.cli.args import Parser, UsageError
 from rocmbuild.cli.verbs import VERBS
 from rocmbuild.errors import EXIT_INPUT, EXIT_INTERNAL, EXIT_OK, InputError, RocmbuildError, from_os_error
 from rocmbuild.results import VerbResult
+from rocmbuild.swap import migrate
 
 
 
@@ -64,13 +65,15 @@ def _run(argv: list[str], want_json: bool, debug: bool) -> tuple[str | None, Ver
                 return verb, _fail(verb, True, InputError("no verb given", parser.format_usage().strip()), EXIT_INPUT), None
             return verb, EXIT_INPUT, None
         ui.set_quiet(args.json or args.quiet)
-        ui.set_verbose(bool(args.verbose))
+        ui.set_verbose(args.verbose or 0)
         a.resolve_env_name(args)
         a.check_target_paths(args)
         a.config_defaults(args)
         progress.configure(json=args.json, quiet=args.quiet)
+        if verb != "completion":
+            migrate.migrate()  # state left in the cache home by an older release (a note when it moves)
         result = handlers[verb](args)
-        return verb, result, (result.to_json() if want_json else render.text(result))
+        return verb, result, (result.to_json() if want_json else _text(result, args.quiet))
     except UsageError as exc:
         return verb, _fail(verb, want_json, InputError(str(exc), exc.usage), EXIT_INPUT), None
     except RocmbuildError as exc:
@@ -89,6 +92,15 @@ def _run(argv: list[str], want_json: bool, debug: bool) -> tuple[str | None, Ver
         return verb, _fail(verb, want_json, err, err.exit_code), None
     except Exception as exc:  # a bug: say so, keep the traceback for --debug
         return verb, _internal(verb, want_json, debug, exc), None
+
+
+def _text(result: VerbResult, quiet: bool) -> str:
+    """The text of ``result``: with ``-q`` its one line per result (brief.py), else render.py's."""
+    if quiet:
+        short = brief.brief(result)
+        if short is not None:
+            return short
+    return render.text(result)
 
 
 def _internal(verb: str | None, want_json: bool, debug: bool, exc: BaseException) -> int:

@@ -85,8 +85,10 @@ def did_you_mean(message: str) -> str:
 #: the global flags: (option strings, argparse keywords); accepted before or after the verb
 GLOBAL_FLAGS: tuple[tuple[tuple[str, ...], dict], ...] = (
     (("--json",), {"action": "store_true", "help": "print exactly one JSON object on stdout"}),
-    (("-q", "--quiet"), {"action": "store_true", "help": "only errors and warnings on stderr"}),
-    (("-v", "--verbose"), {"action": "count", "help": "more detail on stderr: each command run (-q wins)"}),
+    (("-q", "--quiet"), {"action": "store_true", "help": "one line per result on stdout (doctor: only what fails); "
+                                                       "only errors and warnings on stderr"}),
+    (("-v", "--verbose"), {"action": "count", "help": "each command run, and its output (a build's) live on stderr; "
+                                                      "-vv: also rocmbuild's debug lines (-q wins)"}),
     (("--debug",), {"action": "store_true", "help": "show tracebacks"}),
 )
 
@@ -199,6 +201,9 @@ def binary_caches(p: argparse.ArgumentParser) -> None:
     x.add_argument("--offline", action="store_true",
                    help="touch no network at all: no cache lookup, no git ls-remote or fetch (a named ref is "
                         "taken from the cached artifact of this recipe)")
+    g.add_argument("--fresh", action="store_true",
+                   help="build anew even when the artifact is cached (here or in a binary cache); the new build "
+                        "replaces the cached one")
     g.add_argument("--require-cache", action="store_true",
                    help="never compile: an artifact no cache supplies is an error (exit 3)")
     g.add_argument("--allow-unsigned", action="store_true",
@@ -209,8 +214,12 @@ def cache_options(args: argparse.Namespace, *, allow_other_arch: bool = False):
     """The :class:`~rocmbuild.flows.substitute.CacheOptions` the flags of :func:`binary_caches` give."""
     from rocmbuild.flows.substitute import CacheOptions
 
+    if args.fresh and args.require_cache:
+        raise UsageError("--fresh builds here; --require-cache never builds: give one of them",
+                         "rocmbuild build --fresh RECIPE")
     return CacheOptions(urls=tuple(args.caches), no_cache=args.no_cache, require=args.require_cache,
-                        offline=args.offline, allow_unsigned=args.allow_unsigned, allow_other_arch=allow_other_arch)
+                        offline=args.offline, allow_unsigned=args.allow_unsigned, allow_other_arch=allow_other_arch,
+                        fresh=args.fresh)
 
 
 def txn_opts(p: argparse.ArgumentParser) -> None:

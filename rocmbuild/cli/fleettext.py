@@ -9,7 +9,7 @@ from rocmbuild.names import safe_text
 from rocmbuild.results import ConfigListResult, KeyResult, PushResult, RemoteListResult
 
 
-def _size(n: int | None) -> str:
+def size(n: int | None) -> str:
     if n is None:
         return "?"
     for unit in ("B", "KiB", "MiB", "GiB"):
@@ -40,7 +40,7 @@ def push(r: PushResult) -> str:
     what = f"{safe_text(r.recipe)} {safe_text(r.version or '')} ({r.key[:16]})"
     if not r.uploaded:
         return f"{r.url} already has {what}: nothing uploaded"
-    return f"pushed {what} to {r.url}: {_size(r.size)}, sha256 {r.bundle_sha256}, signed by {r.signer}"
+    return f"pushed {what} to {r.url}: {size(r.size)}, sha256 {r.bundle_sha256}, signed by {r.signer}"
 
 
 def remote_list(r: RemoteListResult) -> str:
@@ -49,7 +49,7 @@ def remote_list(r: RemoteListResult) -> str:
         targets = ",".join(a.gpu_targets) if a.gpu_targets else "any GPU"
         signer = f"signed by {a.signer}" + (" (trusted)" if a.trusted else " (NOT trusted here)") if a.signer else "unsigned"
         lines.append(f"{a.key[:16]} {safe_text(a.recipe or '?')} {safe_text(a.version or '?')}  {targets}  "
-                     f"{_size(a.size)}  {signer}")
+                     f"{size(a.size)}  {signer}")
     lines.append(f"{len(r.artifacts)} artifact(s) in {r.url}")
     return "\n".join(lines)
 

@@ -377,7 +377,7 @@ def _completion(r: CompletionResult) -> str:
     return r.script.rstrip("\n")
 
 
-from rocmbuild.cli import fleettext  # noqa: E402  the fleet verbs' text lives beside this file
+from rocmbuild.cli import cachetext, fleettext  # noqa: E402  the fleet and find verbs' text live beside this file
 
-for _type, _fn in fleettext.RENDERERS:
+for _type, _fn in fleettext.RENDERERS + cachetext.RENDERERS:
     text.register(_type, _fn)

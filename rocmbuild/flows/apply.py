@@ -21,9 +21,9 @@ Decisions (docs/json.md fixes what the result holds):
 * The GPU architecture is checked first (``guards.gpu_arch``): a recipe's targets before it is
   built, a bundle's recorded ones after its import, both before the target is recovered or
   probed; the result carries the verdict (``gpu_arch``), the dry run too.
-* Every apply (also "already applied") records the target in the home (``known-targets/``) and the
+* Every apply (also "already applied") records the target in the state home (``known-targets/``) and the
   artifact's use, so ``cache gc`` keeps what the target needs; a dry run records nothing.
-* ``--allow-outside-prefix``: the state lives in $ROCMBUILD_HOME/targets/<hash>/ with a target.json
+* ``--allow-outside-prefix``: the state lives in the state home's targets/<hash>/ (home.state_home) with a target.json
   naming the prefix, so history/recover/rollback given only --env find it again.
 """
 
@@ -44,7 +44,7 @@ from rocmbuild.build.provenance import origin
 from rocmbuild.errors import RocmbuildError, VerifyError
 from rocmbuild.flows import build, export, guards
 from rocmbuild.flows.substitute import CacheOptions
-from rocmbuild.home import cache_home
+from rocmbuild.home import cache_home, state_home
 from rocmbuild.locks import LockWait
 from rocmbuild.recipe import Overrides, Recipe, arch
 from rocmbuild.results import ApplyResult, BuildPlan, BundleSummary, DryRunResult, TargetPlan
@@ -222,12 +222,12 @@ def _swap(art: Artifact, t: Target, recovered: tuple, options: ApplyOptions) -> 
 def _remember(art: Artifact, the_plan: _plan.Plan) -> None:
     """The home's record of this target and of this use of the artifact (for ``cache list``/``gc``);
     written in the home, never in the target."""
-    home = cache_home()
+    state = state_home()
     try:
-        known.register(home, Path(the_plan.state_dir), Path(the_plan.prefix))
+        known.register(state, Path(the_plan.state_dir), Path(the_plan.prefix))
     except OSError as exc:
-        ui.warn(f"could not record this target in {home} ({exc.strerror or exc}): `cache gc` will not know it")
-    build.used(art, home)
+        ui.warn(f"could not record this target in {state} ({exc.strerror or exc}): `cache gc` will not know it")
+    build.used(art, cache_home())
 
 
 def _already(art: Artifact, t: Target, the_plan: _plan.Plan, verify, recovered: tuple,

@@ -124,7 +124,9 @@ def build_recipe(r: Recipe, before_build: Callable[[str | None], None] | None = 
         raise
     inp = cache.inputs(r, commit=commit, home=home)
     key = cache.cache_key(inp)
-    hit = cache.lookup(key, home)
+    hit = None if caches.fresh else cache.lookup(key, home)
+    if caches.fresh:
+        _discard(home, key)
     if hit is None and (caches.lookup or caches.require):
         hit = substitute.substitute(r.name, key, home, caches, wait=wait)
     elif hit is not None:
@@ -137,7 +139,8 @@ def build_recipe(r: Recipe, before_build: Callable[[str | None], None] | None = 
     if missing is not None:
         raise missing
     with source.source_lock(r, home=home, wait=wait):
-        log = logs.start(home, key, f"# rocmbuild: fetch and build of {r.name} ({r.source.url} {r.source.ref or ''})")
+        log = logs.start(home, key, f"# rocmbuild: fetch and build of {r.name} ({r.source.url} {r.source.ref or ''})",
+                         r.name)
         with progress.phase("fetch", f"fetching {r.name}"):
             checkout = fixes.check(r, source.fetch(r, home=home, log=log, locked=True), home=home, log=log)
         if checkout.commit != commit:
@@ -147,10 +150,24 @@ def build_recipe(r: Recipe, before_build: Callable[[str | None], None] | None = 
             hit = cache.lookup(key, home)
             if hit is not None:
                 return used(_carries(builder.for_recipe(hit, r), checkout.fixes), home)
-            log = logs.start(home, key, f"# rocmbuild: the ref moved during the fetch (its log: {log})")
+            log = logs.start(home, key, f"# rocmbuild: build of {r.name}: the ref moved during the fetch (its log: {log})",
+                             r.name)
         if before_build is not None:
             before_build(checkout.version)
         return used(builder.for_recipe(builder.build(r, checkout, home=home, key=key, inp=inp, wait=wait, log=log), r), home)
+
+
+def _discard(home: Path, key: str) -> None:
+    """``--fresh``: the cached artifact of ``key`` goes (under its key lock), so the build that
+    follows publishes anew; one a running build holds stays (that build publishes it)."""
+    path = artifacts_dir(home) / key
+    if not path.is_dir():
+        return
+    why = housekeeping.take(home, housekeeping.Candidate("artifact", str(path), "--fresh", 0, None, key), dry_run=False)
+    if why is None:
+        ui.info(f"--fresh: removed the cached artifact {key[:16]}; building anew")
+    else:
+        ui.warn(f"--fresh: the cached artifact {key[:16]} stays: {why}")
 
 
 def _carries(art: Artifact, names: tuple[str, ...]) -> Artifact:

@@ -28,15 +28,15 @@ from contextlib import nullcontext
 from collections import defaultdict
 from pathlib import Path
 
-from rocmbuild.build import bundle, cache, housekeeping
+from rocmbuild.build import bundle, cache, housekeeping, tidy
 from rocmbuild.build.housekeeping import Candidate
 from rocmbuild.build.artifact import MANIFEST, Artifact, read_manifest, seal
 from rocmbuild.root import Root
 from rocmbuild.disk import FileLock
 from rocmbuild.errors import ArtifactError, InputError
-from rocmbuild.home import artifacts_dir, cache_home
+from rocmbuild.home import artifacts_dir, cache_home, state_home
 from rocmbuild.build.cache import CacheEntry
-from rocmbuild.results import CacheGcResult, CacheListResult, CacheVerifyResult
+from rocmbuild.results import CacheDirResult, CacheGcResult, CacheListResult, CacheRmResult, CacheVerifyResult
 from rocmbuild.results.cache import Kept, ListedArtifact, ListedTarget
 from rocmbuild.swap import known
 from rocmbuild.swap.known import Use
@@ -84,9 +84,9 @@ def verify(home: Path | None = None) -> CacheVerifyResult:
 # cache list / cache gc: the cache composed with what the known targets use (swap.known)
 
 
-def _uses(home: Path) -> tuple[list[ListedTarget], dict[str, list[Use]]]:
+def _uses(state: Path) -> tuple[list[ListedTarget], dict[str, list[Use]]]:
     targets, by_key = [], defaultdict(list)
-    for t in known.known(home):
+    for t in known.known(state):
         used, bad = known.uses(t)
         targets.append(ListedTarget(t, tuple(bad)))
         for u in used:
@@ -97,7 +97,7 @@ def _uses(home: Path) -> tuple[list[ListedTarget], dict[str, list[Use]]]:
 def listing(home: Path | None = None) -> CacheListResult:
     """``rocmbuild cache list``: every artifact, and which known targets use it."""
     home = Path(home) if home is not None else cache_home()
-    targets, by_key = _uses(home)
+    targets, by_key = _uses(state_home())
     arts = tuple(ListedArtifact(a, tuple(by_key.get(a.key, ()))) for a in housekeeping.artifacts(home))
     return CacheListResult(str(home), arts, tuple(targets))
 
@@ -135,6 +135,23 @@ def _take(home: Path, c: Candidate, dry_run: bool, out: dict, still=None) -> Non
         out["kept"].append(Kept(c.kind, c.path, c.key, why))
 
 
+def _gc_sources_and_logs(home: Path, cutoff: float, dry_run: bool, out: dict) -> None:
+    """Source clones not fetched in ``keep_days``, and logs past the newest few (build/tidy.py)."""
+    for c in tidy.sources(home, cutoff):
+        why = tidy.take_source(c, dry_run=dry_run)
+        if why is None:
+            out["removed"].append(c)
+        else:
+            out["kept"].append(Kept(c.kind, c.path, None, why))
+    for c in tidy.old_logs(home, cutoff):
+        if not dry_run:
+            housekeeping.remove(Path(c.path))
+        out["removed"].append(c)
+    if not dry_run:
+        for link in tidy.dangling_links(home):
+            housekeeping.remove(link)
+
+
 def gc(keep_days: float = housekeeping.DEFAULT_KEEP_DAYS, *, dry_run: bool = False,
        home: Path | None = None) -> CacheGcResult:
     """``rocmbuild cache gc``: remove what nothing needs (docs/cache.md, "Housekeeping")."""
@@ -146,9 +163,9 @@ def gc(keep_days: float = housekeeping.DEFAULT_KEEP_DAYS, *, dry_run: bool = Fal
     if not dry_run:
         Root.open(home, "the cache", create=True).close()
     with nullcontext() if dry_run else FileLock(home / ".gc.lock", wait=False, what="the cache's garbage collection"):
-        targets, by_key = _uses(home)
+        targets, by_key = _uses(state_home())
         bad = [p for t in targets for p in t.unreadable]
-        records = known.unreadable_records(home)
+        records = known.unreadable_records(state_home())
         blocked = None
         if bad:
             blocked = f"a known target's journal cannot be read ({bad[0]}): what it uses is unknown"
@@ -166,4 +183,55 @@ def gc(keep_days: float = housekeeping.DEFAULT_KEEP_DAYS, *, dry_run: bool = Fal
             _take(home, c, dry_run, out)
         for c in housekeeping.downloads(home, cutoff) + housekeeping.quarantined(home, cutoff):
             _take(home, c, dry_run, out)
+        _gc_sources_and_logs(home, cutoff, dry_run, out)
     return CacheGcResult(str(home), keep_days, dry_run, tuple(out["removed"]), tuple(out["kept"]), tuple(out["notes"]))
+
+
+# --------------------------------------------------------------------------------------------
+# cache dir / cache rm
+
+
+def where() -> CacheDirResult:
+    """``rocmbuild cache dir``: the cache (safe to remove) and the state (not)."""
+    return CacheDirResult(str(cache_home()), str(state_home()))
+
+
+#: the uses that keep an artifact from ``cache rm`` (without --force): what a target has applied now,
+#: what a redo would place again, what a recovery may read; an earlier apply ("rollback") comes
+#: back from the target's own backups, never from the cache
+BLOCKING = ("in-effect", "redo", "recovery")
+
+
+def _matching(home: Path, what: str) -> list[housekeeping.ArtifactInfo]:
+    arts = housekeeping.artifacts(home)
+    if len(what) >= 8 and all(ch in "0123456789abcdef" for ch in what):
+        hits = [a for a in arts if a.key.startswith(what)]
+        if len({a.key for a in hits}) > 1:
+            raise InputError(f"{what} is the start of {len(hits)} artifact keys",
+                             "give more of the key (`rocmbuild cache list` shows them)")
+        if hits:
+            return hits
+    return [a for a in arts if a.recipe == what]
+
+
+def rm(what: str, *, force: bool = False, home: Path | None = None) -> CacheRmResult:
+    """``rocmbuild cache rm KEY|RECIPE``: remove one artifact (a key or the start of one), or each
+    of a recipe's, under its key lock; refused (exit 2) for one a known target uses (``BLOCKING``)."""
+    home = Path(home) if home is not None else cache_home()
+    arts = _matching(home, what)
+    if not arts:
+        raise InputError(f"no artifact in {home} is {what!r} (a key, the start of one, or a recipe)",
+                         "see what there is with `rocmbuild cache list`")
+    _, by_key = _uses(state_home())
+    held = [(a, u) for a in arts for u in by_key.get(a.key, ()) if u.role in BLOCKING]
+    if held and not force:
+        a, u = held[0]
+        raise InputError(f"artifact {a.key[:16]} ({a.recipe} {a.version}) is {u.role} in {u.prefix or u.state_dir} "
+                         f"(txn {u.txn}); it was not removed",
+                         "roll that target back first, or pass --force (its rollback needs only its backups; "
+                         "an apply or redo of it builds it again)")
+    out: dict = {"removed": [], "kept": []}
+    for a in arts:
+        c = Candidate("artifact", a.path, "asked for", a.size, a.last_used, a.key)
+        _take(home, c, False, out)
+    return CacheRmResult(str(home), what, tuple(out["removed"]), tuple(out["kept"]))

@@ -60,10 +60,11 @@ class CacheOptions:
     offline: bool = False  # --offline: no network at all
     allow_unsigned: bool = False  # --allow-unsigned (never in the config)
     allow_other_arch: bool = False  # apply's --allow-other-arch
+    fresh: bool = False  # --fresh: neither the local cache nor a binary cache; build anew, replacing the cached one
 
     @property
     def lookup(self) -> bool:
-        return not (self.no_cache or self.offline)
+        return not (self.no_cache or self.offline or self.fresh)
 
 
 @dataclass(frozen=True)

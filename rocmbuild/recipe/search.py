@@ -8,6 +8,8 @@ or contains a ``/`` is a path.
 
 from __future__ import annotations
 
+import logging
+
 import difflib
 import os
 from pathlib import Path
@@ -80,6 +82,7 @@ def find(name_or_path: str, recipes_dirs: Sequence[str | Path] = ()) -> Path:
 
 def load(name_or_path: str, recipes_dirs: Sequence[str | Path] = ()) -> Recipe:
     path = find(name_or_path, recipes_dirs)
+    logging.getLogger(__name__).debug("recipe %s: %s", name_or_path, path)
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:

@@ -14,7 +14,7 @@ Decisions:
 """
 
 from rocmbuild.build.cache import CacheReport as CacheVerifyResult  # made in build/, held as it is
-from rocmbuild.results.cache import CacheGcResult, CacheListResult
+from rocmbuild.results.cache import CacheDirResult, CacheGcResult, CacheListResult, CacheRmResult, LogResult
 from rocmbuild.results.base import BACKUP_BYTES_NOTE, Json, Record, VerbResult
 from rocmbuild.results.build import BuildPlan, BuildResult, RecipeEntry, RecipesResult, ShowResult, SourcePlan
 from rocmbuild.results.fleet import ConfigListResult, KeyResult, PushResult, RemoteArtifact, RemoteListResult, Setting
@@ -45,7 +45,7 @@ from rocmbuild.results.txn import (
 )
 
 __all__ = [
-    "CacheGcResult", "CacheListResult",
+    "CacheDirResult", "CacheGcResult", "CacheListResult", "CacheRmResult", "LogResult",
     "ConfigListResult", "KeyResult", "PushResult", "RemoteArtifact", "RemoteListResult", "Setting",
     "BACKUP_BYTES_NOTE", "ApplyResult", "BuildPlan", "BuildResult", "BundleSummary", "CacheVerifyResult",
     "CompletionResult", "DemoCheck", "DemoFailed", "DemoResult", "DemoStep",

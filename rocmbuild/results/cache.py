@@ -77,3 +77,42 @@ class CacheGcResult(VerbResult):
         return {"cache": self.cache, "keep_days": self.keep_days, "dry_run": self.dry_run,
                 "removed": [c.to_json() for c in self.removed], "freed_bytes": self.freed_bytes,
                 "kept": [k.to_json() for k in self.kept], "notes": list(self.notes)}
+
+
+@dataclass(frozen=True)
+class CacheDirResult(VerbResult):
+    """``cache dir``: where the cache is (what may be removed), and where the state is (what may not)."""
+
+    cache: str
+    state: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cache": self.cache, "state": self.state}
+
+
+@dataclass(frozen=True)
+class CacheRmResult(VerbResult):
+    """``cache rm KEY|RECIPE``: the artifacts removed (a recipe: each of its artifacts)."""
+
+    cache: str
+    what: str
+    removed: tuple[Candidate, ...]
+    kept: tuple[Kept, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cache": self.cache, "what": self.what, "removed": [c.to_json() for c in self.removed],
+                "freed_bytes": sum(c.bytes for c in self.removed), "kept": [k.to_json() for k in self.kept]}
+
+
+@dataclass(frozen=True)
+class LogResult(VerbResult):
+    """``log RECIPE``: its logs, oldest first, and the newest one's text (``--list``: none;
+    ``--follow``: already printed as it came, so empty)."""
+
+    recipe: str
+    logs: tuple[str, ...]
+    text: str | None = None
+    followed: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"recipe": self.recipe, "logs": list(self.logs), "newest": self.logs[-1] if self.logs else None}

@@ -240,7 +240,10 @@ def _from_disk(data: dict[str, Any], state_dir: Path) -> dict[str, Any]:
         data = {**data, "prefix_identity": data.get("prefix_identity") or {"path": old}}
     recorded = (data.get("prefix_identity") or {}).get("path")
     base = state_dir.parent if state_dir.name == STATE_DIRNAME else Path(recorded or plan.get("prefix") or "/")
-    return {**data, "plan": _map_plan(plan, lambda p: rebased(p, base))}
+    plan = _map_plan(plan, lambda p: rebased(p, base))
+    if state_dir.name != STATE_DIRNAME:  # an outside-prefix state dir is where it is read from (moved
+        plan["state_dir"] = str(state_dir)  # out of the cache home by swap/migrate.py, say), not where it was
+    return {**data, "plan": plan}
 
 
 # --------------------------------------------------------------------------------------------

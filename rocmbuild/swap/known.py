@@ -1,11 +1,12 @@
-"""The targets a ``$ROCMBUILD_HOME`` has changed, and which artifacts each still uses: what
-``cache list`` shows and what ``cache gc`` never removes.
+"""The targets rocmbuild has changed, and which artifacts each still uses: what ``cache list``
+shows and what ``cache gc`` never removes. The functions take the *state* home
+(``home.state_home()``), where these records live since they left the cache home.
 
 Decisions:
 * A target's state lives with it (``<prefix>/.rocmbuild``), where the home cannot see it, so every
-  apply registers its state dir in ``home/known-targets/<sha256(state_dir)[:16]>.json``
+  apply registers its state dir in ``<state>/known-targets/<sha256(state_dir)[:16]>.json``
   (``{"state_dir", "prefix", "registered"}``): one small file per target, written atomically, no
-  shared file to race on. Outside-prefix state dirs (``home/targets/<hash>/``) are known by being
+  shared file to race on. Outside-prefix state dirs (``<state>/targets/<hash>/``) are known by being
   there. A target applied by an older rocmbuild is known from its next apply on.
 * A record is read by one schema (:data:`RECORD_SPEC`); one that cannot be read hides a target:
   ``cache gc`` then removes no artifact (:func:`unreadable_records`), like for a bad journal.
@@ -79,6 +80,18 @@ def read_record(path: Path) -> dict:
     return s.load(RECORD_SPEC, data, path)
 
 
+def record_json(state_dir: Path, prefix: str | None, registered: str | None = None) -> bytes:
+    """A known-targets record's bytes."""
+    data = {"state_dir": str(state_dir), "prefix": prefix,
+            "registered": registered or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+    return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
+
+
+def record_name(state_dir: Path) -> str:
+    """The file name of ``state_dir``'s record in ``known-targets/``."""
+    return _record(Path("/"), Path(state_dir)).name
+
+
 def register(home: Path, state_dir: Path, prefix: Path) -> None:
     """Remember that ``state_dir`` (of ``prefix``) holds transactions made with this home (a
     record that cannot be read is written anew)."""
@@ -88,11 +101,9 @@ def register(home: Path, state_dir: Path, prefix: Path) -> None:
             return
     except (OSError, ValueError):
         pass
-    data = {"state_dir": str(state_dir), "prefix": str(prefix),
-            "registered": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
-    with Root.open(home, "rocmbuild's home", create=True) as root:  # never through a symlinked known-targets/
+    with Root.open(home, "rocmbuild's state home", create=True) as root:  # never through a symlinked known-targets/
         root.makedirs(path.parent.name)
-        root.write_atomic(f"{path.parent.name}/{path.name}", (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
+        root.write_atomic(f"{path.parent.name}/{path.name}", record_json(Path(state_dir), str(prefix)))
 
 
 def unreadable_records(home: Path) -> list[str]:

@@ -241,7 +241,7 @@ def _loaded_copy(name: str, facts: TargetFacts, allow_outside_prefix: bool) -> L
             f"{name} is loaded from outside the prefix {facts.prefix}: {Path(loaded.path)}",
             "rocmbuild only changes files inside the environment by default; pass "
             "--allow-outside-prefix to change that system library anyway (its lock and backups "
-            "then live in $ROCMBUILD_HOME/targets/)",
+            "then live in rocmbuild's state home, e.g. ~/.local/state/rocmbuild/targets/)",
             details={"library": str(Path(loaded.path)), "prefix": facts.prefix},
         )
     return loaded

@@ -8,7 +8,7 @@ Decisions:
   A target whose library lives outside its prefix (``--allow-outside-prefix``) acts beneath the
   real parent of its lib dir instead (the lib dir and ``share`` beside it are all it may change);
 * the state dir (``<prefix>/.rocmbuild``) is opened beneath the prefix, the outside-prefix one
-  (``$ROCMBUILD_HOME/targets/<hash>``) beneath its ``targets`` dir: a state dir, ``journal/`` or
+  (``<state home>/targets/<hash>``) beneath its ``targets`` dir: a state dir, ``journal/`` or
   ``backups/`` that is a symbolic link is refused (exit 2, :class:`~rocmbuild.errors.StatePathError`),
   never followed; state dirs are made 0755 and state files 0644 whatever the umask;
 * a path that is not beneath its root is refused before anything is done with it.

@@ -1,8 +1,8 @@
-"""Target state: ``<prefix>/.rocmbuild/`` (or ``$ROCMBUILD_HOME/targets/<hash>/``), lock, history.
+"""Target state: ``<prefix>/.rocmbuild/`` (or ``<state home>/targets/<hash>/``, ``home.state_home``), lock, history.
 
 Decisions:
 * A target whose library lives outside its prefix (``--allow-outside-prefix``) keeps its state in
-  ``home()/targets/<sha256(libdir)[:16]>/`` with a ``target.json`` naming the prefix and lib dir,
+  ``state_home()/targets/<sha256(libdir)[:16]>/`` with a ``target.json`` naming the prefix and lib dir,
   so that verbs that only know the prefix (history, recover) find it again.
 * a ``history.jsonl`` line names its files relative to the prefix and records the prefix's
   identity; reading rebases them onto the prefix the state dir is in now; each line is read by
@@ -40,7 +40,7 @@ from rocmbuild import schema as s
 from rocmbuild.disk import FileLock, read_json
 from rocmbuild.errors import RocmbuildError, StateError, StatePathError, from_os_error
 from rocmbuild.locks import LockWait
-from rocmbuild.home import STATE_DIRNAME, cache_home, target_state_dir, targets_dir
+from rocmbuild.home import STATE_DIRNAME, state_home, target_state_dir, targets_dir
 from rocmbuild.swap.paths import rebased
 from rocmbuild.swap.records import Unreadable
 from rocmbuild.swap.roots import open_state, write_state_file
@@ -87,7 +87,7 @@ def register_outside_target(state_dir: Path, prefix: Path, libdir: Path) -> None
 def unreadable_targets() -> list[Unreadable]:
     """The outside-prefix state dirs whose target record cannot be read (whose they are is unknown)."""
     out = []
-    targets = targets_dir(cache_home())
+    targets = targets_dir(state_home())
     for d in sorted(targets.iterdir()) if targets.is_dir() else ():
         try:
             read_target_record(d)
@@ -103,7 +103,7 @@ def state_dirs_for(prefix: Path) -> list[Path]:
     own = Path(prefix) / STATE_DIRNAME
     if own.is_dir():
         out.append(own)
-    targets = targets_dir(cache_home())
+    targets = targets_dir(state_home())
     if targets.is_dir():
         for d in sorted(targets.iterdir()):
             try:

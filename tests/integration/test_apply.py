@@ -405,7 +405,7 @@ def test_library_outside_the_prefix_exit_2_unless_allowed(txn_home, env350, fixt
     r = rb("apply", txn_home.recipe("mini"), "--env", env.prefix, "--allow-outside-prefix", "--json")
     assert r.returncode == 0, r.stderr
     sdir = Path(_json(r)["target"]["state_dir"])
-    assert sdir.parent == Path(os.environ["ROCMBUILD_HOME"]) / "targets"
+    assert sdir.parent == Path(os.environ["ROCMBUILD_HOME"]) / "state" / "targets"  # home.state_home()
     assert disk.read_json(sdir / "target.json")["prefix"] == str(env.prefix)
     assert _version_of(env) == "3.5.1"
     h = _json(rb("history", "--env", env.prefix, "--json"))

@@ -40,7 +40,9 @@ def test_build_end_to_end_with_both_generators(tmp_path, generator):
     assert Manifest.from_json(disk.read_json(art.path / "manifest.json")) == m
     # the build tree is gone after success; the log is kept; no temp dirs remain
     assert not (home / "build" / key).exists()
-    assert cache.log_path(home, key).is_file()
+    log = cache.log_path(home, key)
+    assert log.is_file() and log.parent == home / "logs" / r.name and log.name.endswith(f"-{key[:16]}.log")
+    assert (home / "logs" / r.name / "latest.log").resolve() == log
     assert not list((home / "artifacts").glob(".tmp-*"))
     assert art.intact() == []
 

@@ -48,7 +48,7 @@ def own_home(txn_world, tmp_path, monkeypatch):
     world = {a.path.name for a in txn_world.artifacts.values()}
 
     def ignore(d: str, names: list[str]) -> list[str]:
-        gone = [n for n in names if n in ("known-targets", ".used")]
+        gone = [n for n in names if n in ("known-targets", ".used", "state")]
         if Path(d).resolve() == (txn_world.home / "artifacts").resolve():  # only the world's own artifacts
             gone += [n for n in names if n == "imported" or (len(n) == 64 and n not in world)]
         return gone

@@ -58,7 +58,7 @@ def _doc_tables() -> dict[str, dict[str, bool]]:
 TABLES = _doc_tables()
 COMMON = set(TABLES["common"])
 VERBS = ["recipes", "show", "plan", "build", "status", "verify", "doctor", "cache", "export", "lock", "apply",
-         "rollback", "history", "recover", "demo", "completion", "push", "key", "config"]
+         "rollback", "history", "recover", "demo", "completion", "push", "key", "config", "log"]
 
 
 def test_the_doc_documents_every_verb_and_the_error_object():

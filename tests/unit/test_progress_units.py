@@ -32,22 +32,24 @@ def test_the_eta_is_linear_and_unknown_before_the_first_step(monkeypatch):
     assert 299 <= p.eta() <= 301
 
 
-def test_each_attempt_has_its_own_log_and_the_link_follows(tmp_path):
-    home, key = tmp_path / "home", "k" * 64
-    first = logs.start(home, key, "# one")
-    second = logs.start(home, key, "# two")  # the same second: a suffix, never the same file
-    assert first != second and first.read_text() == "# one\n" and second.read_text() == "# two\n"
-    link = logs.link_path(home, key)
+def test_each_attempt_has_its_own_log_named_by_recipe_and_the_link_follows(tmp_path):
+    home, key = tmp_path / "home", "c" * 64
+    first = logs.start(home, key, "# one", "mini")
+    second = logs.start(home, key, "# two", "mini")  # the same second: a suffix, never the same file
+    assert first != second and first.parent == home / "logs" / "mini" and first.name.endswith(f"-{'c' * 16}.log")
+    assert first.read_text() == f"# one\n# rocmbuild pid {os.getpid()}\n" and logs.writer(second) == os.getpid()
+    link = logs.link_path(home, "mini")
     assert link.is_symlink() and os.readlink(link) == second.name
-    assert logs.attempts(home, key) == sorted([first, second])
-    assert logs.newest(home, key) == second.resolve() and logs.newest(home, "b" * 64) is None
+    assert logs.attempts(home, key) == [first, second] == logs.of_recipe(home, "mini")
+    assert logs.newest(home, key) == second and logs.newest(home, "b" * 64) is None
 
 
-def test_a_log_from_before_attempts_is_kept(tmp_path):
+def test_logs_of_an_older_release_are_still_read(tmp_path):
     home, key = tmp_path / "home", "a" * 64
-    link = logs.link_path(home, key)
-    link.parent.mkdir(parents=True)
-    link.write_text("the old log\n")
-    new = logs.start(home, key, "# new")
-    assert (link.parent / f"{key}-earlier.log").read_text() == "the old log\n"
-    assert link.resolve() == new
+    (home / "logs").mkdir(parents=True)
+    old = home / "logs" / f"{key}-20240101T000000Z.log"
+    old.write_text("# rocmbuild: fetch and build of mini (file:///x develop)\n$ cmake ...\n")
+    (home / "logs" / f"{key}.log").symlink_to(old.name)
+    assert logs.newest(home, key) == old and logs.of_recipe(home, "mini") == [old] and logs.of_recipe(home, "other") == []
+    new = logs.start(home, key, "# rocmbuild build of mini at abc", "mini")
+    assert logs.of_recipe(home, "mini") == [old, new] and logs.newest(home, key) == new
