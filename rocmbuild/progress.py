@@ -91,12 +91,9 @@ def size(n: int) -> str:
 
 def duration(seconds: float) -> str:
     """``3.2s``, ``2m05s``, ``2h13m``: what a phase line says."""
-    if seconds < 60:
-        return f"{seconds:.1f}s"
     s = int(seconds)
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return (f"{seconds:.1f}s" if seconds < 60 else f"{s // 60}m{s % 60:02d}s" if s < 3600
+            else f"{s // 3600}h{s % 3600 // 60:02d}m")
 
 
 # --------------------------------------------------------------------------------------------
