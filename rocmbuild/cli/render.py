@@ -25,6 +25,7 @@ from rocmbuild.results import (
     BuildPlan,
     BuildResult,
     CacheGcResult,
+    CheckResult,
     CacheListResult,
     CacheVerifyResult,
     DemoResult,
@@ -115,6 +116,18 @@ def _build(r: BuildResult) -> str:
         out.append(f"fixes: {'; '.join(data['fixes'])}")
     if data["log"]:
         out.append(f"log: {data['log']}")
+    return layout.lines(out)
+
+
+@text.register
+def _check(r: CheckResult) -> str:
+    side = lambda e: "absent" if e is None else (f"link -> {e.target}" if e.type == "link"  # noqa: E731
+                                                  else f"sha256 {e.sha256}, {e.size} bytes")
+    out = [f"{r.recipe} ({r.key}): " + (f"the rebuild is identical to the cached artifact ({r.compared} files)"
+                                         if r.identical else f"{len(r.differences)} of {r.compared} files differ")]
+    for d in r.differences:
+        out += [f"  {d.path}", f"    cached:  {side(d.cached)}", f"    rebuilt: {side(d.rebuilt)}"]
+    out += [f"artifact: {r.artifact}", f"log: {r.log}"]
     return layout.lines(out)
 
 
