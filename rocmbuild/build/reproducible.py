@@ -117,15 +117,25 @@ def settings(build: Build, checkout: Checkout, *, home: Path, build_dir: Path, t
     is compiled)."""
     if not build.reproducible or build.prebuilt:
         return None
-    own = dict(build.env)
-    if "SOURCE_DATE_EPOCH" in own:
+    if "SOURCE_DATE_EPOCH" in dict(build.env):
         epoch, where = None, "[build.env]"
     else:
         epoch, where = source_date_epoch(checkout, home)
     dirs = (Path(checkout.root), Path(checkout.source_dir), Path(build_dir))
+    return Settings(epoch, where, _flags(dirs, tools))
+
+
+def planned(build: Build, dirs: tuple[Path, ...], tools: Tools) -> Settings | None:
+    """What :func:`settings` will give, for ``plan`` (reads nothing: the epoch is left unknown)."""
+    if not build.reproducible or build.prebuilt:
+        return None
+    where = "[build.env]" if "SOURCE_DATE_EPOCH" in dict(build.env) else "the commit time (an archive: its newest file)"
+    return Settings(None, where, _flags(dirs, tools))
+
+
+def _flags(dirs: tuple[Path, ...], tools: Tools) -> tuple[tuple[str, str], ...]:
     compiler = {"cc": tools.cc, "cxx": tools.cxx}
-    flags = tuple((var, prefix_maps(map_option(compiler[which]), dirs)) for var, _env, which in FLAG_VARIABLES)
-    return Settings(epoch, where, flags)
+    return tuple((var, prefix_maps(map_option(compiler[which]), dirs)) for var, _env, which in FLAG_VARIABLES)
 
 
 def flag_values(build: Build, s: Settings | None, environ: Mapping[str, str]) -> dict[str, str]:
