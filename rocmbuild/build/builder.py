@@ -202,8 +202,8 @@ def _compile(recipe: Recipe, checkout: Checkout, build_dir: Path, destdir: Path,
     hint = f"read the full log at {log}; fix the cause (missing dependency, wrong define) and run again"
     ui.info(f"configuring {recipe.name} ({recipe.build.generator}, {recipe.build.build_type})")
     if repro is not None:
-        ui.detail(f"reproducible: prefix maps to '.', SOURCE_DATE_EPOCH={repro.epoch or '(from [build.env])'} "
-                  f"({repro.epoch_from})")
+        epoch = "(from [build.env])" if repro.epoch is None else repro.epoch
+        ui.detail(f"reproducible: prefix maps to '.', SOURCE_DATE_EPOCH={epoch} ({repro.epoch_from})")
     argv = cmake.configure_argv(recipe.build, checkout.source_dir, build_dir, use.path,
                                 reproducible.flag_values(recipe.build, repro, os.environ))
     retry.reconcile(build_dir, argv, cmake.build_env(recipe.build))  # a kept cache asks nothing this one does not

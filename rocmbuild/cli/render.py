@@ -25,7 +25,6 @@ from rocmbuild.results import (
     BuildPlan,
     BuildResult,
     CacheGcResult,
-    CheckResult,
     CacheListResult,
     CacheVerifyResult,
     DemoResult,
@@ -116,18 +115,6 @@ def _build(r: BuildResult) -> str:
         out.append(f"fixes: {'; '.join(data['fixes'])}")
     if data["log"]:
         out.append(f"log: {data['log']}")
-    return layout.lines(out)
-
-
-@text.register
-def _check(r: CheckResult) -> str:
-    side = lambda e: "absent" if e is None else (f"link -> {e.target}" if e.type == "link"  # noqa: E731
-                                                  else f"sha256 {e.sha256}, {e.size} bytes")
-    out = [f"{r.recipe} ({r.key}): " + (f"the rebuild is identical to the cached artifact ({r.compared} files)"
-                                         if r.identical else f"{len(r.differences)} of {r.compared} files differ")]
-    for d in r.differences:
-        out += [f"  {d.path}", f"    cached:  {side(d.cached)}", f"    rebuilt: {side(d.rebuilt)}"]
-    out += [f"artifact: {r.artifact}", f"log: {r.log}"]
     return layout.lines(out)
 
 
@@ -385,7 +372,7 @@ def _completion(r: CompletionResult) -> str:
     return r.script.rstrip("\n")
 
 
-from rocmbuild.cli import fleettext  # noqa: E402  the fleet verbs' text lives beside this file
+from rocmbuild.cli import checktext, fleettext  # noqa: E402  more verbs' text lives beside this file
 
-for _type, _fn in fleettext.RENDERERS:
+for _type, _fn in (*fleettext.RENDERERS, *checktext.RENDERERS):
     text.register(_type, _fn)
