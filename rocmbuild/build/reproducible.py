@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
+from rocmbuild import ui
 from rocmbuild.build.git import Git, GitFailed
 from rocmbuild.build.tarball import download_path
 from rocmbuild.build.ziparchive import ZipReader, is_zip
@@ -80,9 +81,20 @@ def map_option(version_line: str) -> str:
     return FILE_MAP
 
 
+#: a directory the flags can name as it is (cmake splits CMAKE_<LANG>_FLAGS at spaces, and a
+#: shell reads the command lines of both generators)
+_PLAIN = re.compile(r"^[A-Za-z0-9._/+,@%:-]+$")
+
+
+def mappable(d: Path) -> bool:
+    return bool(_PLAIN.match(str(d)))
+
+
 def prefix_maps(option: str, dirs: tuple[Path, ...]) -> str:
-    """``option=DIR=.`` for each directory, shortest first (the last matching map wins)."""
-    unique = sorted({str(d) for d in dirs}, key=len)
+    """``option=DIR=.`` for each directory, shortest first (the last matching map wins); a
+    directory with a space, a quote or another character a shell reads is left out (a warning
+    says so: :func:`settings`)."""
+    unique = sorted({str(d) for d in dirs if mappable(d)}, key=len)
     return " ".join(f"{option}={d}=." for d in unique)
 
 
@@ -122,6 +134,10 @@ def settings(build: Build, checkout: Checkout, *, home: Path, build_dir: Path, t
     else:
         epoch, where = source_date_epoch(checkout, home)
     dirs = (Path(checkout.root), Path(checkout.source_dir), Path(build_dir))
+    odd = [str(d) for d in dirs if not mappable(d)]
+    if odd:
+        ui.warn(f"not mapped to '.' (a space or a character a shell reads in the path): {', '.join(odd)}; "
+                "the build's files may name it (a ROCMBUILD_HOME of plain characters avoids this)")
     return Settings(epoch, where, _flags(dirs, tools))
 
 

@@ -142,3 +142,30 @@ def test_check_without_a_cached_artifact_is_exit_2_with_a_hint(tmp_path, monorep
     assert err["type"] == "InputError" and "no cached artifact" in err["message"]
     assert "rocmbuild build" in err["hint"]
     assert not (home / "build").exists() and not (home / "src").exists()  # nothing fetched or built
+
+
+def test_a_stopped_check_leaves_no_rebuild_and_gc_collects_a_killed_one(tmp_path, mocker):
+    """A stop (SIGTERM, Ctrl-C: a BaseException) mid-rebuild removes ``build/.check-<key>-<pid>``;
+    ``cache gc`` removes one whose process was killed (-9)."""
+    from rocmbuild.build import builder, check
+    from rocmbuild.home import cache_home
+
+    home, key = cache_home(), "c" * 64
+
+    def half_build(recipe, checkout, build_dir, **kw):
+        (build_dir / "CMakeFiles").mkdir(parents=True)
+        raise KeyboardInterrupt
+
+    mocker.patch.object(builder, "rebuild_into", side_effect=half_build)
+    mocker.patch.object(builder, "launcher", return_value=builder.Launcher())
+    with pytest.raises(KeyboardInterrupt):
+        check.rebuild(mocker.Mock(), mocker.Mock(), home=home, key=key, inp=mocker.Mock(), log=tmp_path / "log")
+    assert not list((home / "build").glob(".check-*"))
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    killed = home / "build" / f".check-{key}-{dead.pid}"
+    (killed / "CMakeFiles").mkdir(parents=True)
+    done = rb("cache", "gc", "--keep-days", "0", "--json")
+    assert done.returncode == 0, done.stderr
+    assert str(killed) in [c["path"] for c in json.loads(done.stdout)["removed"]]
+    assert not killed.exists()

@@ -57,6 +57,11 @@ def test_maps_the_dirs_shortest_first_and_appends_to_the_recipes_flags(tmp_path)
     assert f"-DCMAKE_CXX_FLAGS:STRING={values['CMAKE_CXX_FLAGS']}" in defines and "-DZZZ:STRING=x" in defines
 
 
+def test_a_dir_a_shell_would_split_is_left_out():
+    dirs = (Path("/h/src/k"), Path("/my home/build/x"), Path('/h/"q"'))
+    assert reproducible.prefix_maps("-ffile-prefix-map", dirs) == "-ffile-prefix-map=/h/src/k=."
+
+
 def test_reproducible_false_adds_nothing_and_changes_the_key(tmp_path):
     on, off = recipe(tmp_path), recipe(tmp_path, reproducible=False)
     assert reproducible.planned(off.build, DIRS, TOOLS) is None
