@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rocmbuild import progress, runner, stop, ui
-from rocmbuild.build import buildtree, cmake, logs, retry, tweak
+from rocmbuild.build import buildtree, cmake, logs, reproducible, retry, tweak
 from rocmbuild.build.artifact import MANIFEST, TREE, Artifact, Manifest, find_libraries, scan_tree, seal
 from rocmbuild.build.cache import Inputs, key_lock, lookup
 from rocmbuild.build.extract import safe_extract
@@ -155,7 +155,8 @@ def build(recipe: Recipe, checkout: Checkout, *, home: Path, key: str, inp: Inpu
             if owner is None:
                 _extract_prebuilt(recipe, checkout, tree)
             else:
-                _compile(recipe, checkout, tree_dir, tmp / "destdir", log, use, owner.started)
+                repro = reproducible.settings(recipe.build, checkout, home=home, build_dir=tree_dir, tools=inp.tools)
+                _compile(recipe, checkout, tree_dir, tmp / "destdir", log, use, owner.started, repro)
                 _collect(tmp / "destdir", recipe.build.install_prefix, tree)
             manifest = _manifest(recipe, checkout, key, inp, tree)
             seal(tmp, manifest.files)  # read-only, fsynced, identities recorded
@@ -192,14 +193,20 @@ def _claim_tree(recipe: Recipe, checkout: Checkout, tree_dir: Path, key: str, in
 
 
 def _compile(recipe: Recipe, checkout: Checkout, build_dir: Path, destdir: Path, log: Path,
-             use: Launcher, started) -> None:
+             use: Launcher, started, repro: reproducible.Settings | None = None) -> None:
     """cmake configure, build (with a progress bar) and install into ``destdir``; ``started(sid)``
-    records each command's session in the build tree's owner record."""
-    env = {**cmake.build_env(recipe.build), **dict(use.env)}
+    records each command's session in the build tree's owner record; ``repro``: the prefix maps
+    and SOURCE_DATE_EPOCH (build/reproducible.py; None: none)."""
+    stamp = repro.env() if repro is not None else {}
+    env = {**cmake.build_env(recipe.build), **dict(use.env), **stamp}
     hint = f"read the full log at {log}; fix the cause (missing dependency, wrong define) and run again"
     ui.info(f"configuring {recipe.name} ({recipe.build.generator}, {recipe.build.build_type})")
+    if repro is not None:
+        epoch = "(from [build.env])" if repro.epoch is None else repro.epoch
+        ui.detail(f"reproducible: prefix maps to '.', SOURCE_DATE_EPOCH={epoch} ({repro.epoch_from})")
     argv = cmake.configure_argv(recipe.build, checkout.source_dir, build_dir, use.path,
-                                tweak.for_recipe(recipe, checkout.commit or checkout.tarball_sha256, checkout.patches))
+                                tweak.for_recipe(recipe, checkout.commit or checkout.tarball_sha256, checkout.patches),
+                                reproducible.flag_values(recipe.build, repro, os.environ))
     retry.reconcile(build_dir, argv, cmake.build_env(recipe.build))  # a kept cache asks nothing this one does not
     with progress.phase("configure", f"configuring {recipe.name}"):
         runner.run(argv, env=env, log=log, what="configure failed", hint=hint, on_start=started)
@@ -209,8 +216,26 @@ def _compile(recipe: Recipe, checkout: Checkout, build_dir: Path, destdir: Path,
         runner.run(cmake.build_argv(recipe.build, build_dir), env=env, log=log,
                    on_line=steps.line, what="build failed", hint=hint, on_start=started)
     with progress.phase("install", f"installing {recipe.name}"):
-        runner.run(cmake.install_argv(build_dir), env=cmake.build_env(recipe.build, destdir), log=log,
-                   what="install failed", hint=hint, on_start=started)
+        runner.run(cmake.install_argv(build_dir), env={**cmake.build_env(recipe.build, destdir), **stamp},
+                   log=log, what="install failed", hint=hint, on_start=started)
+
+
+def rebuild_into(recipe: Recipe, checkout: Checkout, build_dir: Path, *, home: Path, inp: Inputs, log: Path,
+                 use: Launcher) -> Path:
+    """Build ``checkout`` from zero in the new ``build_dir`` and return the installed tree
+    (``build_dir/.rocmbuild-check/tree``), for ``build --check``: nothing in the cache is touched,
+    no attempt is recorded. ``build_dir`` should sit beside ``build/<key>`` (a launcher's
+    ``CCACHE_BASEDIR`` makes paths relative to it: the same depth gives the same paths)."""
+    out = build_dir / ".rocmbuild-check"
+    tree = out / TREE
+    if recipe.build.prebuilt:
+        out.mkdir(parents=True)
+        _extract_prebuilt(recipe, checkout, tree)
+        return tree
+    repro = reproducible.settings(recipe.build, checkout, home=home, build_dir=build_dir, tools=inp.tools)
+    _compile(recipe, checkout, build_dir, out / "destdir", log, use, None, repro)
+    _collect(out / "destdir", recipe.build.install_prefix, tree)
+    return tree
 
 
 def attempt_log(home: Path, key: str, recipe: Recipe, checkout: Checkout, log: Path | None) -> Path:

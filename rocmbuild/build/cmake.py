@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Mapping
 
 from rocmbuild.build import tweak as version_tweak
 from rocmbuild.recipe.model import Build, DefineValue
@@ -41,9 +42,12 @@ def jobs(build: Build) -> int:
 
 
 def configure_argv(build: Build, source_dir: Path, build_dir: Path, launcher_path: str | None = None,
-                   tweak: str | None = None) -> list[str]:
+                   tweak: str | None = None, flags: Mapping[str, str] | None = None) -> list[str]:
     """``launcher_path``: the resolved launcher (None: a named launcher by its name, else none);
-    ``tweak``: MIOpen's version tweak (:mod:`rocmbuild.build.tweak`; None: not set)."""
+    ``tweak``: MIOpen's version tweak (:mod:`rocmbuild.build.tweak`; None: not set).
+    ``flags``: flags variables (``CMAKE_C_FLAGS`` -> value) that replace the recipe's define of
+    that name (the value already holds it: build/reproducible.py) or follow the defines."""
+    flags = dict(flags or {})
     argv = [
         "cmake",
         "-S", str(source_dir),
@@ -59,7 +63,8 @@ def configure_argv(build: Build, source_dir: Path, build_dir: Path, launcher_pat
     if tweak:
         argv.append(version_tweak.define(tweak))
     for name, value in build.defines:
-        argv.append(define_arg(name, value))
+        argv.append(define_arg(name, flags.pop(name)) if name in flags else define_arg(name, value))
+    argv += [define_arg(name, value) for name, value in flags.items()]
     return argv
 
 

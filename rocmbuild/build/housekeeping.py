@@ -204,15 +204,17 @@ def build_dirs(home: Path, cutoff: float, gone: set = frozenset()) -> list[Candi
 
 def temps(home: Path) -> list[Candidate]:
     """``artifacts/.tmp-<key>-<pid>``: half-made artifacts of killed builds (checked under the key lock);
-    ``build/.seed-<key>-<pid>``: half-made copies of a failed tree (``retry``) whose process is gone."""
+    ``build/.seed-<key>-<pid>``: half-made copies of a failed tree (``retry``), and
+    ``build/.check-<key>-<pid>``: ``build --check`` rebuilds (build/check.py), whose process is gone."""
     adir = artifacts_dir(home)
     out = []
     broot = build_dir(home)
-    for p in sorted(broot.glob(".seed-*-*")) if broot.is_dir() else ():
-        key, _, pid = p.name[len(".seed-"):].rpartition("-")
-        if _KEY.match(key) and pid.isdigit() and not _alive(int(pid)) and p.is_dir() and not p.is_symlink():
-            out.append(Candidate("temp", str(p), "a killed retry's unfinished copy of a build tree", disk_bytes(p),
-                                 iso(_mtime(p)), key))
+    for kind, why in ((".seed-", "a killed retry's unfinished copy of a build tree"),
+                      (".check-", "a killed `build --check`'s rebuild")):
+        for p in sorted(broot.glob(f"{kind}*-*")) if broot.is_dir() else ():
+            key, _, pid = p.name[len(kind):].rpartition("-")
+            if _KEY.match(key) and pid.isdigit() and not _alive(int(pid)) and p.is_dir() and not p.is_symlink():
+                out.append(Candidate("temp", str(p), why, disk_bytes(p), iso(_mtime(p)), key))
     for p in sorted(adir.glob(".tmp-*-*")) if adir.is_dir() else ():
         key = p.name[len(".tmp-"):].rsplit("-", 1)[0]
         if _KEY.match(key) and p.is_dir() and not p.is_symlink():

@@ -377,7 +377,7 @@ def _completion(r: CompletionResult) -> str:
     return r.script.rstrip("\n")
 
 
-from rocmbuild.cli import cachetext, fleettext  # noqa: E402  the fleet and find verbs' text live beside this file
+from rocmbuild.cli import cachetext, checktext, fleettext  # noqa: E402  more verbs' text lives beside this file
 
-for _type, _fn in fleettext.RENDERERS + cachetext.RENDERERS:
+for _type, _fn in (*fleettext.RENDERERS, *cachetext.RENDERERS, *checktext.RENDERERS):
     text.register(_type, _fn)

@@ -89,6 +89,9 @@ def _add_build(sub) -> None:
     p = sub.add_parser("build", help="fetch, patch, configure, build and stage an artifact")
     p.add_argument("recipe", nargs="?", help="recipe name or path to a .toml file")
     p.add_argument("--from-lock", metavar="FILE", help="build exactly what a `rocmbuild lock` file pins")
+    p.add_argument("--check", action="store_true",
+                   help="rebuild from zero beside the cache and say which files differ from the cached artifact "
+                   "(exit 0: identical, 3: different, 2: nothing cached to check)")
     a.recipe_options(p)
     a.waiting(p)
     a.binary_caches(p)
@@ -102,6 +105,10 @@ def _cmd_build(args) -> VerbResult:
         name, overrides = export.from_lock(args.from_lock, args.recipes_dir)
     else:
         name, overrides = args.recipe, a.overrides_from(args)
+    if args.check:
+        from rocmbuild.flows import check
+
+        return check.check_result(name, args.recipes_dir, overrides, wait=a.lock_wait(args))
     return build.build_result(name, args.recipes_dir, overrides, wait=a.lock_wait(args), caches=a.cache_options(args))
 
 

@@ -11,6 +11,7 @@ records a use of the artifact (its last use, for ``cache gc``).
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -20,7 +21,8 @@ from rocmbuild import home as home_layout
 from rocmbuild import progress
 from rocmbuild import recipe as _recipe
 from rocmbuild import ui
-from rocmbuild.build import builder, cache, cmake, fixes, housekeeping, logs, requirements, source, tweak
+from rocmbuild.build import (builder, cache, cmake, fixes, housekeeping, logs, reproducible, requirements, source,
+                             tweak)
 from rocmbuild.build.artifact import Artifact
 from rocmbuild.build.provenance import origin
 from rocmbuild.errors import FetchError, InputError, RequirementError, RocmbuildError
@@ -255,6 +257,13 @@ def _soft_launcher(r: Recipe) -> str | None:
         return r.build.launcher
 
 
+def _reproducible_note(repro: reproducible.Settings | None) -> str:
+    if repro is None:
+        return "reproducible = false: no prefix maps, no SOURCE_DATE_EPOCH"
+    return ("reproducible: the source and build dirs map to '.' in CMAKE_C_FLAGS and CMAKE_CXX_FLAGS; "
+            f"SOURCE_DATE_EPOCH from {repro.epoch_from} (docs/caches.md)")
+
+
 def _source_plan(r: Recipe, commit: str | None) -> SourcePlan:
     s = r.source
     return SourcePlan(url=s.url, ref=s.ref, commit=commit, resolved=commit is not None or bool(s.tarball),
@@ -281,7 +290,11 @@ def build_plan(name: str, recipes_dirs: Sequence[str] = (), overrides: Overrides
         ref = f"ref '{r.source.ref}'" if r.source.ref else "the remote's default branch"
         notes.append(f"{ref} unresolved: {ref_error}")
     tw = tweak.for_recipe(r, commit, [sha for _, sha in inp.patches])
-    commands = {"configure": cmake.configure_argv(r.build, src_dir, build_dir, _soft_launcher(r), tw),
+    repro = reproducible.planned(r.build, (source.checkout_path(r, home), src_dir, build_dir), inp.tools)
+    flags = reproducible.flag_values(r.build, repro, os.environ)
+    if not r.build.prebuilt:
+        notes.append(_reproducible_note(repro))
+    commands = {"configure": cmake.configure_argv(r.build, src_dir, build_dir, _soft_launcher(r), tw, flags),
                 "build": cmake.build_argv(r.build, build_dir), "install": cmake.install_argv(build_dir)}
     if r.source.contains:
         notes.append("contains: " + "; ".join(f.name for f in r.source.contains)

@@ -73,6 +73,7 @@ class Build:
     env: tuple[tuple[str, str], ...] = ()
     install_prefix: str = "/usr/local"
     launcher: str | None = None  # None (not set) = "auto": ccache when installed; "none": no launcher
+    reproducible: bool = True  # prefix maps and SOURCE_DATE_EPOCH (build/reproducible.py)
 
     @property
     def prebuilt(self) -> bool:
@@ -126,6 +127,8 @@ class Recipe:
             data.pop(k)
         if not self.source.contains:  # a recipe without it keeps its lock files' hash
             data["source"].pop("contains")
+        if self.build.reproducible:  # the default: the keys (and lock hashes) of earlier recipes stay
+            data["build"].pop("reproducible")
         return data
 
     def canonical_json(self) -> str:

@@ -33,6 +33,7 @@ from rocmbuild.recipe.model import (
 
 _STR = "a string"
 _INT = "an integer"
+_BOOL = "true or false"
 _STRLIST = "a list of strings"
 _TABLE = "a table"
 _ANY = "anything (checked by its own parser)"
@@ -63,6 +64,7 @@ SCHEMA: dict[str, Any] = {
         "env": _TABLE,
         "install_prefix": _STR,
         "launcher": _STR,
+        "reproducible": _BOOL,
     },
     "requires": {"programs": _STRLIST, "paths": _STRLIST, "hints": _TABLE},
     "install": {"libraries": _STRLIST, "data": _STRLIST},
@@ -143,10 +145,9 @@ def _type_ok(value: Any, expected: str) -> bool:
         return isinstance(value, str)
     if expected == _INT:
         return isinstance(value, int) and not isinstance(value, bool)
-    if expected == _STRLIST:
-        return isinstance(value, list) and all(isinstance(v, str) for v in value)
-    if expected == _TABLE:
-        return isinstance(value, dict)
+    if expected in (_STRLIST, _TABLE, _BOOL):
+        return {_STRLIST: isinstance(value, list) and all(isinstance(v, str) for v in value),
+                _TABLE: isinstance(value, dict), _BOOL: isinstance(value, bool)}[expected]
     if expected == _ANY:
         return True
     raise AssertionError(expected)
@@ -222,7 +223,7 @@ def _source_kind(src: Mapping[str, Any], path: Path) -> None:
 #: keys that only a compile uses: a prebuilt recipe that sets one is told so
 _COMPILE_ONLY = {"source": ("patches", "version", "contains"),
                  "build": ("generator", "build_type", "jobs", "targets", "defines", "env", "install_prefix",
-                           "launcher")}
+                           "launcher", "reproducible")}
 
 
 def _prebuilt(data: Mapping[str, Any], build: Build, path: Path) -> None:
@@ -278,6 +279,7 @@ def _build(b: Mapping[str, Any], path: Path) -> Build:
         env=_env(b.get("env", {}), path),
         install_prefix=b.get("install_prefix", "/usr/local"),
         launcher=launcher,
+        reproducible=b.get("reproducible", True),
     )
     problem = prefix_problem(build.install_prefix)
     if problem:

@@ -16,7 +16,7 @@ Decisions:
 from rocmbuild.build.cache import CacheReport as CacheVerifyResult  # made in build/, held as it is
 from rocmbuild.results.cache import CacheDirResult, CacheGcResult, CacheListResult, CacheRmResult, LogResult
 from rocmbuild.results.base import BACKUP_BYTES_NOTE, Json, Record, VerbResult
-from rocmbuild.results.build import BuildPlan, BuildResult, RecipeEntry, RecipesResult, ShowResult, SourcePlan
+from rocmbuild.results.build import BuildPlan, BuildResult, CheckResult, RecipeEntry, RecipesResult, ShowResult, SourcePlan
 from rocmbuild.results.fleet import ConfigListResult, KeyResult, PushResult, RemoteArtifact, RemoteListResult, Setting
 from rocmbuild.results.demo import DemoCheck, DemoFailed, DemoResult, DemoStep
 from rocmbuild.results.shell import CompletionResult
@@ -47,7 +47,7 @@ from rocmbuild.results.txn import (
 __all__ = [
     "CacheDirResult", "CacheGcResult", "CacheListResult", "CacheRmResult", "LogResult",
     "ConfigListResult", "KeyResult", "PushResult", "RemoteArtifact", "RemoteListResult", "Setting",
-    "BACKUP_BYTES_NOTE", "ApplyResult", "BuildPlan", "BuildResult", "BundleSummary", "CacheVerifyResult",
+    "BACKUP_BYTES_NOTE", "ApplyResult", "BuildPlan", "BuildResult", "CheckResult", "BundleSummary", "CacheVerifyResult",
     "CompletionResult", "DemoCheck", "DemoFailed", "DemoResult", "DemoStep",
     "DoctorResult", "DryRunResult", "ExportResult", "HistoryResult", "InEffect", "Json", "LibraryStatus",
     "LockResult", "RecipeEntry", "RecipesResult", "Record", "RecoverResult", "RollbackResult", "ShowResult",

@@ -1,14 +1,17 @@
-"""Results of the verbs that read recipes and build: recipes, show, plan, build."""
+"""Results of the verbs that read recipes and build: recipes, show, plan, build, build --check."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
+from rocmbuild.build.check import NotReproducible
+from rocmbuild.errors import RocmbuildError
 from rocmbuild.results.base import Json, Record, VerbResult, seconds_json
 
 if TYPE_CHECKING:
     from rocmbuild.build.artifact import Artifact
+    from rocmbuild.build.check import Difference
     from rocmbuild.build.requirements import DoctorCheck
 
 # recipes, show
@@ -122,6 +125,43 @@ class BuildResult(VerbResult):
             "libraries": [{"name": lib.name, "file": lib.file, "soname": lib.soname, "chain": list(lib.chain)}
                           for lib in m.libraries],
         }
+
+
+@dataclass(frozen=True)
+class CheckResult(VerbResult):
+    """``build --check``: the cached artifact against a rebuild from zero (build/check.py)."""
+
+    recipe: str
+    key: str
+    artifact: str
+    substituted: Json  # the cached artifact came from a binary cache: its provenance (None: built here)
+    compared: int  # paths compared (the union of both trees)
+    differences: tuple["Difference", ...]
+    duration_s: float | None = None
+    log: str | None = None
+
+    @property
+    def identical(self) -> bool:
+        return not self.differences
+
+    @property
+    def error(self) -> RocmbuildError | None:
+        if self.identical:
+            return None
+        names = ", ".join(d.path for d in self.differences[:5]) + (", ..." if len(self.differences) > 5 else "")
+        return NotReproducible(
+            f"the rebuild of {self.recipe} differs from the cached artifact {self.key[:16]} in "
+            f"{len(self.differences)} of {self.compared} file(s): {names}",
+            "the cached artifact is unchanged and still served; find what the build stamps into those files "
+            "(a time, a path, a random value: docs/caches.md, \"Reproducible builds\"; `diffoscope` shows where), "
+            f"or read the rebuild's log {self.log}",
+            details={"differences": [d.to_json() for d in self.differences]})
+
+    def to_json(self) -> dict[str, Any]:
+        return {"identical": self.identical, "recipe": self.recipe, "key": self.key, "artifact": self.artifact,
+                "substituted": self.substituted, "compared": self.compared,
+                "differences": [d.to_json() for d in self.differences],
+                "duration_s": seconds_json(self.duration_s), "log": self.log}
 
 
 # status, verify, doctor

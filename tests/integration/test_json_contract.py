@@ -211,6 +211,18 @@ def test_build_export_lock(txn_home, tmp_path):
     fail(rb("lock", mini, "--ref", "no-such-ref", "-o", tmp_path / "bad.lock.json", "--json"), "lock", 3, "FetchError")
 
 
+def test_build_check(txn_home, tmp_path):
+    """``build --check`` of the session's mini: a real rebuild beside the cache, identical."""
+    d = ok(rb("build", txn_home.recipe("mini"), "--check", "--json", timeout=300), "build", "build-check")
+    assert d["identical"] is True and d["differences"] == [] and d["key"] == txn_home.artifacts["mini"].key
+    r = tmp_path / "r"
+    r.mkdir()
+    (r / "other.toml").write_text(Path(txn_home.recipe("mini")).read_text().replace('name = "mini"', 'name = "other"')
+                                  .replace("[build]", "[build]\nbuild_type = \"Debug\""))
+    err = fail(rb("build", r / "other.toml", "--check", "--json"), "build", 2, "InputError")
+    assert err["details"]["recipe"] == "other"
+
+
 # --------------------------------------------------------------------------------------------
 # status / verify / doctor (read-only)
 

@@ -102,6 +102,10 @@ def test_tar_gz_with_one_top_directory(tmp_path, payload, shims):
     tree = artifact_of(r.stdout) / "tree"
     assert sorted(os.listdir(tree)) == ["include", "lib"]
     assert os.readlink(tree / "lib" / "libMIOpen.so.1") == os.readlink(payload / "lib" / "libMIOpen.so.1")
+    # build --check extracts again beside the cache and compares: identical, still no tool run
+    check = rb("build", str(recipe), "--check", "--json", env=env)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert json.loads(check.stdout)["identical"] is True and not marks.exists()
 
 
 def test_three_artifacts_from_one_archive_store_the_download_once(tmp_path, payload, shims):

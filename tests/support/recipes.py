@@ -57,6 +57,9 @@ def fixture_recipe(
     source_extra: str = "",
     generator: str | None = None,
     jobs: int | None = None,
+    build_type: str | None = None,
+    launcher: str | None = None,
+    reproducible: bool | None = None,
     defines: Mapping[str, object] | None = None,
     env: Mapping[str, str] | None = None,
     programs: Sequence[str] | None = None,
@@ -76,7 +79,8 @@ def fixture_recipe(
     head = [_line(k, v) for k, v in (("name", name), ("description", description)) if v is not None]
     lines = head + _source(url=url, ref=ref, subdir=subdir, sparse=sparse, version=version, tarball=tarball,
                            sha256=sha256, extra=source_extra)
-    lines += _table("build", {"generator": generator, "jobs": jobs})
+    lines += _table("build", {"generator": generator, "jobs": jobs, "build_type": build_type, "launcher": launcher,
+                              "reproducible": reproducible})
     lines += _table("build.defines", defines)
     lines += _table("build.env", env)
     lines += _table("requires", {"programs": programs})
