@@ -50,7 +50,7 @@ def test_maps_the_dirs_shortest_first_and_appends_to_the_recipes_flags(tmp_path)
     values = reproducible.flag_values(r.build, s, {"CFLAGS": "-ignored", "CXXFLAGS": "-g3"})
     assert values["CMAKE_C_FLAGS"].startswith("-O1 -Wall -ffile-prefix-map=")  # the recipe's own value kept
     assert values["CMAKE_CXX_FLAGS"].startswith("-g3 -ffile-prefix-map=")  # $CXXFLAGS, which cmake would read
-    argv = cmake.configure_argv(r.build, DIRS[1], DIRS[2], None, values)
+    argv = cmake.configure_argv(r.build, DIRS[1], DIRS[2], None, flags=values)
     defines = [a for a in argv if a.startswith("-D")]
     assert defines.count(f"-DCMAKE_C_FLAGS:STRING={values['CMAKE_C_FLAGS']}") == 1
     assert not any(a == "-DCMAKE_C_FLAGS:STRING=-O1 -Wall" for a in argv)  # replaced in place, not twice
