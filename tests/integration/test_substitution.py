@@ -189,3 +189,42 @@ def test_apply_of_a_cached_pinned_commit_works_with_the_remote_gone(fleet, targe
     r = rb("apply", str(recipe), "--env", str(env.prefix), "--json", env=home)
     assert r.returncode == 0 and _json(r)["ok"], r.stderr
     assert _compiles(fleet["count"]) == compiled
+
+
+def test_check_mode_says_where_the_artifact_would_come_from(fleet, oci_registry, target_env, tmp_path):
+    """``apply --dry-run`` and ``plan``: would build / would substitute from URL (key, signer) /
+    cached locally / would build (URL unreachable), in the text and the JSON; the lookup downloads
+    no bundle, and --no-cache asks nothing."""
+    url = oci_registry.url()
+    _config([url], [fleet["public"]])
+    env = target_env("3.5.0", compile_version="3.5.0", name="checked")
+    fresh, builder = _home(tmp_path, "fresh"), _home(tmp_path, "builder")
+    recipe = str(fleet["recipe"])
+
+    def dry(home, *extra):
+        d = _json(rb("apply", recipe, "--env", str(env.prefix), "--dry-run", "--json", *extra, env=home))
+        assert d["changed"] is False
+        return d["build"]["cache"]
+
+    c = dry(fresh)
+    assert c["action"] == "build" and c["substitute"] is None and c["unreachable"] == []
+    built = _build_and_push(fleet, url, builder)
+    c = dry(fresh)
+    assert (c["action"], c["substitute"], c["signer"], c["key"]) == ("substitute", url, "lab-1", built["key"])
+    words = f"would substitute from {url} (key {built['key'][:16]}, signed by lab-1)"
+    assert words in rb("apply", recipe, "--env", str(env.prefix), "--dry-run", env=fresh).stdout
+    assert words in rb("plan", recipe, env=fresh).stdout
+    home = Path(fresh["ROCMBUILD_HOME"])
+    assert not (home / "artifacts").exists() and not any((home / "downloads").glob("*"))  # no bundle pulled
+    c = dry(fresh, "--no-cache")
+    assert c["action"] == "build" and c["substitute"] is None and c["unreachable"] == []
+    assert "would build" in rb("plan", recipe, "--no-cache", env=fresh).stdout
+    c = dry(builder)
+    assert c["action"] == "cached" and c["substitute"] is None
+    assert "cached locally" in rb("plan", recipe, env=builder).stdout
+    closed = f"oci://127.0.0.1:{registry.free_port()}/rocmbuild/cache"
+    _config([closed], [fleet["public"]])
+    quick = {**fresh, "ROCMBUILD_DOWNLOAD_RETRIES": "0"}
+    c = dry(quick)
+    assert c["action"] == "build" and c["unreachable"] == [closed]
+    assert f"would build ({closed} unreachable)" in rb("plan", recipe, env=quick).stdout
