@@ -239,7 +239,7 @@ def test_an_artifact_signed_by_another_key_changes_no_host(fleet, cache, tmp_pat
 
 
 HOLDER = textwrap.dedent("""
-    # hold the target's lock until the playbook has written the config (the apply comes next), then
+    # hold the target's lock until the apply has substituted the artifact (the target's lock comes next), then
     # a few seconds more: the first attempts meet the lock (exit 5), a later one gets through
     import os, sys, time
     from rocmbuild.swap import state
@@ -254,8 +254,9 @@ HOLDER = textwrap.dedent("""
 
 def test_a_locked_target_is_retried(fleet, cache, tmp_path):
     inventory, hosts = fleet(1)
+    imported = hosts[0].home / "artifacts" / "imported" / cache.key  # substituted: the target's lock comes next
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(hosts[0].env.prefix / ".rocmbuild"),
-                               str(hosts[0].config), "4"],
+                               str(imported), "4"],
                               stdout=subprocess.PIPE, text=True, cwd=str(REPO), start_new_session=True,
                               env=dict(os.environ, PYTHONPATH=str(REPO)))
     try:
