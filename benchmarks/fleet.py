@@ -4,8 +4,8 @@ Goal (issue #17): on the fixture build paced to 30 s, a substituted apply (pull 
 most 10% of a building one (build + apply), and each machine pulls exactly the bundle's bytes.
 
 Set-up: the fixture monorepo and recipe, its C compiler a wrapper that sleeps ``--pace`` seconds
-while it compiles ``src/miopen.c`` (the library's one source; cmake's own compiler checks are not
-slowed), so one build takes about ``--pace`` seconds, like a (short) real MIOpen build. Each
+while it compiles ``src/miopen.c`` (the library's one source; cmake's own compiler checks and the
+link are not slowed), so one build takes about ``--pace`` seconds, like a (short) real MIOpen build. Each
 "machine" is a fresh ``ROCMBUILD_HOME`` and a fresh fake-torch env holding the stock 3.5.0.
 
 1. without the cache: each machine runs ``apply RECIPE --env ENV --no-cache`` (fetch, configure,
@@ -114,7 +114,7 @@ def make_world(work: Path, pace: float, pad_mb: int) -> World:
     wrapper = work / "cc-paced"
     real = shutil.which("cc") or "cc"
     wrapper.write_text('#!/bin/sh\ncase "$*" in\n'
-                       f'  *src/miopen.c*) echo "$$" >> "{compiles}"; sleep {pace} ;;\n'
+                       f'  *" -c "*/src/miopen.c) echo "$$" >> "{compiles}"; sleep {pace} ;;\n'
                        f'  *--version*) ;;\n  *) echo "$$" >> "{compiles}" ;;\nesac\nexec "{real}" "$@"\n')
     wrapper.chmod(0o755)
     repo = make_monorepo(work / "rocm-libraries", big_mb=1)
