@@ -3,7 +3,8 @@
 Decision: the benchmarks take their world builders (the fixture monorepo, the cmake build of the
 fixture library, the fake-torch target envs, the fixture recipe) from ``tests.support``, through
 this module only. There is one fixture library and one way to build its world; a second copy
-here would drift from what the tests prove. ``tests.support`` is plain code without pytest, so a
+here would drift from what the tests prove. The same holds for the real OCI registry
+(``registry``: Debian's docker-registry on 127.0.0.1, as the tests start it). ``tests.support`` is plain code without pytest, so a
 benchmark needs nothing the tests' extras do not already install. No benchmark imports
 ``tests.*`` itself: a change in the tests' layout is absorbed here.
 
@@ -20,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+from tests.support import registry
 from tests.support.envs import make_env
 from tests.support.monorepo import make_monorepo
 from tests.support.project import build_library
@@ -27,7 +29,7 @@ from tests.support.recipes import fixture_recipe, write_fixture_recipe
 from tests.support.snapshots import listing, snapshot
 
 __all__ = ["ROOT", "TOOLS", "COMPILERS", "bench_recipe", "build_library", "fixture_recipe", "listing",
-           "make_env", "make_monorepo", "make_shims", "run_counted", "snapshot", "write_fixture_recipe"]
+           "make_env", "make_monorepo", "make_shims", "registry", "run_counted", "snapshot", "write_fixture_recipe"]
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -61,6 +61,7 @@ import json
 import os
 import re
 import secrets
+import stat
 import tarfile
 import urllib.parse
 from dataclasses import asdict, dataclass
@@ -94,6 +95,7 @@ class Export:
     key: str
     recipe: str
     version: str | None
+    changed: bool = True  # False: the file held exactly these bytes already (a reproducible re-export)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -120,12 +122,32 @@ def export(art: Artifact, out: str | os.PathLike) -> Export:
         raise InputError(f"cannot write the bundle into {directory}: {exc.strerror}",
                          "give -o a directory or a file in one") from None
     with root:
-        digest, size = _write(root, name, art)
+        old = _open_old(root, name)
+        try:
+            digest, size = _write(root, name, art)
+            same = old is not None and os.fstat(old).st_size == size and sha256_fd(old) == digest
+        finally:
+            if old is not None:
+                os.close(old)
         root.write_atomic(f"{name}.sha256", f"{digest}  {name}\n".encode(), 0o644)
     shown = Path(os.path.normpath(directory))  # kept/../x reads x (the real path if a link made them differ)
     shown = shown if shown.exists() and os.path.samefile(shown, directory) else Path(os.path.realpath(directory))
     return Export(file=str(shown / name), sha256=digest, sha256_file=str(shown / f"{name}.sha256"),
-                  size=size, key=art.key, recipe=recipe, version=version)
+                  size=size, key=art.key, recipe=recipe, version=version, changed=not same)
+
+
+def _open_old(root: Root, name: str) -> int | None:
+    """The file ``name`` already holds (a regular file, opened beneath ``root``), kept open across
+    the rename so that its bytes can be compared with the new bundle's (hashed only when the sizes
+    match); None when there is none."""
+    try:
+        fd = root.open_file(name, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    return fd
 
 
 def _write(root: Root, name: str, art: Artifact) -> tuple[str, int]:

@@ -315,6 +315,11 @@ class CacheReport:
     entries: tuple[CacheEntry, ...]
 
     @property
+    def changed(self) -> bool:
+        """Something was quarantined (re-sealing an intact entry is not a change)."""
+        return any(e.status != "ok" for e in self.entries)
+
+    @property
     def error(self) -> FetchError | None:
         bad = [e for e in self.entries if e.status != "ok"]
         if not bad:

@@ -146,6 +146,9 @@ def _main(argv: list[str]) -> int:
     try:
         if want_json:
             out = {**rendered, "ok": code == EXIT_OK, "verb": verb, "exit_code": code}  # type: ignore[dict-item]
+            changed = getattr(result, "changed", None)  # a verb that can change something says if it did
+            if changed is not None:
+                out["changed"] = bool(changed)
             if error is not None:
                 out["error"] = error.to_json()
             ui.emit_json(out)

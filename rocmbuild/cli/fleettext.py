@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from rocmbuild.names import safe_text
-from rocmbuild.results import ConfigListResult, KeyResult, PushResult, RemoteListResult
+from rocmbuild.results import BuildPlan, ConfigListResult, KeyResult, PushResult, RemoteListResult
 
 
 def size(n: int | None) -> str:
@@ -17,6 +17,23 @@ def size(n: int | None) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024  # type: ignore[assignment]
     return str(n)
+
+
+def would(plan: BuildPlan) -> str:
+    """Where the artifact would come from, for ``plan`` and ``apply --dry-run``: cached locally,
+    substituted from a binary cache (its key, its signer) or built here (and why not substituted,
+    when a cache could not be reached)."""
+    key = (plan.cache_key or "")[:16]
+    if plan.cached:
+        return "cached locally (build would do nothing)"
+    if plan.substitute:
+        signed = f"signed by {plan.signer}" if plan.signer else "UNSIGNED, allowed by --allow-unsigned"
+        return f"would substitute from {plan.substitute} (key {key}, {signed})"
+    if not plan.cache_key:
+        return "would build (the key needs the commit)"
+    if plan.unreachable:
+        return f"would build ({', '.join(plan.unreachable)} unreachable)"
+    return "would build"
 
 
 def config_list(r: ConfigListResult) -> str:

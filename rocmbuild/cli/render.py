@@ -92,10 +92,7 @@ def build_plan(plan: BuildPlan) -> str:
     for step in (s_ for s_ in ("configure", "build", "install") if s_ in plan.commands):
         prefix = ("DESTDIR=" + plan.destdir + " ") if step == "install" else ""
         lines.append(f"  {step:10}{(env + ' ') if env else ''}{prefix}{runner.display(list(plan.commands[step]))}")
-    state_ = "cached (build would do nothing)" if plan.cached else (
-        f"not cached: would substitute from {plan.substitute}" if plan.substitute
-        else "not cached: would build" if plan.cache_key else "key needs the commit")
-    lines.append(f"  cache    {plan.cache_key or '-'}: {state_}")
+    lines.append(f"  cache    {plan.cache_key or '-'}: {fleettext.would(plan)}")
     tools = plan.inputs["tools"]
     lines.append(f"  tools    {tools['cmake']}; {tools['cc']}; {tools['cxx']}")
     lines += [f"  MISSING  {c.name}: {c.detail}" + (f" ({c.fix})" if c.fix else "") for c in plan.missing]

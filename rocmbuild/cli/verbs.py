@@ -74,6 +74,7 @@ def _add_plan(sub) -> None:
     p.add_argument("--offline", action="store_true", help="do not contact the remote to resolve the ref, nor any cache")
     p.add_argument("--cache", dest="caches", action="append", default=[], metavar="URL",
                    help="also ask this binary cache whether it would substitute the artifact (repeatable)")
+    p.add_argument("--no-cache", action="store_true", help="do not ask any binary cache (it would be built here)")
     p.add_argument("--allow-unsigned", action="store_true", help="count an unsigned artifact as substitutable")
 
 
@@ -81,7 +82,8 @@ def _cmd_plan(args) -> VerbResult:
     from rocmbuild.flows import build
     from rocmbuild.flows.substitute import CacheOptions
 
-    caches = CacheOptions(urls=tuple(args.caches), offline=args.offline, allow_unsigned=args.allow_unsigned)
+    caches = CacheOptions(urls=tuple(args.caches), offline=args.offline, no_cache=args.no_cache,
+                          allow_unsigned=args.allow_unsigned)
     return build.build_plan(args.recipe, args.recipes_dir, a.overrides_from(args), offline=args.offline, caches=caches)
 
 

@@ -323,8 +323,10 @@ def _dry_run(source: RecipeSource | BundleSource, where: TargetSpec, options: Ap
         gpu_arch = _dry_arch(source, art, options)
         refusal = guards.arch_refusal(gpu_arch) if gpu_arch.refused else None
         if art is None:
-            note = (f"would substitute from {bp.substitute}: the file actions are known after the download"
-                    if bp is not None and bp.substitute else NOT_BUILT_NOTE)
+            signed = f"signed by {bp.signer}" if bp is not None and bp.signer else "unsigned"
+            note = (f"would substitute from {bp.substitute} (key {(bp.cache_key or '')[:16]}, {signed}): "
+                    "the file actions are known after the download" if bp is not None and bp.substitute
+                    else NOT_BUILT_NOTE)
             return DryRunResult(build=bp, target_note=note, target_error=refusal, gpu_arch=gpu_arch)
         if refusal is not None:
             return DryRunResult(build=bp, artifact=summary, target_error=refusal, gpu_arch=gpu_arch)

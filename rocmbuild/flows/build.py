@@ -216,8 +216,10 @@ def build_result(name: str, recipes_dirs: Sequence[str] = (), overrides: Overrid
     """``rocmbuild build``: the artifact, how long this run took, the log it wrote and, for a
     substituted artifact, where it came from."""
     start = time.monotonic()
+    before = {p.name for p in cache.entries(cache_home())}
     art = build(name, recipes_dirs, overrides, wait=wait, caches=caches)
-    return BuildResult(art, duration_s=time.monotonic() - start, log=log_of(art), substituted=origin(art.path))
+    return BuildResult(art, duration_s=time.monotonic() - start, log=log_of(art), substituted=origin(art.path),
+                       added=art.key not in before)
 
 
 # --------------------------------------------------------------------------------------------
@@ -305,13 +307,13 @@ def build_plan(name: str, recipes_dirs: Sequence[str] = (), overrides: Overrides
                      "into the artifact; no configure, no compile")
     cached = bool(key and ((artifacts_dir(home) / key / "manifest.json").is_file()
                            or origin(cache.imported_dir(home) / key) is not None))  # looked at, never discarded
-    url = None
+    would = substitute.WouldSubstitute()
     if key and not cached and not offline:
-        url, why = substitute.would_substitute(key, caches)
-        notes += why
+        would = substitute.would_substitute(key, caches)  # a manifest lookup per cache, no download
+        notes += would.notes
     return BuildPlan(
-        recipe=r.name, path=str(r.path), source=_source_plan(r, commit), gpu_targets=gpu_targets, substitute=url,
-        commands=commands,
+        recipe=r.name, path=str(r.path), source=_source_plan(r, commit), gpu_targets=gpu_targets, substitute=would.url,
+        signer=would.signer, unreachable=would.unreachable, commands=commands,
         env=dict(r.build.env),
         destdir=str(artifacts_dir(home) / f".tmp-{key or '<key>'}-<pid>" / "destdir"),
         cache_key=key, cached=cached,

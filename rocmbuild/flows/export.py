@@ -16,6 +16,7 @@ from rocmbuild import ui
 from rocmbuild.build import cache
 from rocmbuild.build import bundle
 from rocmbuild.build.artifact import Artifact
+from rocmbuild.disk import read_json
 from rocmbuild.errors import ArtifactError, InputError
 from rocmbuild.flows import build
 from rocmbuild.home import cache_home
@@ -60,8 +61,24 @@ def lock(name: str, out: str | None, recipes_dirs: Sequence[str] = (), overrides
     commit = build.resolve_commit(r)
     data = lockfile.create(name, recipes_dirs, overrides, commit)
     path = Path(out) if out else Path.cwd() / f"{data.recipe}.lock.json"
+    old = _old_lock(path)
+    if old is not None and _pins(old) == _pins(data.to_json()):
+        return LockResult(str(path), old, rewritten=False)  # the same pins: the file is left as it is
     lockfile.write(data, path)
     return LockResult(str(path), data.to_json())
+
+
+def _pins(lock: dict) -> dict:
+    return {k: v for k, v in lock.items() if k != "created"}
+
+
+def _old_lock(path: Path) -> dict | None:
+    """The lock file already at ``path`` as JSON (None: none, or unreadable: it is written anew)."""
+    try:
+        data = read_json(path)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def from_lock(path: str, recipes_dirs: Sequence[str] = ()) -> tuple[str, Overrides]:

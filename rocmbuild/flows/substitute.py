@@ -195,15 +195,38 @@ def substitute(name: str, key: str, home: Path, opts: CacheOptions, *, wait: boo
     return None
 
 
-def would_substitute(key: str, opts: CacheOptions) -> tuple[str | None, tuple[str, ...]]:
-    """A dry run's answer: (the URL it would substitute from, or None; the notes on the caches
-    that would not serve it). Only steps 1-3 run: nothing is downloaded."""
-    notes = []
+@dataclass(frozen=True)
+class WouldSubstitute:
+    """A dry run's answer for one key (``plan``, ``apply --dry-run``): the first cache that would
+    serve it (``url``, ``signer``: None when unsigned and let in by ``--allow-unsigned``), the
+    caches that could not be reached (``unreachable``), and a note for every cache that would not
+    serve it."""
+
+    url: str | None = None
+    signer: str | None = None
+    unreachable: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+def _unreachable(exc: RocmbuildError) -> bool:
+    """A network failure after the retries (or a server error), not a refusal or a miss."""
+    details = exc.details or {}
+    return "tries" in details or int(details.get("status") or 0) >= 500
+
+
+def would_substitute(key: str, opts: CacheOptions) -> WouldSubstitute:
+    """Steps 1-3 for each cache in order, nothing downloaded: the registry's manifest (or the
+    directory's ``.manifest.json``), the signature and the GPU targets; never the bundle. No
+    request at all with ``--offline`` or ``--no-cache``."""
+    notes, unreachable = [], []
     for c in caches(opts):
         try:
-            if candidate(c, key, opts) is not None:
-                return c.url, tuple(notes)
+            cand = candidate(c, key, opts)
+            if cand is not None:
+                return WouldSubstitute(c.url, cand.signer, tuple(unreachable), tuple(notes))
             notes.append(f"{c.url}: artifact {key[:16]} is not there")
         except RocmbuildError as exc:
+            if _unreachable(exc):
+                unreachable.append(c.url)
             notes.append(exc.message)
-    return None, tuple(notes)
+    return WouldSubstitute(None, None, tuple(unreachable), tuple(notes))

@@ -29,10 +29,17 @@ def verdict_json(v: "Verdict | None") -> dict[str, Any] | None:
 
 
 class VerbResult:
-    """The part every result shares: an error that still carries the data (usually none)."""
+    """The part every result shares: an error that still carries the data (usually none), and
+    ``changed`` (docs/json.md, "changed"): a verb that can change something says whether this run
+    did (the CLI puts it in the JSON object); None, the default, for a verb that never changes
+    anything (no ``changed`` key)."""
 
     @property
     def error(self) -> RocmbuildError | None:
+        return None
+
+    @property
+    def changed(self) -> bool | None:
         return None
 
 

@@ -86,6 +86,8 @@ class BuildPlan(VerbResult):
     requirements: tuple["DoctorCheck", ...]  # the [requires] and the launcher
     notes: tuple[str, ...]
     substitute: str | None = None  # not cached here: the binary cache it would be substituted from
+    signer: str | None = None  # the trusted key that signed what ``substitute`` holds (None: unsigned, or none)
+    unreachable: tuple[str, ...] = ()  # the binary caches that could not be asked (it would be built)
 
     @property
     def action(self) -> str:
@@ -102,7 +104,8 @@ class BuildPlan(VerbResult):
             "gpu_targets": self.gpu_targets, "commands": {k: list(v) for k, v in self.commands.items()},
             "env": dict(self.env), "install_env": {"DESTDIR": self.destdir},
             "cache": {"key": self.cache_key, "cached": self.cached, "inputs": self.inputs,
-                      "substitute": self.substitute, "action": self.action},
+                      "substitute": self.substitute, "signer": self.signer, "unreachable": list(self.unreachable),
+                      "action": self.action},
             "requirements": [c.to_json() for c in self.requirements],
             "missing": [c.to_json() for c in self.missing], "notes": list(self.notes),
         }
@@ -114,6 +117,11 @@ class BuildResult(VerbResult):
     duration_s: float | None = None  # this run, start to end
     log: str | None = None  # this attempt's build log (None: a cache hit ran nothing)
     substituted: Json = None  # from a binary cache: {url, bundle_sha256, signer, imported} (None: built here)
+    added: bool | None = None  # this run put the artifact into the local cache (built or substituted now)
+
+    @property
+    def changed(self) -> bool:
+        return (not self.artifact.cached) if self.added is None else self.added
 
     def to_json(self) -> dict[str, Any]:
         art, m = self.artifact, self.artifact.manifest

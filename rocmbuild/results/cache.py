@@ -70,6 +70,10 @@ class CacheGcResult(VerbResult):
     notes: tuple[str, ...]
 
     @property
+    def changed(self) -> bool:
+        return bool(self.removed) and not self.dry_run
+
+    @property
     def freed_bytes(self) -> int:
         return sum(c.bytes for c in self.removed)
 

@@ -36,6 +36,10 @@ class KeyResult(Record, VerbResult):
     public_key: str  # NAME:BASE64, for [trust] public_keys
     secret_file: str
 
+    @property
+    def changed(self) -> bool:
+        return True  # a new key file (an existing one is never overwritten: an error instead)
+
 
 @dataclass(frozen=True)
 class PushResult(Record, VerbResult):
@@ -47,6 +51,10 @@ class PushResult(Record, VerbResult):
     bundle_sha256: str | None  # None when nothing was exported
     size: int | None
     signer: str | None
+
+    @property
+    def changed(self) -> bool:
+        return self.uploaded
 
 
 @dataclass(frozen=True)

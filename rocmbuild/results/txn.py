@@ -20,6 +20,10 @@ if TYPE_CHECKING:
 class ExportResult(VerbResult):
     bundle: "Export"  # what build/bundle.py wrote
 
+    @property
+    def changed(self) -> bool:
+        return self.bundle.changed  # False: the file held exactly these bytes already
+
     def to_json(self) -> dict[str, Any]:
         return self.bundle.to_json()
 
@@ -28,6 +32,11 @@ class ExportResult(VerbResult):
 class LockResult(VerbResult):
     lock_file: str
     lock: Json  # the lock file's content, as recipe/lockfile.py writes it
+    rewritten: bool = True  # False: the file held exactly this lock already
+
+    @property
+    def changed(self) -> bool:
+        return self.rewritten
 
     def to_json(self) -> dict[str, Any]:
         return {"lock_file": self.lock_file, "lock": dict(self.lock)}
@@ -50,6 +59,10 @@ class ApplyResult(VerbResult):
     duration_s: float | None = None  # the whole apply, start to end
     log: str | None = None  # the build log this run wrote (None: nothing was built)
     substituted: Any = None  # the artifact came from a binary cache: {url, bundle_sha256, signer, imported}
+
+    @property
+    def changed(self) -> bool:
+        return not self.already_applied  # the target (a build or substitution into the cache is not counted)
 
     def to_json(self) -> dict[str, Any]:
         out = {"target": plan_target(self.plan), "plan": self.plan.to_json(), "already_applied": self.already_applied,
@@ -103,6 +116,10 @@ class DryRunResult(VerbResult):
     def error(self) -> RocmbuildError | None:
         return self.target_error  # the real apply fails with it: the dry run exits with its code
 
+    @property
+    def changed(self) -> bool:
+        return False  # a dry run changes nothing; ``already_applied`` says whether the apply would
+
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"dry_run": True}
         if self.build is not None:
@@ -132,6 +149,10 @@ class RollbackResult(VerbResult):
     target: Json | None = None  # without a plan: {prefix, python, layout, libdir, state_dir}, the unknown ones null
 
     @property
+    def changed(self) -> bool:
+        return self.plan is not None  # False: ``--if-applied`` found nothing to undo
+
+    @property
     def warnings(self) -> tuple[Json, ...]:
         return tuple(c.to_json() for c in self.verdict.warnings) if self.verdict else ()
 
@@ -146,6 +167,10 @@ class RollbackResult(VerbResult):
 class RecoverResult(VerbResult):
     prefix: str
     recovered: tuple["Recovered", ...]
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.recovered)
 
     def to_json(self) -> dict[str, Any]:
         return {"prefix": self.prefix, "recovered": records_json(self.recovered)}

@@ -1,10 +1,12 @@
 """The Ansible playbooks of examples/ansible, run for real by ``ansible-playbook`` against several
 local hosts (``ansible_connection: local``), each with its own target env, ``ROCMBUILD_HOME`` and
-bundle directory, applying one bundle exported once for the module.
+config file, applying one recipe from a ``file://`` binary cache that the ``mini`` artifact was
+pushed to once for the module, signed (hosts run with ``rocmbuild_require_cache``: no compiler).
 
-What a fleet operator relies on: ``--check`` changes nothing and says what would change; a real
-run reports ``changed`` and a re-run does not; a failed host rolls back its whole batch and stops
-the rollout; a locked target is retried; ``rollback.yml`` can run twice.
+What a fleet operator relies on: ``--check`` changes nothing and says "would substitute from URL"
+or "would build"; a real run reports ``changed`` and a re-run does not; a failed host rolls back
+its whole batch and stops the rollout; an artifact signed by another key changes no host; a
+locked target is retried; ``rollback.yml`` can run twice.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ class Host:
     name: str
     env: object  # tests.support.envs.Env
     home: Path
-    bundle_dir: Path
+    config: Path  # the rocmbuild config file the playbook writes on the host
 
 
 @dataclass
@@ -48,6 +50,31 @@ class Run:
     @property
     def text(self) -> str:
         return self.proc.stdout + self.proc.stderr
+
+
+@dataclass
+class Cache:
+    url: str
+    public_key: str
+    key: str  # the artifact key of the recipe
+    recipe: str
+
+    def extra(self, **more) -> dict:
+        return {"rocmbuild_recipe": self.recipe, "rocmbuild_cache_url": self.url,
+                "rocmbuild_public_key": self.public_key, "rocmbuild_require_cache": True, **more}
+
+
+@pytest.fixture(scope="module")
+def cache(txn_world, tmp_path_factory) -> Cache:
+    """A ``file://`` binary cache holding the ``mini`` artifact (3.5.1), signed by the key ``fleet``."""
+    where = tmp_path_factory.mktemp("fleet-cache")
+    env = {"ROCMBUILD_HOME": str(txn_world.home)}
+    made = rb("key", "generate", "fleet", "--out", where / "fleet.secret", "--json", env=env)
+    assert made.returncode == 0, made.stderr
+    url, key = f"file://{where / 'cache'}", txn_world.artifacts["mini"].key
+    r = rb("push", key, "--to", url, "--sign-key", where / "fleet.secret", env=env)
+    assert r.returncode == 0, r.stderr
+    return Cache(url, json.loads(made.stdout)["public_key"], key, txn_world.recipe("mini"))
 
 
 @pytest.fixture(scope="module")
@@ -72,13 +99,15 @@ def fleet(target_env, tmp_path):
             env = target_env("3.5.0", name=f"env-{name}", compile_version="3.4.0" if name in bad else "3.5.0")
             home = tmp_path / f"home-{name}"
             shim = tmp_path / f"rocmbuild-{name}"
-            shim.write_text(f"#!/bin/sh\nROCMBUILD_HOME='{home}' PYTHONPATH='{REPO}' exec '{sys.executable}' "
+            shim.write_text(f"#!/bin/sh\nROCMBUILD_HOME='{home}' PYTHONPATH='{REPO}' ROCMBUILD_DOWNLOAD_RETRIES=0 "
+                            f"exec '{sys.executable}' "
                             '-m rocmbuild "$@"\n')
             shim.chmod(0o755)
-            hosts.append(Host(name, env, home, tmp_path / f"bundles-{name}"))
+            config = tmp_path / f"etc-{name}" / "rocmbuild" / "config.toml"
+            hosts.append(Host(name, env, home, config))
             inv[name] = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
                          "rocmbuild_env": str(env.prefix), "rocmbuild_bin": str(shim),
-                         "rocmbuild_remote_dir": str(tmp_path / f"bundles-{name}")}
+                         "rocmbuild_config_file": str(config)}
         path = tmp_path / "inventory.yml"
         path.write_text(json.dumps({"rocm_gpu": {"hosts": inv}}))  # JSON is YAML
         return path, hosts
@@ -131,32 +160,38 @@ def loaded_version(h: Host) -> str:
                           capture_output=True, text=True, check=True).stdout.strip()
 
 
-def test_check_mode_then_rollout_then_rerun(fleet, bundle, tmp_path):
+def test_check_mode_then_rollout_then_rerun(fleet, cache, tmp_path):
     inventory, hosts = fleet(3)
     before = states(hosts)
     listings = {h.name: listing(h.env.prefix) for h in hosts}
-    extra = {"rocmbuild_bundle": str(bundle), "rocmbuild_serial": [1, 2]}
+    extra = cache.extra(rocmbuild_serial=[1, 2])
 
-    # --check: the dry run on a scratch copy; reports what would change, changes nothing at all
+    # --check: the dry run with a scratch config; says where the artifact would come from, changes nothing
     check = playbook("rollout.yml", inventory, tmp_path, "--check", extra=extra)
     assert check.proc.returncode == 0, check.text
     assert set(check.recap) == {"h1", "h2", "h3"} and all(r["changed"] >= 1 and r["failed"] == 0
                                                          for r in check.recap.values()), check.text
-    assert check.proc.stdout.count("would change txn=none version=3.5.0->3.5.1") == 3, check.text
+    would = f"would change: would substitute from {cache.url} (key {cache.key[:16]}, signed by fleet)"
+    assert check.proc.stdout.count(would) == 3, check.text
     assert {h.name: listing(h.env.prefix) for h in hosts} == listings  # not even .rocmbuild/
-    assert not any(h.bundle_dir.exists() for h in hosts) and not any(h.home.exists() for h in hosts)
-    assert list((tmp_path / "host-tmp").iterdir()) == []  # the scratch copies are gone
+    assert not any(h.config.parent.exists() for h in hosts)
+    assert not any((h.home / "artifacts").exists() for h in hosts)  # nothing downloaded
+    assert list((tmp_path / "host-tmp").iterdir()) == []  # the scratch configs are gone
+    # a cache that cannot be reached: each host would build, and says why
+    closed = dict(extra, rocmbuild_cache_url="oci://127.0.0.1:9/none")
+    nocache = playbook("rollout.yml", inventory, tmp_path, "--check", extra=closed)
+    assert nocache.proc.stdout.count("would change: would build (oci://127.0.0.1:9/none unreachable)") == 3, nocache.text
 
-    # the real rollout: bundle and .sha256 copied, applied, reported changed with txn and versions
+    # the real rollout: the config written, the artifact substituted, reported changed with txn and versions
     first = playbook("rollout.yml", inventory, tmp_path, extra=extra)
     assert first.proc.returncode == 0, first.text
     for h in hosts:
         assert first.recap[h.name]["changed"] >= 1 and first.recap[h.name]["failed"] == 0, first.text
         assert loaded_version(h) == "3.5.1"
-        assert sorted(p.name for p in h.bundle_dir.iterdir()) == [bundle.name, bundle.name + ".sha256"]
-        assert (h.bundle_dir / (bundle.name + ".sha256")).read_bytes() == Path(f"{bundle}.sha256").read_bytes()
+        assert f'url = "{cache.url}"' in h.config.read_text() and cache.public_key in h.config.read_text()
         txn = history(h)[-1]["id"]
-        assert f"{h.name}: changed txn={txn} version=3.5.0->3.5.1" in first.proc.stdout, first.text
+        assert (f"{h.name}: changed txn={txn} version=3.5.0->3.5.1 (substituted from {cache.url}, signed by fleet)"
+                in first.proc.stdout), first.text
 
     # a re-run and a re-run in check mode: nothing to do, nothing reported as changed
     for args in ((), ("--check",)):
@@ -168,11 +203,11 @@ def test_check_mode_then_rollout_then_rerun(fleet, bundle, tmp_path):
     assert states(hosts) != before
 
 
-def test_a_failed_host_rolls_back_its_batch_and_stops_the_rollout(fleet, bundle, tmp_path):
+def test_a_failed_host_rolls_back_its_batch_and_stops_the_rollout(fleet, cache, tmp_path):
     inventory, hosts = fleet(4, bad=("h2",))
     before = states(hosts)
     h4_listing = listing(hosts[3].env.prefix)
-    run = playbook("rollout.yml", inventory, tmp_path, extra={"rocmbuild_bundle": str(bundle), "rocmbuild_serial": 3})
+    run = playbook("rollout.yml", inventory, tmp_path, extra=cache.extra(rocmbuild_serial=3))
     assert run.proc.returncode != 0, run.text
     # h2 refused the bundle (its torch cannot load 3.5.1); h1 and h3 had applied it: rolled back
     assert "the rollout stopped here: rocmbuild apply failed on h2 (exit 2)" in run.proc.stdout, run.text
@@ -185,30 +220,26 @@ def test_a_failed_host_rolls_back_its_batch_and_stops_the_rollout(fleet, bundle,
     assert all(run.recap[n]["failed"] == 1 for n in ("h1", "h2", "h3")), run.text
     # the next batch (h4) was never touched
     assert "h4" not in run.recap or run.recap["h4"]["ok"] == 0
-    assert listing(hosts[3].env.prefix) == h4_listing and not hosts[3].bundle_dir.exists()
+    assert listing(hosts[3].env.prefix) == h4_listing and not hosts[3].config.exists()
 
 
-def test_a_bundle_that_fails_its_check_changes_no_host(fleet, bundle, tmp_path):
+def test_an_artifact_signed_by_another_key_changes_no_host(fleet, cache, tmp_path):
     inventory, hosts = fleet(2)
     before = states(hosts)
-    bad = tmp_path / "tampered" / bundle.name
-    bad.parent.mkdir()
-    shutil.copy(bundle, bad)
-    Path(f"{bad}.sha256").write_text(f"{'0' * 64}  {bad.name}\n")  # the published sum does not match
-    run = playbook("rollout.yml", inventory, tmp_path, extra={"rocmbuild_bundle": str(bad), "rocmbuild_serial": 2})
+    other = rb("key", "generate", "other", "--out", tmp_path / "other.secret", "--json")
+    extra = cache.extra(rocmbuild_serial=2, rocmbuild_public_key=json.loads(other.stdout)["public_key"])
+    run = playbook("rollout.yml", inventory, tmp_path, extra=extra)
     assert run.proc.returncode != 0, run.text
-    assert "sha256 mismatch" in run.proc.stdout and "exit 3" in run.proc.stdout, run.text
+    assert "not a trusted key" in run.proc.stdout and "exit 3" in run.proc.stdout, run.text
     assert states(hosts) == before and all(history(h) == [] for h in hosts)
-    # without its .sha256 on the controller the playbook refuses before touching a host
-    Path(f"{bad}.sha256").unlink()
-    run = playbook("rollout.yml", inventory, tmp_path, extra={"rocmbuild_bundle": str(bad), "rocmbuild_serial": 2})
-    assert run.proc.returncode != 0 and ".sha256" in run.proc.stdout, run.text
-    assert not any(h.bundle_dir.exists() for h in hosts) or all(
-        sorted(p.name for p in h.bundle_dir.iterdir()) == [bundle.name, bundle.name + ".sha256"] for h in hosts)
+    assert not any((h.home / "artifacts" / "imported").exists() for h in hosts)
+    # a malformed key: the playbook refuses before touching a host
+    run = playbook("rollout.yml", inventory, tmp_path, extra=cache.extra(rocmbuild_public_key='x"\n[sign]'))
+    assert run.proc.returncode != 0 and "NAME:BASE64" in run.proc.stdout, run.text
 
 
 HOLDER = textwrap.dedent("""
-    # hold the target's lock until the playbook has copied the bundle (the apply comes next), then
+    # hold the target's lock until the apply has substituted the artifact (the target's lock comes next), then
     # a few seconds more: the first attempts meet the lock (exit 5), a later one gets through
     import os, sys, time
     from rocmbuild.swap import state
@@ -221,21 +252,22 @@ HOLDER = textwrap.dedent("""
 """)
 
 
-def test_a_locked_target_is_retried(fleet, bundle, tmp_path):
+def test_a_locked_target_is_retried(fleet, cache, tmp_path):
     inventory, hosts = fleet(1)
-    copied = hosts[0].bundle_dir / f"{bundle.name}.sha256"
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(hosts[0].env.prefix / ".rocmbuild"), str(copied), "4"],
+    imported = hosts[0].home / "artifacts" / "imported" / cache.key  # substituted: the target's lock comes next
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(hosts[0].env.prefix / ".rocmbuild"),
+                               str(imported), "4"],
                               stdout=subprocess.PIPE, text=True, cwd=str(REPO), start_new_session=True,
                               env=dict(os.environ, PYTHONPATH=str(REPO)))
     try:
         assert holder.stdout.readline().strip() == "locked"
-        run = playbook("rollout.yml", inventory, tmp_path, extra={"rocmbuild_bundle": str(bundle),
-                                                                  "rocmbuild_lock_delay": 1, "rocmbuild_lock_retries": 10})
+        run = playbook("rollout.yml", inventory, tmp_path,
+                       extra=cache.extra(rocmbuild_lock_delay=1, rocmbuild_lock_retries=10))
     finally:
         os.killpg(holder.pid, signal.SIGKILL)
         holder.wait()
     assert run.proc.returncode == 0, run.text
-    assert "FAILED - RETRYING: [h1]: Apply the bundle with rocmbuild" in run.proc.stdout, run.text
+    assert "FAILED - RETRYING: [h1]: Apply with rocmbuild" in run.proc.stdout, run.text
     assert run.recap["h1"]["changed"] >= 1 and loaded_version(hosts[0]) == "3.5.1"
     assert [t["verb"] for t in history(hosts[0])] == ["apply"]
 

@@ -189,3 +189,89 @@ def test_apply_of_a_cached_pinned_commit_works_with_the_remote_gone(fleet, targe
     r = rb("apply", str(recipe), "--env", str(env.prefix), "--json", env=home)
     assert r.returncode == 0 and _json(r)["ok"], r.stderr
     assert _compiles(fleet["count"]) == compiled
+
+
+def test_check_mode_says_where_the_artifact_would_come_from(fleet, oci_registry, target_env, tmp_path):
+    """``apply --dry-run`` and ``plan``: would build / would substitute from URL (key, signer) /
+    cached locally / would build (URL unreachable), in the text and the JSON; the lookup downloads
+    no bundle, and --no-cache asks nothing."""
+    url = oci_registry.url()
+    _config([url], [fleet["public"]])
+    env = target_env("3.5.0", compile_version="3.5.0", name="checked")
+    fresh, builder = _home(tmp_path, "fresh"), _home(tmp_path, "builder")
+    recipe = str(fleet["recipe"])
+
+    def dry(home, *extra):
+        d = _json(rb("apply", recipe, "--env", str(env.prefix), "--dry-run", "--json", *extra, env=home))
+        assert d["changed"] is False
+        return d["build"]["cache"]
+
+    c = dry(fresh)
+    assert c["action"] == "build" and c["substitute"] is None and c["unreachable"] == []
+    built = _build_and_push(fleet, url, builder)
+    c = dry(fresh)
+    assert (c["action"], c["substitute"], c["signer"], c["key"]) == ("substitute", url, "lab-1", built["key"])
+    words = f"would substitute from {url} (key {built['key'][:16]}, signed by lab-1)"
+    assert words in rb("apply", recipe, "--env", str(env.prefix), "--dry-run", env=fresh).stdout
+    assert words in rb("plan", recipe, env=fresh).stdout
+    home = Path(fresh["ROCMBUILD_HOME"])
+    assert not (home / "artifacts").exists() and not any((home / "downloads").glob("*"))  # no bundle pulled
+    c = dry(fresh, "--no-cache")
+    assert c["action"] == "build" and c["substitute"] is None and c["unreachable"] == []
+    assert "would build" in rb("plan", recipe, "--no-cache", env=fresh).stdout
+    c = dry(builder)
+    assert c["action"] == "cached" and c["substitute"] is None
+    assert "cached locally" in rb("plan", recipe, env=builder).stdout
+    closed = f"oci://127.0.0.1:{registry.free_port()}/rocmbuild/cache"
+    _config([closed], [fleet["public"]])
+    quick = {**fresh, "ROCMBUILD_DOWNLOAD_RETRIES": "0"}
+    c = dry(quick)
+    assert c["action"] == "build" and c["unreachable"] == [closed]
+    assert f"would build ({closed} unreachable)" in rb("plan", recipe, env=quick).stdout
+
+
+def _provision(env: dict) -> "subprocess.CompletedProcess":
+    import os
+    import subprocess
+    import sys
+
+    from tests.support.cli import REPO
+
+    shim = Path(env["SHIM_DIR"]) / "rocmbuild-bin"
+    shim.write_text(f'#!/bin/sh\nPYTHONPATH="{REPO}" exec "{sys.executable}" -m rocmbuild "$@"\n')
+    shim.chmod(0o755)
+    full = {**os.environ, **env, "ROCMBUILD_BIN": str(shim)}
+    return subprocess.run(["bash", str(REPO / "examples" / "provision.sh")], capture_output=True, text=True,
+                          env=full, stdin=subprocess.DEVNULL, timeout=600)
+
+
+def test_provision_sh_with_a_cache_url_and_key_compiles_nothing_on_the_second_machine(
+        fleet, oci_registry, target_env, tmp_path):
+    url = oci_registry.url()
+    builder = _home(tmp_path, "builder")
+    built = _build_and_push(fleet, url, builder)
+    compiled = _compiles(fleet["count"])
+    env = target_env("3.5.0", compile_version="3.5.0", name="machine-2")
+    config = tmp_path / "etc" / "rocmbuild" / "config.toml"
+    machine = {**_home(tmp_path, "2"), "SHIM_DIR": str(tmp_path), "ROCMBUILD_ENV": str(env.prefix),
+               "ROCMBUILD_RECIPE": str(fleet["recipe"]), "ROCMBUILD_CACHE_URL": url,
+               "ROCMBUILD_PUBLIC_KEY": fleet["public"], "ROCMBUILD_CONFIG": str(config),
+               "ROCMBUILD_REQUIRE_CACHE": "1"}
+    first = _provision(machine)
+    assert first.returncode == 0, first.stderr
+    [line] = first.stdout.splitlines()
+    assert line.startswith(f"rocmbuild: ok apply changed env={env.prefix} source=recipe:{fleet['recipe']} txn=0001-")
+    assert line.endswith("version=3.5.0->3.5.1 exit=0")
+    assert _compiles(fleet["count"]) == compiled, "the second machine ran the compiler"
+    assert f'url = "{url}"' in config.read_text() and fleet["public"] in config.read_text()
+    status = _json(rb("status", "--env", str(env.prefix), "--json", env={**_home(tmp_path, "2")}))
+    [eff] = status["changes"]["in_effect"]
+    assert eff["substituted"]["url"] == url and eff["substituted"]["signer"] == "lab-1"
+    assert Path(eff["artifact"]).name == built["key"]
+    ino = config.stat().st_ino
+    again = _provision(machine)  # every boot: nothing changes, the config file is not rewritten
+    assert again.returncode == 0 and again.stdout.splitlines() == [
+        f"rocmbuild: ok apply unchanged env={env.prefix} source=recipe:{fleet['recipe']} txn=none version=3.5.1 exit=0"]
+    assert config.stat().st_ino == ino and _compiles(fleet["count"]) == compiled
+    bad = _provision({**machine, "ROCMBUILD_PUBLIC_KEY": 'lab-1:abc"\n[sign]'})
+    assert bad.returncode == 2 and "NAME:BASE64" in bad.stdout and config.stat().st_ino == ino
