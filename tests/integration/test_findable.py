@@ -122,7 +122,9 @@ def test_follow_prints_the_log_until_its_writer_ends(tmp_path):
         out = tmp_path / "out.txt"
         with open(out, "w") as f:
             tail(log, f)
-        assert writer.poll() is not None  # it returned only after the writer ended
+        # it returned only once the writer was going: all five lines, and the writer exits at once
+        # (its /proc cmdline empties while it exits, a moment before wait() can reap it)
+        assert writer.wait(timeout=10) == 0
         assert out.read_text().splitlines()[2:] == [f"line {i}" for i in range(5)]
         assert logs.writer(log) == writer.pid
     finally:
