@@ -141,14 +141,26 @@ def _restore(state_dir: Path, m: Effect, point: str, *, undoes: tuple[str, ...],
     p, _drift = make_rollback(
         undos, prefix=newest.prefix, python=newest.python, libdir=newest.libdir, layout=newest.layout,
         outside=newest.outside, state_dir=str(state_dir), library=top.library if top else later[0].plan.library_before,
-        library_before=newest.library, version_before=_version_now(m), version_after=top.version_after if top
-        else later[0].plan.version_before, encoding=info.encoding, library_name=info.library_name,
+        library_before=newest.library, version_before=_version_now(m), version_after=_version_then(later[0], top),
+        encoding=info.encoding, library_name=info.library_name,
         recipe=info.recipe, commit=info.commit, undoes=undoes, remove_dirs=remove_dirs, force=force,
     )
     return replace(p, restores_to=point, redoes=redoes)
 
 
+def _version_then(first: Journal, top: Plan | None) -> str | None:
+    """The version a restore verifies: what was loaded right before ``first``, the first transaction
+    it undoes (an apply probed it; a rollback or redo recorded what the one before it verified). The
+    restored files are what was on disk then, a library written over included, so the history's
+    version of the apply on top could be refused by verification (issue 19); status then says DRIFT."""
+    return first.plan.version_before if first.plan.version_before is not None or top is None else top.version_after
+
+
 def _version_now(m: Effect) -> str | None:
+    """The version loaded now by record: what the last committed transaction verified."""
+    last = m.committed[-1].plan.version_after if m.committed else None
+    if last is not None:
+        return last
     return m.in_effect[-1].plan.version_after if m.in_effect else (
         m.committed[0].plan.version_before if m.committed else None)
 

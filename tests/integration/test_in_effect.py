@@ -28,7 +28,7 @@ def env(target_env):
 
 
 @pytest.fixture
-def _unused_private_home(txn_world, tmp_path, monkeypatch):
+def private_home(txn_world, tmp_path, monkeypatch):
     """A private copy of the cache: a test that writes a target file in place must not reach the
     shared artifacts."""
     home = tmp_path / "home"
@@ -123,3 +123,44 @@ def test_pruning_says_so_once_only_for_applies_in_effect_and_never_with_q(txn_ho
     # redo works: the backups of the one just rolled back were kept
     assert rb("redo", "--env", p, "--keep", "1").returncode == 0
     assert os.path.isdir(p / ".rocmbuild/backups")
+
+
+def _runtime_version(status_text: str) -> str:
+    """The version on status's runtime line (``torch ...; compiled against X, runtime Y, ...``)."""
+    line = next(x for x in status_text.splitlines() if ", runtime " in x)
+    return line.split(", runtime ", 1)[1].split(",", 1)[0]
+
+
+def test_a_library_written_over_then_applied_and_rolled_back_reads_drift_in_the_headline(private_home, target_env,
+                                                                                       fixture_libs):
+    """Issue 19: apply, overwrite the library in place, apply again, ``rollback --force``. The
+    rollback brings back what was on disk before the second apply (the 3.5.0 bytes written over
+    the first apply's file), so torch loads 3.5.0 while the history says the first apply's 3.5.1
+    is in place: the headline says DRIFT, agreeing with the runtime line and with ``verify``."""
+    env = target_env("3.5.0", layout="wheel", compile_version="3.5.1")
+    p = env.prefix
+    a = _ok("apply", private_home.recipe("mini"), "--env", p)["txn"]
+    ino = os.stat(env.libfile).st_ino
+    with open(fixture_libs("3.5.0") / "libMIOpen.so.1.0", "rb") as src, open(env.libfile, "r+b") as dst:
+        dst.truncate(0)
+        dst.write(src.read())  # in place, as `cp` does: the same inode, other bytes
+    assert os.stat(env.libfile).st_ino == ino
+    before = _ok("status", "--env", p, json_out=False).stdout
+    assert "DRIFT" in before.splitlines()[0] and _runtime_version(before) == "3.5.0"
+    b = _ok("apply", private_home.recipe("mini"), "--env", p)["txn"]
+    r = rb("rollback", "--force", "--env", p)
+    assert r.returncode == 0, r.stderr[-2000:]
+    text = _ok("status", "--env", p, json_out=False).stdout
+    headline = text.splitlines()[0]
+    assert _runtime_version(text) == "3.5.0"
+    assert headline.startswith(f"mini 3.5.1 (txn {a[:4]}) over stock 3.5.0"), headline
+    assert "DRIFT: torch loads 3.5.0, not the 3.5.1 rocmbuild's history says is in place" in headline
+    s = _ok("status", "--env", p)
+    assert s["version_drift"] == {"placed": "3.5.1", "loaded": "3.5.0"}
+    assert [t["id"] for t in s["changes"]["in_effect"]] == [a] and b not in s["summary"]
+    assert rb("verify", "--env", p, "--expect", "3.5.1").returncode == 4
+    # whenever the runtime line's version is not the headline's, the headline says DRIFT
+    for state in (before, text):
+        first = state.splitlines()[0]
+        if _runtime_version(state) not in first.split(" over ", 1)[0]:
+            assert "DRIFT" in first, first
