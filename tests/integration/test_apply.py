@@ -490,10 +490,14 @@ def test_rollback_to_and_keep_pruning(txn_home, env350):
     assert r.returncode == 0, r.stderr
     pruned = _json(r)["pruned"]
     assert pruned and not any(p["in_effect"] for p in pruned)  # only undone ones: nothing to say
-    assert "backups" not in rb("apply", txn_home.recipe("mini-fix"), "--env", env.prefix, "--keep", "1").stderr
-    _ok("rollback", "--env", env.prefix)
     kept = [d.name for d in (env.prefix / ".rocmbuild/backups").iterdir()]
     assert kept == [_json(r)["txn"]]
+    c = _json(rb("apply", txn_home.recipe("mini-fix"), "--env", env.prefix, "--keep", "1", "--json"))
+    assert c["pruned"] == []  # the newest apply's backups and the originals' are never pruned
+    undo = rb("rollback", "--env", env.prefix)
+    assert undo.returncode == 0 and "backups" not in undo.stderr, undo.stderr
+    kept = sorted(d.name for d in (env.prefix / ".rocmbuild/backups").iterdir())
+    assert kept[:2] == [_json(r)["txn"], c["txn"]] and len(kept) == 3  # and the rollback's, for redo
     h = _json(rb("history", "--env", env.prefix, "--json"))
     assert sum(t["backups_pruned"] for t in h["transactions"]) == len(pruned)
     text = rb("history", "--env", env.prefix).stdout
