@@ -243,7 +243,7 @@ def overrides_from(args: argparse.Namespace) -> Overrides:
 
 def config_defaults(args: argparse.Namespace) -> None:
     """The config file's ``jobs``, ``gpu_targets``, ``launcher`` (not with ``--from-lock``, which pins
-    them) and ``keep`` (apply, rollback) where the command line gave none: the flag wins."""
+    them) and ``keep`` (apply, rollback, redo) where the command line gave none: the flag wins."""
     from rocmbuild import config
 
     cfg = config.load()
@@ -251,7 +251,7 @@ def config_defaults(args: argparse.Namespace) -> None:
         for name in ("jobs", "gpu_targets", "launcher"):
             if hasattr(args, name) and getattr(args, name) is None:
                 setattr(args, name, getattr(cfg, name))
-    if getattr(args, "verb", None) in ("apply", "rollback") and args.keep is None:
+    if getattr(args, "verb", None) in ("apply", "rollback", "redo") and args.keep is None:
         args.keep = cfg.keep or 5
 
 

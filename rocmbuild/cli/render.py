@@ -43,6 +43,7 @@ from rocmbuild.results import (
     StatusResult,
     VerbResult,
     VerifyResult,
+    short_txn,
 )
 
 
@@ -145,7 +146,7 @@ def _loaded(data: dict[str, Any]) -> str:
 def status_changes(c: StatusChanges, prefix: str | None = None) -> str:
     lines = []
     if c.in_effect:
-        lines.append("in effect (oldest first):")
+        lines.append("applies in effect (oldest first; `rollback` undoes the newest):")
     for t in c.in_effect:
         commit = f" @ {t.commit[:12]}" if t.commit else ""
         lines.append(f"  txn {t.id}  {t.verb} {t.recipe or '-'}{commit}: {t.version_before or '?'} -> "
@@ -155,13 +156,19 @@ def status_changes(c: StatusChanges, prefix: str | None = None) -> str:
             lines.append(f"    artifact {origin_text(t.substituted)}")
         if t.fixes:
             lines.append(f"    fixes: {'; '.join(t.fixes)}")
+        if t.redone_by:
+            lines.append(f"    undone once, back in effect by the redo txn {short_txn(t.redone_by)}")
+    if c.redo is not None:
+        lines.append(f"`rocmbuild redo` would re-apply {', '.join(short_txn(x) for x in c.redo.reapplies)} "
+                     f"(undone by the rollback txn {short_txn(c.redo.rollback)})")
     lines += [f"in progress: {u.verb} {u.id} (pid {u.running_pid}, at '{u.state}')" if u.running_pid else
               f"UNFINISHED {u.verb} {u.id} (stopped at '{u.state}'): the next rocmbuild command "
               "that changes this target rolls it back; `rocmbuild recover` does only that" for u in c.unfinished]
     lines += [drift_text(d, prefix) + " (`rocmbuild rollback` refuses without --force)" for d in c.drift]
     lines += [f"UNREADABLE {u.describe()}" + (": rocmbuild changes nothing here until it is dealt with "
               "(`rocmbuild recover` says how)" if u.kind == "journal" else "") for u in c.unreadable]
-    return layout.lines(lines or ["rocmbuild has changed nothing in this target"])
+    return layout.lines(lines or ["rocmbuild has changed nothing in this target" if not c.stock else
+                                  "no apply by rocmbuild is in effect here"])
 
 
 @text.register
@@ -211,6 +218,14 @@ def _size(n: int) -> str:
     return str(n)
 
 
+_USE_WORDS = {  # what each role of cache list's "used by" means, in words (swap/known.py)
+    "in-effect": "applied by txn {} and in effect (what it loads now)",
+    "rollback": "applied by txn {}, in effect under a newer apply (`rollback` returns to it)",
+    "redo": "applied by txn {}, undone by a rollback; `rocmbuild redo` re-applies it",
+    "recovery": "txn {} was interrupted; recovery needs it",
+}
+
+
 @text.register
 def _cache_list(r: CacheListResult) -> str:
     lines = []
@@ -220,7 +235,8 @@ def _cache_list(r: CacheListResult) -> str:
                      f"commit {(i.commit or '-')[:12]}  {_size(i.size)}  last used {i.last_used or 'never'}")
         if i.substituted:
             lines.append(f"  {origin_text(i.substituted)}")
-        lines += [f"  used by {u.prefix or u.state_dir} ({u.role}, txn {u.txn})" for u in a.used_by]
+        lines += [f"  used by {u.prefix or u.state_dir}: {_USE_WORDS.get(u.role, u.role).format(short_txn(u.txn))}"
+                  for u in a.used_by]
     gone = sum(not t.target.exists for t in r.targets)
     lines.append(f"{len(r.artifacts)} artifact(s), {_size(r.total_bytes)} in {r.cache}; "
                  f"{len(r.targets)} known target(s)" + (f" ({gone} no longer there)" if gone else ""))
@@ -273,7 +289,6 @@ def _apply(r: ApplyResult) -> str:
              f"in {p.prefix} ({p.layout} layout)"]
     lines += [f"  {a.path}" for a in p.pending]
     lines += [f"  note: {n}" for n in p.notes]
-    lines += [f"  pruned the backups of {pr.id} ({pr.freed_bytes} bytes)" for pr in r.pruned]
     checks = r.verdict.checks if r.verdict else ()
     passed = [c.shown_name for c in checks if c.ok and not c.skipped]
     if passed:
@@ -311,13 +326,18 @@ def _rollback(r: RollbackResult) -> str:
     p = r.plan
     if p is None:
         return f"nothing to roll back in {(r.target or {}).get('prefix')}: no apply by rocmbuild is in effect"
-    out = [f"rolled back {', '.join(r.undoes)} as {r.txn}: {p.version_before or '?'} -> "
-           f"{p.version_after or '?'} in {p.prefix}"]
+    if p.redoes:
+        head = f"redid {', '.join(r.reapplies) or '-'} (undid the rollback {p.redoes}) as {r.txn}"
+    else:
+        head = f"rolled back {', '.join(r.undoes)} as {r.txn}"
+    out = [f"{head}: {p.version_before or '?'} -> {p.version_after or '?'} in {p.prefix}"]
     out += [f"  {a.path}" for a in p.pending]
     out += [f"  {n}" for n in r.forced_drift]
     warnings = r.warnings
     out.append(f"verified {p.library} ({p.version_after or '?'})" + (
         f" with {len(warnings)} warning(s): " + ", ".join(w["name"] for w in warnings) if warnings else ""))
+    out.append("in effect now: " + (", ".join(short_txn(x) for x in r.in_effect) or "no apply (the stock state)")
+               + ("" if p.redoes else "; `rocmbuild redo` re-applies what this undid"))
     return layout.lines(out)
 
 

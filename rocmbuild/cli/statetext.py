@@ -53,9 +53,21 @@ HISTORY_HEADERS = ("txn", "when", "what", "version", "state")
 
 
 def _history_state(r) -> tuple[str, ...]:
-    """One line per fact: in effect / undone / the outcome, then pruned backups and foreign origin."""
+    """One line per fact: an apply in effect or undone (by which rollback), a rollback or redo done
+    (never "in effect": it marks what it undid), a failed one rolled back; then whether ``redo``
+    would undo it, pruned backups and foreign origin."""
     out = r.get("outcome") or "?"
-    facts = ["in effect" if r.get("in_effect") else ("undone" if out == "committed" else out)]
+    if out != "committed":
+        facts = [out.replace("_", " ")]
+    elif (r.get("kind") or r.get("verb")) == "apply":
+        undone = r.get("undone_by")
+        facts = ["in effect" if r.get("in_effect") else (f"undone by {short_txn(undone)}" if undone else "undone")]
+        if r.get("in_effect") and r.get("redone_by"):
+            facts.append(f"redone by {short_txn(r['redone_by'])}")
+    else:
+        facts = ["done"]
+    if r.get("redo_next"):
+        facts.append("`redo` undoes it")
     if r.get("backups_pruned"):
         facts.append("backups pruned")
     if r.get("origin") in ("copied", "moved"):
@@ -68,10 +80,15 @@ def history_row(r) -> tuple[layout.Cell, ...]:
     what = r.get("recipe") or "-"
     if r.get("commit"):
         what += f" @ {r['commit'][:12]}"
-    if r.get("undoes"):
+    to = r.get("restores_to")
+    if r.get("redoes"):
+        what = f"undoes rollback {short_txn(r['redoes'])}"
+    elif r.get("undoes"):
         what += f" (undoes {', '.join(short_txn(u) for u in r['undoes'])})"
+    if to and (r.get("kind") or r.get("verb")) != "apply":
+        what += "; back to stock" if to == "stock" else f"; back to the state after {short_txn(to)}"
     when = (r.get("time") or "?").replace("T", " ").rstrip("Z")
-    return (f"{short_txn(r['id'])} {r['verb']}", when, what,
+    return (f"{short_txn(r['id'])} {r.get('kind') or r['verb']}", when, what,
             f"{r.get('version_before') or '?'} -> {r.get('version_after') or '?'}", _history_state(r))
 
 

@@ -311,11 +311,13 @@ def _cmd_apply(args) -> VerbResult:
 
 
 def _add_rollback(sub) -> None:
-    p = sub.add_parser("rollback", help="undo the last apply (or everything since --to TXN), verified")
+    p = sub.add_parser("rollback", help="undo the newest apply in effect (or go back to the state after --to N), verified")
     a.common(p)
     a.target(p)
     a.txn_opts(p)
-    p.add_argument("--to", metavar="TXN", help="restore the state before this transaction (undoing later ones too)")
+    p.add_argument("--to", metavar="N", help="bring back the state right after transaction N (like conda's --revision N: "
+                   "N stays in effect, every apply after it is undone); N is its number (3), id or a prefix of the id; "
+                   "0 (or stock) is the state before rocmbuild's first transaction")
     p.add_argument("--force", action="store_true", help="roll back even over files changed since (drift)")
     p.add_argument("--if-applied", action="store_true",
                    help="when nothing is in effect to undo, succeed (exit 0, nothing_to_roll_back) instead of exit 2")
@@ -328,6 +330,23 @@ def _cmd_rollback(args) -> VerbResult:
 
     return manage.rollback(env=args.env, python=args.python, to=args.to, force=args.force, wait=a.lock_wait(args),
                            keep=args.keep, probe_timeout=args.probe_timeout, if_applied=args.if_applied)
+
+
+def _add_redo(sub) -> None:
+    p = sub.add_parser("redo", help="re-apply what the last rollback undid (from that rollback's backups), verified")
+    a.common(p)
+    a.target(p)
+    a.txn_opts(p)
+    p.add_argument("--force", action="store_true", help="redo even over files changed since the rollback (drift)")
+    p.add_argument("--keep", type=a.at_least_one, default=None, metavar="N",
+                   help="keep the backups of the newest N transactions (default: the config's keep, else 5)")
+
+
+def _cmd_redo(args) -> VerbResult:
+    from rocmbuild.flows import manage
+
+    return manage.redo(env=args.env, python=args.python, force=args.force, wait=a.lock_wait(args), keep=args.keep,
+                       probe_timeout=args.probe_timeout)
 
 
 def _add_history(sub) -> None:
@@ -389,6 +408,7 @@ VERBS: list[tuple[Callable[[Any], None], Callable[[argparse.Namespace], VerbResu
     (_add_lock, _cmd_lock),
     (_add_apply, _cmd_apply),
     (_add_rollback, _cmd_rollback),
+    (_add_redo, _cmd_redo),
     (_add_history, _cmd_history),
     (_add_recover, _cmd_recover),
     (_add_demo, _cmd_demo),

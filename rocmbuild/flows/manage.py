@@ -56,18 +56,31 @@ from rocmbuild.target import target, versions
 from rocmbuild.target import verify as verify_mod
 
 
-def _pick_state_dir(prefix: Path) -> Path:
-    dirs = [d for d in state.state_dirs_for(prefix) if _txn.active(d)]
+def _pick_state_dir(prefix: Path, redo: bool = False) -> Path:
+    """The state dir a plain rollback (or ``redo``) acts in: the one whose newest apply in effect
+    (or rollback to redo) is the newest."""
+    def newest(d: Path) -> str | None:
+        m = _txn.model(d)
+        return m.redo.rollback if redo and m.redo else (None if redo else (m.stack[-1] if m.stack else None))
+    dirs = [(d, newest(d)) for d in state.state_dirs_for(prefix)]
+    dirs = [(d, n) for d, n in dirs if n]
     if not dirs:
-        raise TargetError(f"nothing to roll back: rocmbuild has no committed transaction in effect on {prefix}",
-                          "`rocmbuild history` lists what was done to this target")
-    return max(dirs, key=lambda d: _txn.active(d)[-1].id)
+        if redo:
+            raise TargetError(f"nothing to redo on {prefix}: no rollback since the last apply took anything out of effect",
+                              "`redo` re-applies what the last `rollback` undid, until the next apply; "
+                              "`rocmbuild history` lists the transactions")
+        raise TargetError(f"nothing to roll back: no apply by rocmbuild is in effect on {prefix}",
+                          "`rocmbuild history` lists what was done to this target; `rocmbuild redo` "
+                          "re-applies what the last rollback undid")
+    return max(dirs, key=lambda dn: txn_order(dn[1]))[0]
 
 
 def _state_dir_of(prefix: Path, to: str) -> tuple[Path, str]:
-    """The state dir holding the transaction ``to`` names (exact id, or a prefix unique among every
-    journal of the target, in all its state dirs) and its full id; InputError (exit 2) for an empty,
-    ambiguous or unknown one."""
+    """The state dir holding the transaction ``to`` names (its number, id, or a prefix unique
+    among every journal of the target, in all its state dirs) and its full id; ``0``/``stock``:
+    the state dir of a plain rollback. InputError (exit 2) for an empty, ambiguous or unknown one."""
+    if _txn.is_stock(to):
+        return _pick_state_dir(prefix), to
     where: dict[str, Path] = {}
     for d in state.state_dirs_for(prefix):
         for j in _txn.journals(d):
@@ -77,37 +90,57 @@ def _state_dir_of(prefix: Path, to: str) -> tuple[Path, str]:
 
 
 def _nothing_to_undo(prefix: Path, to: str | None) -> bool:
-    if to is None:
-        return not any(j.verb == "apply" for d in state.state_dirs_for(prefix) for j in _txn.active(d))
+    """``--if-applied``: no apply in effect (with ``--to``: none in effect beyond the state after it)."""
+    dirs = state.state_dirs_for(prefix)
+    if to is None or _txn.is_stock(to):
+        return not any(_txn.model(d).stack for d in dirs)
     sdir, full = _state_dir_of(prefix, to)
-    act = _txn.active(sdir)
-    return full not in {j.id for j in act} and not any(j.verb == "apply" and j.id > full for j in act)
+    m = _txn.model(sdir)
+    return full in m.stacks and not [x for x in m.stack if x not in m.stacks[full]]
 
 
 def rollback(*, env: str | None = None, python: str | None = None, to: str | None = None, force: bool = False,
              wait: bool | LockWait = False, keep: int = 5, probe_timeout: float = 300.0,
              if_applied: bool = False) -> RollbackResult:
-    """``rocmbuild rollback``."""
+    """``rocmbuild rollback``: the newest apply in effect out of effect, or (``to``) the state after
+    that transaction back (``0``/``stock``: before the first)."""
     prefix, py = target.resolve(env, python)
     recovered = guards.recover_prefix(prefix, wait=wait)
     if if_applied and _nothing_to_undo(prefix, to):
         where = {"prefix": str(prefix), "python": str(py), "layout": None, "libdir": None, "state_dir": None}
         return RollbackResult(None, None, (), None, (), tuple(recovered), (), target=where)
-    if to is not None:
-        sdir, to = _state_dir_of(prefix, to)
-    else:
-        sdir = _pick_state_dir(prefix)
+    sdir, to = _state_dir_of(prefix, to) if to is not None else (_pick_state_dir(prefix), None)
+    return _restore(prefix, py, sdir, lambda: _txn.rollback_plan(sdir, to=to, force=force), wait=wait, keep=keep,
+                    probe_timeout=probe_timeout, recovered=recovered)
+
+
+def redo(*, env: str | None = None, python: str | None = None, force: bool = False, wait: bool | LockWait = False,
+         keep: int = 5, probe_timeout: float = 300.0) -> RollbackResult:
+    """``rocmbuild redo``: undo the last rollback (what it undid is in effect again), verified."""
+    prefix, py = target.resolve(env, python)
+    recovered = guards.recover_prefix(prefix, wait=wait)
+    sdir = _pick_state_dir(prefix, redo=True)
+    return _restore(prefix, py, sdir, lambda: _txn.redo_plan(sdir, force=force), wait=wait, keep=keep,
+                    probe_timeout=probe_timeout, recovered=recovered)
+
+
+def _restore(prefix: Path, py, sdir: Path, make, *, wait, keep: int, probe_timeout: float,
+             recovered: list) -> RollbackResult:
+    """Run a rollback or redo plan (``make``, called under the lock) as a verified transaction."""
     with state.TargetLock(sdir, wait=wait):
         if _txn.needs_recovery(sdir):
             recovered += _txn.recover(sdir)
-        p = replace(_txn.rollback_plan(sdir, to=to, force=force), python=str(py))
+        p = replace(make(), python=str(py))
         verify = guards.verifier(py, timeout=probe_timeout, smoke=False, env=target.probe_env(prefix, py))
-        ui.info(f"rolling back {', '.join(p.undoes)} on {prefix} ({len(p.pending)} path(s))")
+        what = f"redoing {p.redoes}" if p.redoes else f"rolling back {', '.join(p.undoes)}"
+        ui.info(f"{what} on {prefix} ({len(p.pending)} path(s))")
         with progress.phase("swap", f"swapping {len(p.pending)} path(s) back in {prefix}"):
             out = _txn.execute(p, verify=verify, verify_restored=verify, keep=keep, meta={"python": str(py)})
-    result = RollbackResult(p, txn=out.id, undoes=tuple(p.undoes), verdict=out.verdict, pruned=tuple(out.pruned),
-                            recovered=tuple(recovered), forced_drift=tuple(p.notes))
-    return result
+    m = _txn.model(sdir)
+    return RollbackResult(p, txn=out.id, undoes=tuple(p.undoes), verdict=out.verdict, pruned=tuple(out.pruned),
+                          recovered=tuple(recovered), forced_drift=tuple(p.notes),
+                          reapplies=tuple(x for x in m.stack if m.redone_by.get(x) == out.id),
+                          restores_to=p.restores_to, in_effect=m.stack)
 
 
 def recover(*, env: str | None = None, python: str | None = None, wait: bool | LockWait = False,
@@ -138,11 +171,11 @@ def history(*, env: str | None = None, python: str | None = None, limit: int | N
     origins: list[dict] = []
     total = 0
     for d in state.state_dirs_for(prefix):
-        act = {j.id for j in _txn.active(d)}
+        m = _txn.model(d)
         pruned = {j.id for j in _txn.journals(d) if j.data.get("backups_pruned")}
         lines, _bad = state.history_lines(d)
         for rec in lines:
-            rows.append({**rec, "in_effect": rec["id"] in act, "backups_pruned": rec["id"] in pruned,
+            rows.append({**rec, **_effect_of(m, rec), "backups_pruned": rec["id"] in pruned,
                          "state_dir": str(d), "origin": origin(rec.get("prefix_identity"), prefix)})
         unfinished += _unfinished(d)
         origins += [{"state_dir": str(d), "relation": rel, "from": where} for rel, where in _txn.foreign(d)]
@@ -153,20 +186,33 @@ def history(*, env: str | None = None, python: str | None = None, limit: int | N
                          tuple(guards.unreadable_state(prefix)), tuple(origins), limit=limit, total=len(rows))
 
 
+def _effect_of(m, rec) -> dict:
+    """What the model says of one history line (docs/json.md, ``history``): its kind, in effect
+    (applies only), undone / redone by which transaction, and whether ``redo`` would undo it."""
+    i = rec["id"]
+    j = next((x for x in m.committed if x.id == i), None)
+    return {"kind": m.kind(i) or rec.get("verb"), "in_effect": i in m.stack, "undone_by": m.undone_by.get(i),
+            "redone_by": m.redone_by.get(i), "redo_next": bool(m.redo and m.redo.rollback == i),
+            "restores_to": j.plan.restores_to if j else None, "redoes": j.plan.redoes if j else None}
+
+
 def status_changes(prefix: Path, loaded: dict[tuple[int, int], str | None] | None = None) -> StatusChanges:
     """What rocmbuild changed in this target (transactions in effect), unfinished journals, drift
     (paths rocmbuild placed that are no longer what it left), backup bytes and the stock version.
     ``loaded``: (device, inode) -> version of each library the target's torch loads now: a drifted
     file that is one of them gets that version (the process vouches for it; nothing is dlopened here)."""
-    dirs, in_effect, unfinished, drift, total, stocks = [], [], [], [], 0, []
+    dirs, in_effect, unfinished, drift, total, stocks, redos = [], [], [], [], 0, [], []
     for d in state.state_dirs_for(Path(prefix)):
         dirs.append(str(d))
-        for j in _txn.active(d):
+        m = _txn.model(d)
+        redos += [m.redo] if m.redo else []
+        for j in m.in_effect:
             p = j.plan
             art = j.data.get("meta", {}).get("artifact_path")
             in_effect.append(InEffect(j.id, j.data["verb"], p.recipe, p.commit, p.version_before, p.version_after,
                                       tuple(p.actions[s["index"]].path for s in j.data["steps"]), art,
-                                      artifact_origin(Path(art)) if art else None, _fixes_of(p.artifact_path)))
+                                      artifact_origin(Path(art)) if art else None, _fixes_of(p.artifact_path),
+                                      redone_by=m.redone_by.get(j.id)))
         here = _unfinished(d)
         unfinished += here
         busy = {p for j in _txn.pending(d) if any(u.id == j.id and u.running_pid for u in here) for p in j.files}
@@ -175,8 +221,9 @@ def status_changes(prefix: Path, loaded: dict[tuple[int, int], str | None] | Non
         stocks += [s for s in [_txn.stock_version(d)] if s]
     first = min(stocks, key=lambda s: txn_order(s[0])) if stocks else None
     in_effect.sort(key=lambda t: txn_order(t.id))
+    redo = max(redos, key=lambda r: txn_order(r.rollback)) if redos else None
     return StatusChanges(tuple(dirs), tuple(in_effect), tuple(unfinished), tuple(drift), total,
-                         tuple(guards.unreadable_state(Path(prefix))), Stock(*first) if first else None)
+                         tuple(guards.unreadable_state(Path(prefix))), Stock(*first) if first else None, redo)
 
 
 def _fixes_of(artifact_path: str | None) -> tuple[str, ...]:

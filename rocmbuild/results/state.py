@@ -27,6 +27,7 @@ class InEffect(Record):
     artifact: str | None = None  # the artifact it applied (its path in the cache)
     substituted: dict | None = None  # that artifact came from a binary cache: {url, bundle_sha256, signer, imported}
     fixes: tuple[str, ...] = ()  # the [source] contains names of the artifact placed (its manifest)
+    redone_by: str | None = None  # undone once, then back in effect by this redo
 
 
 @dataclass(frozen=True)
@@ -56,12 +57,14 @@ class StatusChanges:
     backup_bytes: int = 0
     unreadable: tuple["Unreadable", ...] = ()  # journals and history lines that cannot be read
     stock: Stock | None = None  # None: no transaction recorded here (the target is as it came)
+    redo: Any = None  # swap.effect.Redo: what `rocmbuild redo` would re-apply (None: nothing)
 
     def to_json(self) -> dict[str, Any]:
         return {"state_dirs": list(self.state_dirs), "in_effect": [t.to_json() for t in self.in_effect],
                 "unfinished": [u.to_json() for u in self.unfinished], "drift": [d.to_json() for d in self.drift],
                 "backup_bytes": self.backup_bytes, "unreadable": records_json(self.unreadable),
-                "stock": self.stock.to_json() if self.stock else None}
+                "stock": self.stock.to_json() if self.stock else None,
+                "redo": self.redo.to_json() if self.redo else None}
 
     def latest_apply(self) -> InEffect | None:
         applies = [t for t in self.in_effect if t.verb == "apply"]
@@ -76,6 +79,31 @@ def txn_order(txn: str) -> tuple[str, str]:
 def short_txn(txn: str) -> str:
     """The id's number (``0003``): what a person reads; ``rollback --to`` takes it as a prefix."""
     return txn.split("-", 1)[0]
+
+
+def _numbers(v: str | None) -> tuple[int, ...]:
+    """The first three numbers of a version (``3.5.1-dev`` -> (3, 5, 1)): what torch can report."""
+    out = []
+    for part in (v or "").replace("-", ".").split(".")[:3]:
+        if not part.isdigit():
+            break
+        out.append(int(part))
+    return tuple(out)
+
+
+def placed_version(changes: StatusChanges) -> str | None:
+    """The version rocmbuild's history says is in place: the newest apply in effect's, else stock's."""
+    top = changes.latest_apply()
+    return top.version_after if top is not None else (changes.stock.version if changes.stock else None)
+
+
+def version_drift(changes: StatusChanges, version_now: str | None) -> dict[str, str] | None:
+    """``{placed, loaded}`` when what the target's torch loads is not the version the history says
+    is in place (a library written over, a forced rollback over drift), else None."""
+    placed = placed_version(changes)
+    if changes.stock is None or not placed or not version_now or not _numbers(placed) or not _numbers(version_now):
+        return None
+    return None if _numbers(placed) == _numbers(version_now) else {"placed": placed, "loaded": version_now}
 
 
 def summary(changes: StatusChanges, version_now: str | None) -> str:
@@ -95,7 +123,10 @@ def summary(changes: StatusChanges, version_now: str | None) -> str:
     elif top is not None:
         line = f"{top.recipe or '?'} {top.version_after or '?'} (txn {short_txn(top.id)}) over stock {stock_v}"
     else:
-        line = f"stock {stock_v}: every change rocmbuild made here is undone"
+        line = f"stock {stock_v}: every apply rocmbuild made here is undone"
+    vdrift = version_drift(changes, version_now)
+    if vdrift:
+        line += f"; DRIFT: torch loads {vdrift['loaded']}, not the {vdrift['placed']} rocmbuild's history says is in place"
     if changes.drift:
         line += f"; DRIFT: {len(changes.drift)} path(s) changed since rocmbuild placed them"
     running = [u for u in changes.unfinished if u.running_pid]
@@ -153,7 +184,8 @@ class StatusResult(VerbResult):
         return {"target": self.target.to_json(), "torch": self.torch_json(),
                 "libraries": [lib.to_json() for lib in self.libraries], "probe_errors": self.target.report.errors,
                 "changes": self.changes.to_json(), "summary": self.summary,
-                "databases": self.databases.to_json() if self.databases is not None else None}
+                "databases": self.databases.to_json() if self.databases is not None else None,
+                "version_drift": version_drift(self.changes, dotted(self.target.report.runtime_version))}
 
 
 @dataclass(frozen=True)

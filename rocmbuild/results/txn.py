@@ -147,6 +147,9 @@ class RollbackResult(VerbResult):
     recovered: tuple["Recovered", ...]
     forced_drift: tuple[str, ...]
     target: Json | None = None  # without a plan: {prefix, python, layout, libdir, state_dir}, the unknown ones null
+    reapplies: tuple[str, ...] = ()  # redo: the applies in effect again
+    restores_to: str | None = None  # the state after this txn id came back ("stock": before the first)
+    in_effect: tuple[str, ...] = ()  # the applies in effect afterwards, oldest first
 
     @property
     def changed(self) -> bool:
@@ -160,7 +163,9 @@ class RollbackResult(VerbResult):
         p = self.plan
         return {"target": plan_target(p) if p else dict(self.target or {}), "plan": p.to_json() if p else None,
                 "txn": self.txn, "undoes": list(self.undoes), "verdict": verdict_json(self.verdict), "pruned": records_json(self.pruned),
-                "recovered": records_json(self.recovered), "forced_drift": list(self.forced_drift), "nothing_to_roll_back": p is None}
+                "recovered": records_json(self.recovered), "forced_drift": list(self.forced_drift), "nothing_to_roll_back": p is None,
+                "redoes": p.redoes if p else None, "reapplies": list(self.reapplies), "restores_to": self.restores_to,
+                "in_effect": list(self.in_effect)}
 
 
 @dataclass(frozen=True)

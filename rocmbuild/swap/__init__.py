@@ -2,12 +2,15 @@
 backups and history.
 
 The names below are the package's face to the flows (``from rocmbuild import swap``); the
-modules, in import order: observe, records, mapping, plan, undo, actions, journal, backups, history, protocol, recovery
+modules, in import order: observe, records, mapping, plan, undo, actions, journal, effect, backups, restore,
+history, protocol, recovery
 (and state: the lock, the state dirs, the history file).
 """
 
 from rocmbuild.swap.backups import backup_bytes, find_backup, protected_backups, prune
-from rocmbuild.swap.history import drift, placed, resolve_txn, rollback_plan, stock_version
+from rocmbuild.swap.effect import STOCK, Effect, Redo, model
+from rocmbuild.swap.history import drift, placed, stock_version
+from rocmbuild.swap.restore import is_stock, redo_plan, resolve_txn, rollback_plan
 from rocmbuild.swap.journal import (FAILPOINTS, FINISHED, Journal, active, foreign, journals, new_id, pending,
                                     unreadable)
 from rocmbuild.swap.plan import Plan, TargetFacts, facts_from, make
@@ -22,5 +25,5 @@ __all__ = [
     "Restored", "TargetFacts", "Unreadable", "Verify", "active", "backup_bytes", "drift", "execute", "expectation_after",
     "expectation_before", "facts_from", "failures_json", "find_backup", "journals", "make",
     "needs_recovery", "new_id", "pending", "placed", "unreadable", "foreign", "protected_backups", "prune", "recover", "resolve_txn",
-    "rollback_plan", "stock_version", "verdict_json",
+    "rollback_plan", "stock_version", "verdict_json", "STOCK", "Effect", "Redo", "model", "is_stock", "redo_plan",
 ]

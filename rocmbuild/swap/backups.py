@@ -4,9 +4,12 @@ are protected, and pruning them by ``--keep``.
 Decisions:
 * cost is ``st_blocks * 512`` of backup files with link count 1: the bytes only the backups keep
   alive (a backup still linked from the target or the artifact cache costs nothing);
-* pruning keeps, by identity (device + inode), the original pre-rocmbuild files and what a plain
-  ``rollback`` restores, whichever transaction's backup holds them; a copied backup (another
-  filesystem) cannot be matched by inode, so it is always kept; every removal is reported;
+* pruning keeps, by identity (device + inode), the original pre-rocmbuild files, what the next
+  two plain ``rollback``s restore and what the next ``redo`` restores and later undoes again,
+  whichever transaction's backup holds them; a copied backup (another filesystem) cannot be
+  matched by inode, so it is always kept; every removal is in the result (``pruned``);
+* a prune says so once, in one line, and only when an apply in effect lost its backups (an
+  undone transaction's, a rollback's: nothing in effect loses its way back); ``-q`` silences it;
 * in a copied env (its journals record another prefix) nothing is pruned, with a warning: the
   identities recorded there belong to the original's files.
 """
@@ -17,7 +20,8 @@ import os
 from pathlib import Path
 
 from rocmbuild import ui
-from rocmbuild.swap.journal import FINISHED, active, backup_dir, foreign, journals, now, seq
+from rocmbuild.swap.effect import model
+from rocmbuild.swap.journal import FINISHED, backup_dir, foreign, journals, now, seq
 from rocmbuild.swap.observe import PathState
 from rocmbuild.swap.records import Pruned
 from rocmbuild.swap.roots import open_state
@@ -52,7 +56,9 @@ def _needed_identities(state_dir: Path) -> set[tuple[int, int]]:
     * the files the latest two applies in effect replaced: what the next plain ``rollback``
       restores, and the one after it (a target's files are its own copies, never the cache's
       inode, so a later transaction's backup no longer holds the same inode by chance; two, not
-      all: a boot loop of applies must not keep every backup against ``--keep``).
+      all: a boot loop of applies must not keep every backup against ``--keep``);
+    * what the next ``redo`` restores (the files the last rollback replaced) and the files the
+      applies it re-applies had replaced (so that, redone, they can be rolled back again).
 
     Identity, not transaction ids: after a rollback is itself undone ("redo"), the original inode
     lives on in the redo's backup, not in the backup of the apply that first replaced it."""
@@ -68,7 +74,12 @@ def _needed_identities(state_dir: Path) -> set[tuple[int, int]]:
                 seen.add(a.path)
                 if a.before.kind == "file":
                     needed.add((a.before.dev, a.before.inode))
-    for j in [j for j in active(state_dir) if j.data["verb"] == "apply"][-2:]:
+    m = model(state_dir)
+    keep = list(m.in_effect[-2:])
+    if m.redo is not None:
+        by_id = {j.id: j for j in m.committed}
+        keep += [by_id[m.redo.rollback]] + [by_id[x] for x in m.redo.reapplies]
+    for j in keep:
         for step in j.data["steps"]:
             a = j.plan.actions[step["index"]]
             if a.before.kind == "file":
@@ -89,14 +100,14 @@ def _backup_identities(d: Path) -> set[tuple[int, int]]:
 
 
 def protected_backups(state_dir: Path) -> set[str]:
-    """The transactions whose backups :func:`prune` never removes: the newest active transaction
-    (what was just done), every transaction whose backup was *copied* (another filesystem: its
+    """The transactions whose backups :func:`prune` never removes: the newest committed transaction
+    (what was just done: a rollback's hold what ``redo`` restores), every transaction whose backup was *copied* (another filesystem: its
     identity cannot be matched by inode, so it is kept), and, for each file of
     :func:`_needed_identities` (the original pre-rocmbuild files, and what a plain ``rollback``
     restores), the newest transaction whose backups hold it (hardlinks of one inode: one is
     enough, and :func:`rollback_plan` finds it through :func:`find_backup`)."""
-    act = active(state_dir)
-    out = {act[-1].id} if act else set()
+    committed = model(state_dir).committed
+    out = {committed[-1].id} if committed else set()
     needed = _needed_identities(state_dir)
     holder: dict[tuple[int, int], str] = {}  # identity -> the newest transaction whose backups hold it
     for j in journals(state_dir):  # oldest first
@@ -155,15 +166,28 @@ def prune(state_dir: Path, keep: int) -> list[Pruned]:
     if excess <= 0:
         return []
     protected = protected_backups(state_dir)
-    in_effect = {j.id for j in active(state_dir)}
+    m = model(state_dir)
+    in_effect = set(m.stack)
+    wanted = in_effect | {r.rollback for r in m.redos}  # a rollback that can be redone needs its backups
     candidates = sorted((j for j in with_backups if j.id not in protected),
-                        key=lambda j: (j.id in in_effect, seq(j.id), j.id))
+                        key=lambda j: (j.id in wanted, seq(j.id), j.id))
     out = []
     for j in candidates[:excess]:
         freed = dir_unique_bytes(backup_dir(state_dir, j.id))
         with open_state(state_dir, create=True) as root:  # never through a symlink
             root.rmtree(f"backups/{j.id}")
         j.set(backups_pruned=now())
-        out.append(Pruned(j.id, freed))
-        ui.warn(f"pruned the backups of {j.id} (--keep {keep}; {freed} bytes freed): it can no longer be rolled back")
+        out.append(Pruned(j.id, freed, in_effect=j.id in in_effect))
+    _say_pruned(out, keep)
     return out
+
+
+def _say_pruned(pruned: list[Pruned], keep: int) -> None:
+    """One line, only when applies in effect lost their backups (``-q`` and ``--json`` silence it)."""
+    lost = [p for p in pruned if p.in_effect]
+    if lost:
+        nums = ", ".join(p.id.split("-", 1)[0] for p in lost)
+        freed = sum(p.freed_bytes for p in pruned)
+        ui.info(f"note: --keep {keep} removed the backups of apply {nums} ({freed} bytes freed): the state "
+                f"before {'it' if len(lost) == 1 else 'each'} may no longer come back; `rollback` of the newest "
+                "two applies, `redo` and `rollback --to 0` (the stock state) still work")

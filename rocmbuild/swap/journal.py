@@ -358,26 +358,9 @@ def pending(state_dir: Path) -> list[Journal]:
 
 
 def active(state_dir: Path) -> list[Journal]:
-    """Committed transactions whose effect is in place, oldest first (a replay of the journals).
+    """The committed transactions whose changes the files still show, oldest first: the applies in
+    effect and the rollbacks and redos layered over them (the replay: :mod:`rocmbuild.swap.effect`,
+    whose ``in_effect`` is what a person calls "in effect": the applies only)."""
+    from rocmbuild.swap.effect import model  # the replay lives there; it reads the journals from here
 
-    An apply is appended. A rollback that undid a *suffix* of the active list, from X on
-    (``rollback --to X``), leaves the list as it was just before X was committed, plus itself:
-    undoing a rollback therefore redoes what that rollback undid, and nothing else comes back.
-    A rollback that undid something else (plain ``rollback``: the latest apply, with later
-    rollbacks still in effect) removes what it undid and appends itself."""
-    act: list[Journal] = []
-    before: dict[str, list[Journal]] = {}  # id -> the active list just before it was committed
-    for j in journals(state_dir):
-        if j.state != "committed":
-            continue
-        before[j.id] = list(act)
-        undoes = set(j.plan.undoes)
-        if undoes:
-            ids = [x.id for x in act]
-            idx = min((ids.index(u) for u in undoes if u in ids), default=None)
-            if idx is not None and set(ids[idx:]) == undoes and ids[idx] in before:
-                act = list(before[ids[idx]])
-            else:
-                act = [x for x in act if x.id not in undoes]
-        act.append(j)
-    return act
+    return list(model(state_dir).layers)

@@ -13,9 +13,9 @@ Decisions:
 * A registered state dir that no longer exists (the env was deleted) is *gone*: it uses nothing.
 * What a target uses, from its journals (:func:`uses`), each with the transaction and a role:
   ``in-effect`` (the latest apply in effect: what it loads now), ``rollback`` (an earlier apply
-  in effect: a plain ``rollback`` brings its state back), ``redo`` (an apply that a rollback in
-  effect undid, while that rollback's backups are kept: ``rollback --to`` the rollback restores
-  it) and ``recovery`` (an unfinished transaction: recovery finishes or reverts it).
+  in effect: a plain ``rollback`` brings its state back), ``redo`` (an apply that a rollback
+  undid and ``rocmbuild redo`` can re-apply: swap/effect.py's redo stack, until the next apply)
+  and ``recovery`` (an unfinished transaction: recovery finishes or reverts it).
 * A journal that cannot be read hides what it used: it is reported, and ``cache gc`` then
   removes no artifact at all (it cannot know which one that journal needs).
 """
@@ -34,7 +34,8 @@ from rocmbuild.disk import read_json
 from rocmbuild.errors import StateError
 from rocmbuild.root import Root
 from rocmbuild.home import STATE_DIRNAME, known_targets_dir, targets_dir
-from rocmbuild.swap.journal import FINISHED, active, backup_dir, journals, unreadable
+from rocmbuild.swap.effect import replay
+from rocmbuild.swap.journal import FINISHED, journals, unreadable
 from rocmbuild.swap.state import read_target_record
 
 ROLES = ("in-effect", "rollback", "redo", "recovery")
@@ -164,15 +165,12 @@ def uses(target: KnownTarget) -> tuple[list[Use], list[str]]:
     for j in everything:
         if j.state not in FINISHED:
             use(j, "recovery")
-    act = active(sdir)
-    applies = [j for j in act if j.verb == "apply"]
+    m = replay(everything)
+    applies = list(m.in_effect)
     for j in applies:
         use(j, "in-effect" if j is applies[-1] else "rollback")
-    in_effect = {j.id for j in act}
-    by_id = {j.id: j for j in everything}
-    for r in act:
-        if r.plan.undoes and backup_dir(sdir, r.id).is_dir():
-            for u in r.plan.undoes:
-                if u in by_id and u not in in_effect and by_id[u].verb == "apply":
-                    use(by_id[u], "redo")
+    by_id = {j.id: j for j in m.committed}
+    for r in m.redos:
+        for u in r.reapplies:
+            use(by_id[u], "redo")
     return out, bad

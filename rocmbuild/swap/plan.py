@@ -93,7 +93,9 @@ class Plan:
     artifact: str | None = None  # artifact key
     artifact_path: str | None = None
     notes: tuple[str, ...] = ()
-    undoes: tuple[str, ...] = ()  # rollback: the transactions this plan undoes
+    undoes: tuple[str, ...] = ()  # rollback: the applies this plan takes out of effect (swap/effect.py)
+    restores_to: str | None = None  # rollback/redo: the state after this txn id ("stock": before all) comes back
+    redoes: str | None = None  # redo: the rollback whose undoing it is (what that rollback undid comes back)
     remove_dirs: tuple[str, ...] = ()  # rollback: dirs created by undone transactions (removed if empty)
     names: tuple[NameMap, ...] = ()  # apply: which artifact name maps onto which target name, and why
 
@@ -108,8 +110,7 @@ class Plan:
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["actions"] = [a.to_json() for a in self.actions]
-        for k in ("notes", "undoes", "remove_dirs", "names"):
-            d[k] = list(d[k])
+        d.update({k: list(d[k]) for k in ("notes", "undoes", "remove_dirs", "names")})
         return d
 
     @classmethod
@@ -119,8 +120,7 @@ class Plan:
     def render(self) -> str:
         lines = [f"{self.verb} on {self.prefix} ({self.layout} layout, lib dir {self.libdir})"]
         lines += [f"  {a.describe()}" for a in self.actions]
-        lines += [f"  name: {n.describe()}" for n in self.names]
-        lines += [f"  note: {n}" for n in self.notes]
+        lines += [f"  name: {n.describe()}" for n in self.names] + [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
 
 

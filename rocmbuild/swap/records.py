@@ -63,13 +63,16 @@ class Drift(Record):
 
 @dataclass(frozen=True)
 class Pruned(Record):
-    """A transaction whose backups ``--keep`` removed (it can no longer be rolled back)."""
+    """A transaction whose backups ``--keep`` removed: ``in_effect`` (an apply in effect: the state
+    before it can no longer be brought back by a rollback that needs those very backups) or not
+    (undone, or a rollback or redo: nothing in effect loses its way back)."""
 
     id: str
     freed_bytes: int
+    in_effect: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "freed_bytes": self.freed_bytes}
+        return {"id": self.id, "freed_bytes": self.freed_bytes, "in_effect": self.in_effect}
 
 
 @dataclass(frozen=True)

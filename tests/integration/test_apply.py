@@ -194,9 +194,8 @@ def test_failpoint_in_a_rollback_transaction_recovers_to_the_applied_state(txn_h
     assert "recovered interrupted rollback" in r.stderr
     assert _json(r)["recovered"][0]["interrupted_at"] == "swapping"
     assert _version_of(env) == "3.5.0"
-    # and `rollback --to` of that rollback re-applies exactly what was there
-    rid = _json(r)["txn"]
-    assert rb("rollback", "--env", env.prefix, "--to", rid).returncode == 0
+    # and `redo` re-applies exactly what that rollback undid
+    assert rb("redo", "--env", env.prefix).returncode == 0
     assert snapshot(env.prefix) == applied and inodes(env.prefix) == ids
 
 
@@ -469,11 +468,10 @@ def test_rollback_to_and_keep_pruning(txn_home, env350):
     placed_a = os.stat(env.prefix / "lib/libMIOpen.so.1.0")  # the target's own copy
     b = _json(rb("apply", txn_home.recipe("mini-fix"), "--env", env.prefix, "--json"))
     assert b["ok"] and b["plan"]["version_before"] == "3.5.1"
-    # --to: never empty, never an ambiguous prefix (both ids start with 000), never unknown
-    for to, words in (("", "needs a transaction id"), ("000", "ambiguous"), ("0009", "no transaction")):
+    # --to: never empty, never unknown; the state after the newest is the state now
+    for to, words in (("", "needs a transaction number"), ("0009", "no transaction"), ("2", "nothing to roll back")):
         r = rb("rollback", "--env", env.prefix, "--to", to, "--json")
         assert r.returncode == 2 and words in _json(r)["error"]["message"], r.stderr
-    assert a["txn"] in _json(rb("rollback", "--env", env.prefix, "--to", "000", "--json"))["error"]["message"]
     # plain rollback undoes the latest apply only
     r = rb("rollback", "--env", env.prefix, "--json")
     assert r.returncode == 0 and _json(r)["undoes"] == [b["txn"]]
@@ -481,27 +479,32 @@ def test_rollback_to_and_keep_pruning(txn_home, env350):
     art = os.stat(txn_home.artifacts["mini"].file("lib/libMIOpen.so.1.0"))
     # the inode apply a placed is back (by rename from b's backup); it never was the cache's
     assert (st.st_dev, st.st_ino) == (placed_a.st_dev, placed_a.st_ino) != (art.st_dev, art.st_ino)
-    # apply b again, then --to a: undo everything since a, in one transaction
+    # apply b again, then --to 0: undo everything, in one transaction
     b2 = _json(rb("apply", txn_home.recipe("mini-fix"), "--env", env.prefix, "--json"))
-    r = rb("rollback", "--env", env.prefix, "--to", a["txn"], "--json")
+    r = rb("rollback", "--env", env.prefix, "--to", "0", "--json")
     assert r.returncode == 0, r.stderr
-    undone = _json(r)["undoes"]
-    assert undone[0] == a["txn"] and b2["txn"] in undone
+    assert _json(r)["undoes"] == [a["txn"], b2["txn"]] and _json(r)["restores_to"] == "stock"
     assert snapshot(env.prefix) == before and inodes(env.prefix) == ids
     # --keep 1 prunes older backups and says so
     r = rb("apply", txn_home.recipe("mini"), "--env", env.prefix, "--keep", "1", "--json")
     assert r.returncode == 0, r.stderr
     pruned = _json(r)["pruned"]
-    assert pruned and "pruned the backups" in r.stderr
+    assert pruned and not any(p["in_effect"] for p in pruned)  # only undone ones: nothing to say
     kept = [d.name for d in (env.prefix / ".rocmbuild/backups").iterdir()]
     assert kept == [_json(r)["txn"]]
+    c = _json(rb("apply", txn_home.recipe("mini-fix"), "--env", env.prefix, "--keep", "1", "--json"))
+    assert c["pruned"] == []  # the newest apply's backups and the originals' are never pruned
+    undo = rb("rollback", "--env", env.prefix)
+    assert undo.returncode == 0 and "backups" not in undo.stderr, undo.stderr
+    kept = sorted(d.name for d in (env.prefix / ".rocmbuild/backups").iterdir())
+    assert kept[:2] == [_json(r)["txn"], c["txn"]] and len(kept) == 3  # and the rollback's, for redo
     h = _json(rb("history", "--env", env.prefix, "--json"))
     assert sum(t["backups_pruned"] for t in h["transactions"]) == len(pruned)
     text = rb("history", "--env", env.prefix).stdout
     assert "backups pruned" in text and "bytes on disk" in text
-    # a pruned transaction can no longer be restored: clear refusal
-    r = rb("rollback", "--env", env.prefix, "--to", b2["txn"])
-    assert r.returncode == 2
+    # the state after an undone transaction: a rollback only undoes, and says what to do
+    r = rb("rollback", "--env", env.prefix, "--to", b2["txn"], "--json")
+    assert r.returncode == 2 and "redo" in _json(r)["error"]["hint"]
 
 
 def test_recover_with_nothing_to_recover_exit_0(txn_home, env350):
@@ -523,12 +526,12 @@ def test_redo_with_keep_1_still_restores_the_original(txn_home, env350):
     s0 = snapshot(p)
     a = _ok("apply", txn_home.recipe("mini"), "--env", p, "--keep", "1")["txn"]
     s_a = snapshot(p)
-    r1 = _ok("rollback", "--env", p, "--keep", "1")["txn"]
+    _ok("rollback", "--env", p, "--keep", "1")
     assert snapshot(p) == s0
-    _ok("rollback", "--env", p, "--to", r1, "--keep", "1")  # redo a
+    assert _ok("redo", "--env", p, "--keep", "1")["reapplies"] == [a]
     assert snapshot(p) == s_a
     _ok("apply", txn_home.recipe("mini-fix"), "--env", p, "--keep", "1")
-    _ok("rollback", "--env", p, "--to", a)
+    _ok("rollback", "--env", p, "--to", "0")
     assert snapshot(p) == s0
 
 
@@ -550,8 +553,8 @@ def test_plain_rollbacks_walk_back_after_pruning(txn_home, env350):
 
 
 def test_pruned_intermediate_state_is_refused_cleanly_and_the_original_still_restores(txn_home, env350):
-    """With --keep 1 a redo can need a backup that was pruned while its transaction was undone:
-    the rollback is refused (exit 2, nothing changed) and `--to <first apply>` still works."""
+    """With --keep 1 a rollback can need a backup that was pruned while its transaction was undone:
+    the rollback is refused (exit 2, nothing changed) and `--to 0` still works."""
     env = env350("conda")
     p = env.prefix
     s0 = snapshot(p)
@@ -560,13 +563,13 @@ def test_pruned_intermediate_state_is_refused_cleanly_and_the_original_still_res
     _ok("rollback", "--env", p, "--keep", "1")
     _ok("apply", txn_home.recipe("mini-fix"), "--env", p, "--keep", "1")
     s_c = snapshot(p)
-    r = _ok("rollback", "--env", p, "--to", a, "--keep", "1")["txn"]
+    _ok("rollback", "--env", p, "--to", "0", "--keep", "1")
     assert snapshot(p) == s0
-    _ok("rollback", "--env", p, "--to", r, "--keep", "1")  # redo
+    _ok("redo", "--env", p, "--keep", "1")
     assert snapshot(p) == s_c
     refused = rb("rollback", "--env", p, "--json")
     if refused.returncode != 0:  # what it needs was pruned while undone: a clear refusal
         assert refused.returncode == 2 and "pruned" in _json(refused)["error"]["hint"]
         assert snapshot(p) == s_c
-    _ok("rollback", "--env", p, "--to", a)
+    _ok("rollback", "--env", p, "--to", "0")
     assert snapshot(p) == s0

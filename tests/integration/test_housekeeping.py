@@ -105,7 +105,11 @@ def test_cache_list_shows_every_artifact_with_the_targets_using_it(txn_world, ow
     assert d["total_bytes"] == sum(x["size"] for x in d["artifacts"])
     assert [t["prefix"] for t in d["targets"]] == [prefix] and d["targets"][0]["exists"] is True
     text = rb("cache", "list")
-    assert text.returncode == 0 and f"used by {prefix} (in-effect, txn {b['txn']})" in text.stdout
+    assert text.returncode == 0, text.stderr
+    # in words: why each target uses the artifact
+    assert f"used by {prefix}: applied by txn {b['txn'][:4]} and in effect (what it loads now)" in text.stdout
+    assert (f"used by {prefix}: applied by txn {a['txn'][:4]}, in effect under a newer apply "
+            "(`rollback` returns to it)") in text.stdout
     assert "3 artifact(s)" in text.stdout and "1 known target(s)" in text.stdout
 
 

@@ -61,7 +61,7 @@ def test_status_says_in_one_line_what_is_in_effect_over_the_stock_version(txn_ho
     _ok("rollback", "--env", p)
     assert _first_line(p) == "mini 3.5.1 (txn 0001) over stock 3.5.0"
     _ok("rollback", "--env", p)
-    assert _first_line(p) == "stock 3.5.0: every change rocmbuild made here is undone"
+    assert _first_line(p) == "stock 3.5.0: every apply rocmbuild made here is undone"
 
 
 def test_drift_says_what_was_placed_and_what_is_there_now_with_versions(txn_home, env350, fixture_libs):
@@ -129,11 +129,13 @@ def test_history_is_a_table_that_fits_the_terminal_newest_first(txn_home, env350
     wide_words = _tokens(wide)
     for w in _tokens(narrow) - wide_words:
         assert w.endswith("/") or any(("/" + w) in x for x in wide_words), (w, narrow)
-    for word in ("mini-fix", "effect", "undone", "rollback", "3.5.0", "3.5.1", "0001)", "apply"):
+    for word in ("mini-fix", "done", "undone", "rollback", "3.5.0", "3.5.1", "(undoes", "stock", "apply"):
         assert word in _tokens(narrow), (word, narrow)
     rows = [line for line in wide.splitlines() if re.match(r"^000\d ", line)]
     assert [r.split()[0] for r in rows] == ["0004", "0003", "0002", "0001"]  # newest first
-    assert "rollback" in rows[0] and "(undoes 0001)" in rows[0] and "in effect" in rows[0]
+    # a rollback is never "in effect": it is done, and marks what it undid
+    assert "rollback" in rows[0] and "(undoes 0001)" in rows[0] and "in effect" not in rows[0] and "done" in rows[0]
+    assert "undone by 0004" in rows[3] and "undone by 0003" in rows[2]
     assert "apply" in rows[2] and "mini-fix" in rows[2] and "3.5.1 -> 3.5.1" in rows[2] and "undone" in rows[2]
     assert max(len(line) for line in wide.splitlines()) <= 200
     assert not HEX64.search(narrow + wide)

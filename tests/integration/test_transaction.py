@@ -426,8 +426,8 @@ def test_prune_rejects_keep_below_one(prefix):
 
 def test_boot_loop_with_keep_5_still_rolls_back_to_the_original(art, art_b, prefix):
     """7 applies alternating two artifacts with keep=5: the first apply's backups (the stock
-    library) and the newest one's survive pruning, so `rollback --to <first>` restores the
-    original bytes and inodes."""
+    library) and the newest one's survive pruning, so `rollback --to 0` (the stock state)
+    restores the original bytes and inodes."""
     before, ids = snapshot(prefix), inodes(prefix)
     sdir = prefix / ".rocmbuild"
     outs = []
@@ -438,62 +438,78 @@ def test_boot_loop_with_keep_5_still_rolls_back_to_the_original(art, art_b, pref
     kept = sorted(d.name for d in (sdir / "backups").iterdir())
     assert len(kept) == 5 and first in kept and last in kept
     assert [p["id"] for o in outs for p in o.pruned] == [outs[1].id, outs[2].id]  # the oldest unprotected
-    transaction.execute(transaction.rollback_plan(sdir, to=first[:4]), verify=Verifier(), keep=5)
+    transaction.execute(transaction.rollback_plan(sdir, to="0"), verify=Verifier(), keep=5)
     assert snapshot(prefix) == before and inodes(prefix) == ids
 
 
-def test_prune_removes_undone_backups_before_active_ones(art, art_b, prefix):
+def test_prune_keeps_what_redo_needs_and_removes_undone_backups_first(art, art_b, prefix):
     sdir = prefix / ".rocmbuild"
     t1 = transaction.execute(plan.make(art, facts(prefix)), verify=Verifier(), keep=None)
     t2 = transaction.execute(plan.make(art_b, facts(prefix)), verify=Verifier(), keep=None)
     t3 = transaction.execute(plan.make(art, facts(prefix)), verify=Verifier(), keep=None)
     r4 = transaction.execute(transaction.rollback_plan(sdir), verify=Verifier(), keep=None)  # undoes t3
-    assert [j.id for j in transaction.active(sdir)] == [t1.id, t2.id, r4.id]
-    # t2's backup holds the only inode a plain rollback restores (t1's own copy of the artifact:
-    # targets never share the cache's inode, so no other backup holds that one)
-    assert transaction.protected_backups(sdir) == {t1.id, t2.id, r4.id}
-    assert [p["id"] for p in transaction.prune(sdir, 3)] == [t3.id]  # undone first, though t2 is older
-    assert [p["id"] for p in transaction.prune(sdir, 1)] == []  # t1, t2 and r4 never
-    assert sorted(d.name for d in (sdir / "backups").iterdir()) == [t1.id, t2.id, r4.id]
+    m = transaction.model(sdir)
+    assert m.stack == (t1.id, t2.id) and m.undone_by == {t3.id: r4.id}
+    assert m.redo.rollback == r4.id and m.redo.reapplies == (t3.id,)
+    # t2's backup holds the only inode a plain rollback restores; t3's is the one just rolled
+    # back: `redo` may need it, so it is kept too
+    assert transaction.protected_backups(sdir) == {t1.id, t2.id, t3.id, r4.id}
+    assert [p["id"] for p in transaction.prune(sdir, 3)] == []
+    # a new apply ends the redo: now t3 (undone, not redoable) goes first, though t2 is older
+    t5 = transaction.execute(plan.make(art, facts(prefix)), verify=Verifier(), keep=None)
+    assert transaction.model(sdir).redo is None
+    pruned = transaction.prune(sdir, 3)
+    assert [p["id"] for p in pruned][0] == t3.id and not pruned[0]["in_effect"]
+    assert t5.id in [d.name for d in (sdir / "backups").iterdir()]
 
 
-def test_active_after_rollback_to_does_not_resurrect_older_undone_transactions(art, art_b, prefix):
-    """apply a, apply b, rollback (undoes b), apply b2, rollback --to a: nothing is in effect but
-    that last rollback (b, undone by an undone rollback, does not come back); rollback --to of a
-    rollback redoes what it undid."""
+def test_rollback_to_zero_undoes_everything_and_redo_brings_the_last_rollback_back(art, art_b, prefix):
+    """apply a, apply b, rollback (undoes b), apply b2, rollback --to 0: nothing is in effect and
+    b (undone by a rollback, then past an apply) does not come back; redo re-applies a and b2."""
     sdir = prefix / ".rocmbuild"
     a = transaction.execute(plan.make(art, facts(prefix)), verify=Verifier())
-    transaction.execute(plan.make(art_b, facts(prefix)), verify=Verifier())
+    b = transaction.execute(plan.make(art_b, facts(prefix)), verify=Verifier())
     r3 = transaction.execute(transaction.rollback_plan(sdir), verify=Verifier())
-    transaction.execute(plan.make(art_b, facts(prefix)), verify=Verifier())
-    r5 = transaction.execute(transaction.rollback_plan(sdir, to=a.id), verify=Verifier())
-    assert [j.id for j in transaction.active(sdir)] == [r5.id]
-    r6 = transaction.execute(transaction.rollback_plan(sdir, to=r5.id), verify=Verifier())  # redo
-    assert [j.id for j in transaction.active(sdir)][-1] == r6.id and a.id in [j.id for j in transaction.active(sdir)]
-    assert r3.id in [j.id for j in transaction.active(sdir)]
+    s_a = snapshot(prefix)
+    b2 = transaction.execute(plan.make(art_b, facts(prefix)), verify=Verifier())
+    s_b2 = snapshot(prefix)
+    r5 = transaction.execute(transaction.rollback_plan(sdir, to="0"), verify=Verifier())
+    m = transaction.model(sdir)
+    assert m.stack == () and m.undone_by == {b.id: r3.id, a.id: r5.id, b2.id: r5.id}
+    assert m.kind(r5.id) == "rollback" and r5.plan.restores_to == "stock"
+    r6 = transaction.execute(transaction.redo_plan(sdir), verify=Verifier())
+    m = transaction.model(sdir)
+    assert m.stack == (a.id, b2.id) and m.redone_by == {a.id: r6.id, b2.id: r6.id} and m.kind(r6.id) == "redo"
+    assert snapshot(prefix) == s_b2 and m.redo is None
+    # --to 1: the state after a (b2 out of effect again), then redo once more
+    transaction.execute(transaction.rollback_plan(sdir, to="1"), verify=Verifier())
+    assert transaction.model(sdir).stack == (a.id,) and snapshot(prefix) == s_a
+    with pytest.raises(TargetError, match="nothing to roll back") as ei:
+        transaction.rollback_plan(sdir, to=a.id)  # the state after a is the state now
+    assert ei.value.exit_code == 2
+    with pytest.raises(TargetError, match="a rollback only undoes"):
+        transaction.rollback_plan(sdir, to=b.id)  # b was undone: that state needs a re-apply
 
 
-def test_rollback_to_resolves_ids_among_all_journals(art, prefix):
+def test_rollback_to_resolves_numbers_and_ids_among_all_journals(art, prefix):
     sdir = prefix / ".rocmbuild"
     t1 = transaction.execute(plan.make(art, facts(prefix)), verify=Verifier())
     r2 = transaction.execute(transaction.rollback_plan(sdir), verify=Verifier())
-    assert [j.id for j in transaction.active(sdir)] == [r2.id]
+    assert transaction.model(sdir).stack == () and [j.id for j in transaction.active(sdir)] == [r2.id]
     for empty in ("", "  "):
-        with pytest.raises(InputError, match="needs a transaction id") as ei:
+        with pytest.raises(InputError, match="needs a transaction number") as ei:
             transaction.rollback_plan(sdir, to=empty)
         assert ei.value.exit_code == 2
-    # "000" is the start of both ids: ambiguous (it used to pick the one in effect, silently)
-    with pytest.raises(InputError, match="ambiguous") as ei:
-        transaction.rollback_plan(sdir, to="000")
-    assert ei.value.details["candidates"] == [t1.id, r2.id] and t1.id in ei.value.message
     with pytest.raises(InputError, match="no transaction") as ei:
         transaction.rollback_plan(sdir, to="0009")
     assert ei.value.details["known"] == [t1.id, r2.id] and r2.id in ei.value.message
-    # a unique prefix of a transaction not in effect names it (and is refused as such)
-    with pytest.raises(TargetError, match=f"cannot roll back to {t1.id}: it is not in effect"):
-        transaction.rollback_plan(sdir, to="0001")
-    assert transaction.rollback_plan(sdir, to="0002").undoes == (r2.id,)
-    assert transaction.rollback_plan(sdir, to=r2.id).undoes == (r2.id,)
+    # the number, the id and a unique prefix of it name the same transaction
+    for to in ("1", "0001", t1.id, t1.id[:8]):
+        with pytest.raises(TargetError, match=f"cannot roll back to the state after {t1.id}: {t1.id} was in effect"):
+            transaction.rollback_plan(sdir, to=to)
+    for to in ("0", "stock", "2", r2.id):  # the stock state, the state after the rollback: the state now
+        with pytest.raises(TargetError, match="nothing to roll back"):
+            transaction.rollback_plan(sdir, to=to)
 
 
 def test_a_failing_journal_write_after_the_first_rename_still_reverts_everything(art, prefix, mocker):
@@ -619,20 +635,18 @@ def test_killed_after_commit_recovery_writes_the_history_line_once(art, prefix, 
 
 
 def test_redo_then_boot_loop_keeps_the_original(art, art_b, prefix):
-    """A rollback that is itself undone ("redo") moves the original inode into the redo's
-    backups; pruning protects files by identity, so a boot loop afterwards (default keep 5)
-    still lets `rollback --to <first apply>` bring the stock library back, byte for byte."""
+    """A redo moves the original inode into the redo's backups; pruning protects files by
+    identity, so a boot loop afterwards (default keep 5) still lets `rollback --to 0` bring the
+    stock library back, byte for byte."""
     before, ids = snapshot(prefix), inodes(prefix)
     sdir = prefix / ".rocmbuild"
     first = transaction.execute(plan.make(art, facts(prefix)), verify=Verifier())
-    undo = transaction.execute(transaction.rollback_plan(sdir), verify=Verifier())
-    for _ in range(2):
-        transaction.execute(plan.make(art_b, facts(prefix)), verify=Verifier())
-        transaction.execute(transaction.rollback_plan(sdir), verify=Verifier())
-    transaction.execute(transaction.rollback_plan(sdir, to=undo.id), verify=Verifier())  # redo `first`
+    transaction.execute(transaction.rollback_plan(sdir), verify=Verifier())
+    transaction.execute(transaction.redo_plan(sdir), verify=Verifier())  # redo `first`
+    assert transaction.model(sdir).stack == (first.id,)
     for n in range(6):
         transaction.execute(plan.make(art if n % 2 else art_b, facts(prefix)), verify=Verifier())
-    transaction.execute(transaction.rollback_plan(sdir, to=first.id), verify=Verifier())
+    transaction.execute(transaction.rollback_plan(sdir, to="0"), verify=Verifier())
     assert snapshot(prefix) == before and inodes(prefix) == ids
 
 
