@@ -54,9 +54,10 @@ def _option(parsers: list[argparse.ArgumentParser], flag: str) -> argparse.Actio
 
 
 def _walk(parser: argparse.ArgumentParser, before: list[str]) -> tuple[list[argparse.ArgumentParser], dict]:
-    """(the parsers in effect: top, verb, sub-verb; {option dest: value} given on the line)."""
+    """(the parsers in effect: top, verb, sub-verb; {option dest: value} given on the line, and
+    under ``None`` the count of positional words given to the last parser)."""
     chain = [parser]
-    given: dict[str, str] = {}
+    given: dict = {None: 0}
     i = 0
     while i < len(before):
         w = before[i]
@@ -69,6 +70,9 @@ def _walk(parser: argparse.ArgumentParser, before: list[str]) -> tuple[list[argp
                 given[action.dest] = value
         elif w in verbs_of(chain[-1]):
             chain.append(verbs_of(chain[-1])[w])
+            given[None] = 0
+        else:
+            given[None] += 1
         i += 1
     return chain, given
 
@@ -98,8 +102,10 @@ def _match(words, cur: str) -> list[str]:
 def _positional(p: argparse.ArgumentParser, given: dict, cur: str) -> tuple[str, list[str]]:
     words: list[str] = list(verbs_of(p))
     mode = "words"
-    for action in p._actions:
-        if action.option_strings or isinstance(action, argparse._SubParsersAction):
+    positionals = [a for a in p._actions if not a.option_strings and not isinstance(a, argparse._SubParsersAction)]
+    done = given[None]  # the positionals already given (one word each; a list takes the rest)
+    for action in positionals[done:done + 1] or positionals[-1:]:
+        if action.nargs not in ("*", "+") and action not in positionals[done:]:
             continue
         if action.choices:
             words += [str(c) for c in action.choices]
