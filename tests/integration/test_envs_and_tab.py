@@ -149,6 +149,8 @@ def test_bash_asks_at_tab_time(tmp_path, tab_world):
     assert c("rocmbuild rollback --to 0") == []  # no target on the line, none active
     assert c("rocmbuild apply x --env dir") == ["dir-here"]
     assert c("rocmbuild completion f") == ["fish"]
+    assert c("rocmbuild cache ") == ["dir", "verify", "list", "rm", "gc"]  # the action first, then a recipe
+    assert c("rocmbuild cache rm mini-e") == ["mini-early"]
 
 
 @pytest.mark.skipif(shutil.which("zsh") is None, reason="zsh is not installed")
