@@ -129,6 +129,10 @@ def os_error_phase(exc: BaseException) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["__complete"]:  # the shell's Tab (cli/complete.py): no verb, no envelope
+        from rocmbuild.cli import complete
+
+        return complete.main(argv[1:])
     with stop.handling():  # SIGINT, SIGTERM and SIGHUP take one stop path; exit 128+n
         try:
             return _main(argv)

@@ -34,7 +34,9 @@ ENVIRONMENT: tuple[tuple[str, str], ...] = (
     ("CONDA_EXE", "the conda whose `run -p PREFIX` activates a conda target for the probe (else MAMBA_EXE, then "
                   "conda/mamba/micromamba on PATH; none: rocmbuild sources its activate.d scripts itself)"),
     ("MAMBA_EXE", "the mamba/micromamba used like CONDA_EXE when that is not set"),
-    ("CONDA_ENVS_PATH", "more directories of conda envs for -n NAME when conda itself is not installed"),
+    ("CONDA_ENVS_PATH", "more directories of conda envs for -n NAME (also CONDA_ENVS_DIRS, envs_dirs in .condarc)"),
+    ("MAMBA_ROOT_PREFIX", "micromamba's root: its envs/ holds more conda envs for -n NAME"),
+    ("CONDARC", "one more conda config file whose envs_dirs -n NAME searches (docs/completion.md)"),
     ("NO_COLOR", "set: print no colours"),
     ("XDG_CACHE_HOME", "the cache's parent when ROCMBUILD_HOME is not set"),
     ("XDG_CONFIG_HOME", "recipes in $XDG_CONFIG_HOME/rocmbuild/recipes and the user's config.toml (default ~/.config)"),

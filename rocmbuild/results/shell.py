@@ -9,5 +9,5 @@ from rocmbuild.results.base import Record, VerbResult
 
 @dataclass(frozen=True)
 class CompletionResult(Record, VerbResult):
-    shell: str  # "bash" or "zsh"
+    shell: str  # "bash", "zsh" or "fish"
     script: str  # the completion script, exactly what text mode prints

@@ -1,23 +1,27 @@
-"""Conda environments by name (``-n NAME``, as ``conda activate NAME``).
+"""Conda environments by name (``-n NAME``, as ``conda activate NAME`` or ``micromamba activate NAME``).
 
 Decisions:
 
-* When conda is installed (``$CONDA_EXE``, else ``conda`` on PATH), its own list is the truth:
-  ``conda info --envs --json`` (through runner.py); an env is named by its directory's name, the
-  root prefix is ``base``. When conda does not answer (missing, failing, not JSON), the usual
-  ``envs/`` directories are searched instead, in this order: ``$CONDA_ENVS_PATH`` (colon-separated),
-  ``$CONDA_PREFIX/..`` and ``$CONDA_PREFIX/envs``, ``~/miniconda3/envs``, ``~/anaconda3/envs``,
-  ``~/miniforge3/envs``, ``~/.conda/envs``. There an env is a directory holding ``conda-meta/``
-  (conda's own mark: a random directory beside it is no env); ``base`` is a root whose ``envs/``
-  was searched and that holds ``conda-meta/`` itself.
-* The first env of a name wins (conda's order, then the order above).
+* The names are gathered the way conda and mamba find them, all sources together, the first env
+  of a name winning: conda's own list (``conda info --envs --json``, conda from ``$CONDA_EXE``
+  else PATH), then mamba's and micromamba's (``env list --json``, from ``$MAMBA_EXE`` and PATH),
+  then the ``envs/`` directories: ``$CONDA_ENVS_PATH``/``$CONDA_ENVS_DIRS``, ``envs_dirs`` of
+  every ``.condarc``/``.mambarc`` conda reads, ``$MAMBA_ROOT_PREFIX/envs`` (``condarc.py``),
+  ``$CONDA_PREFIX/..`` and ``$CONDA_PREFIX/envs``, and the usual install roots in ``~``.
+* A tool runs through runner.py with a short timeout; one that is missing, fails, hangs or does
+  not print its JSON is skipped without a word: the directories still answer.
+* In a directory an env is a folder holding ``conda-meta/`` (conda's own mark: a random folder
+  beside it is no env); ``base`` is a root whose ``envs/`` was searched and that holds
+  ``conda-meta/`` itself (for a tool: its root prefix).
 * A name is a plain directory name: ``..``, ``/`` or a NUL is refused before anything is searched,
   so ``-n ../../etc`` can never point outside the envs directories. An unknown name is a
-  :class:`TargetError` (exit 2) listing the names found and where they were looked for.
+  :class:`TargetError` (exit 2) listing the names found, where they were looked for, and the
+  closest names ("did you mean").
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import subprocess
@@ -25,9 +29,10 @@ from pathlib import Path
 
 from rocmbuild import runner
 from rocmbuild.errors import RequirementError, TargetError
+from rocmbuild.target import condarc
 
-CONDA_TIMEOUT = 60.0
-HOME_ROOTS = ("miniconda3", "anaconda3", "miniforge3", ".conda")
+TOOL_TIMEOUT = 15.0
+HOME_ROOTS = ("miniconda3", "anaconda3", "miniforge3", "mambaforge", ".conda", "micromamba", ".local/share/mamba")
 
 
 def find(name: str) -> Path:
@@ -37,11 +42,14 @@ def find(name: str) -> Path:
     if name in found:
         return found[name]
     names = ", ".join(sorted(found)) or "none"
+    close = difflib.get_close_matches(name, list(found), n=3, cutoff=0.6)
+    guess = f"did you mean {' or '.join(map(repr, close))}? " if close else ""
     raise TargetError(
-        f"no conda environment named {name!r} (found: {names}; looked in {where})",
-        "give one of those names, or the environment's path with --env PREFIX "
+        f"no conda environment named {name!r} (found: {names}; looked in {', '.join(where)})",
+        f"{guess}give one of those names, or the environment's path with --env PREFIX "
         "(`conda env list` shows what conda knows)",
-        details={"name": name, "found": {k: str(v) for k, v in sorted(found.items())}},
+        details={"name": name, "found": {k: str(v) for k, v in sorted(found.items())}, "looked_in": where,
+                 "did_you_mean": close},
     )
 
 
@@ -51,13 +59,15 @@ def _check_name(name: str) -> None:
                           "-n takes a conda environment's name (e.g. -n torch); for a path use --env PREFIX")
 
 
-def conda_envs() -> tuple[dict[str, Path], str]:
-    """({name: prefix}, where they were looked for): conda's own list, else the envs/ dirs."""
-    listed = _ask_conda()
-    if listed is not None:
-        return listed
-    dirs = envs_dirs()
+def conda_envs(timeout: float = TOOL_TIMEOUT) -> tuple[dict[str, Path], list[str]]:
+    """({name: prefix}, where they were looked for): the tools' lists, then the envs/ dirs."""
     found: dict[str, Path] = {}
+    where: list[str] = []
+    for listed, source in _ask_tools(timeout):
+        where.append(source)
+        for name, prefix in listed.items():
+            found.setdefault(name, prefix)
+    dirs = envs_dirs()
     for d in dirs:
         root = d.parent
         if d.name == "envs" and (root / "conda-meta").is_dir():
@@ -69,12 +79,13 @@ def conda_envs() -> tuple[dict[str, Path], str]:
         for e in entries:
             if (e / "conda-meta").is_dir():
                 found.setdefault(e.name, e)
-    return found, ", ".join(map(str, dirs)) or "no envs directory"
+    where += [str(d) for d in dirs]
+    return found, where or ["no envs directory"]
 
 
 def envs_dirs() -> list[Path]:
-    """The directories searched without conda, in order, each once."""
-    out: list[Path] = [Path(p) for p in os.environ.get("CONDA_ENVS_PATH", "").split(os.pathsep) if p]
+    """The envs directories searched, in order, each once."""
+    out: list[Path] = [d for d, _ in condarc.configured_dirs()]
     prefix = os.environ.get("CONDA_PREFIX")
     if prefix:
         out += [Path(prefix).parent, Path(prefix) / "envs"]
@@ -88,28 +99,46 @@ def envs_dirs() -> list[Path]:
     return seen
 
 
-def _conda() -> str | None:
-    exe = os.environ.get("CONDA_EXE")
-    if exe and os.access(exe, os.X_OK):
-        return exe
-    return runner.which("conda")
+def _tools() -> list[tuple[str, list[str]]]:
+    """(executable, its list-the-envs arguments) of every conda-like tool found, each once."""
+    found: list[tuple[str, list[str]]] = []
+    candidates = [(os.environ.get("CONDA_EXE"), "conda"), (runner.which("conda"), "conda"),
+                  (os.environ.get("MAMBA_EXE"), "mamba"), (runner.which("mamba"), "mamba"),
+                  (runner.which("micromamba"), "mamba")]
+    seen: set[str] = set()
+    for exe, kind in candidates:
+        if not exe or not os.access(exe, os.X_OK) or os.path.realpath(exe) in seen:
+            continue
+        seen.add(os.path.realpath(exe))
+        found.append((exe, ["info", "--envs", "--json"] if kind == "conda" else ["env", "list", "--json"]))
+    return found
 
 
-def _ask_conda() -> tuple[dict[str, Path], str] | None:
-    """conda's list, or None when conda is missing or does not answer with its JSON."""
-    exe = _conda()
-    if exe is None:
-        return None
+def _ask_tools(timeout: float) -> list[tuple[dict[str, Path], str]]:
+    out = []
+    for exe, argv in _tools():
+        listed = _ask(exe, argv, timeout)
+        if listed is not None:
+            out.append((listed, f"`{os.path.basename(exe)} {' '.join(argv[:-1])}`"))
+    return out
+
+
+def _ask(exe: str, argv: list[str], timeout: float) -> dict[str, Path] | None:
+    """One tool's {name: prefix}, or None when it does not answer with its JSON."""
     try:
-        done = runner.capture([exe, "info", "--envs", "--json"], timeout=CONDA_TIMEOUT)
+        done = runner.capture([exe, *argv], timeout=timeout)
         data = json.loads(done.stdout) if done.returncode == 0 else None
     except (RequirementError, subprocess.TimeoutExpired, OSError, ValueError):
         return None
     if not isinstance(data, dict) or not isinstance(data.get("envs"), list):
         return None
-    root = data.get("root_prefix") or data.get("conda_prefix")
+    paths = [p for p in data["envs"] if isinstance(p, str) and p]
+    root = data.get("root_prefix") or data.get("conda_prefix") or data.get("base environment")
+    if not root and argv[0] == "env":
+        root = os.environ.get("MAMBA_ROOT_PREFIX") or next(
+            (p for p in paths if any(Path(q).parent == Path(p) / "envs" for q in paths)), None)
     found: dict[str, Path] = {}
-    for p in data["envs"]:
-        if isinstance(p, str) and p:
-            found.setdefault("base" if root and os.path.abspath(p) == os.path.abspath(root) else Path(p).name, Path(p))
-    return found, f"`{exe} info --envs`"
+    for p in paths:
+        is_root = isinstance(root, str) and os.path.abspath(p) == os.path.abspath(root)
+        found.setdefault("base" if is_root else Path(p).name, Path(p))
+    return found

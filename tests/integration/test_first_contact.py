@@ -231,7 +231,18 @@ def completion_world(tmp_path, fixture_libs):
     (work / "envs-here").mkdir(parents=True)
     (work / "local.toml").write_text("name = 'x'\n")
     (work / "notes.txt").write_text("")
-    return {"ROCMBUILD_RECIPES": str(recipes), "HOME": str(home)}, work
+    bindir = rocmbuild_on_path(tmp_path / "bin")
+    path = f"{bindir}{os.pathsep}{_no_conda_path(tmp_path)}"
+    return {"ROCMBUILD_RECIPES": str(recipes), "HOME": str(home), "PATH": path}, work
+
+
+def rocmbuild_on_path(bindir: Path) -> Path:
+    """A ``rocmbuild`` command running this checkout: the script calls it back at Tab time."""
+    bindir.mkdir(parents=True, exist_ok=True)
+    exe = bindir / "rocmbuild"
+    exe.write_text(f"#!/bin/sh\nPYTHONPATH={REPO} exec {sys.executable} -m rocmbuild \"$@\"\n")
+    exe.chmod(0o755)
+    return bindir
 
 
 def test_bash_completion_from_the_real_parser(tmp_path, completion_world):
@@ -242,7 +253,7 @@ def test_bash_completion_from_the_real_parser(tmp_path, completion_world):
     def c(line):
         return _bash(script, line, work, env)
 
-    assert c("rocmbuild ") == ["recipes", "show", "plan", "build", "status", "verify", "doctor", "cache", "export",
+    assert c("rocmbuild ") == ["recipes", "show", "plan", "build", "status", "verify", "doctor", "cache", "log", "export",
                                "lock", "apply", "rollback", "history", "recover", "demo", "push", "key", "config",
                                "completion"]
     assert c("rocmbuild ro") == ["rollback"]
@@ -252,7 +263,7 @@ def test_bash_completion_from_the_real_parser(tmp_path, completion_world):
     assert "--dry-run" not in c("rocmbuild status --")
     assert c("rocmbuild apply --launcher ") == ["auto", "none", "ccache", "sccache"]
     assert c("rocmbuild verify --encoding c") == ["cudnn"]
-    assert c("rocmbuild completion ") == ["bash", "zsh"]
+    assert c("rocmbuild completion ") == ["bash", "zsh", "fish"]
     assert "verify" in c("rocmbuild cache ")
     recipes = c("rocmbuild apply ")
     assert "mini-complete" in recipes and "miopen-3.5.1" in recipes and "local.toml" in recipes
@@ -301,5 +312,6 @@ def test_completion_json_is_one_object_and_an_unknown_shell_is_refused():
     assert r.returncode == 0, r.stderr
     data = json.loads(r.stdout)
     assert data["shell"] == "bash" and "complete -o filenames -F _rocmbuild rocmbuild" in data["script"]
-    bad = rb("completion", "fish")
-    assert bad.returncode == 2 and "invalid choice: 'fish'" in bad.stderr
+    assert "__complete" in data["script"]  # it asks rocmbuild at Tab time
+    bad = rb("completion", "tcsh")
+    assert bad.returncode == 2 and "invalid choice: 'tcsh'" in bad.stderr

@@ -441,7 +441,7 @@ def test_completion_and_global_flags_before_the_verb():
     for shell in ("bash", "zsh"):
         data = ok(rb("--json", "completion", shell), "completion")
         assert data["shell"] == shell and "_rocmbuild" in data["script"]
-    fail(rb("--json", "completion", "fish"), "completion", 2, "InputError")
+    fail(rb("--json", "completion", "tcsh"), "completion", 2, "InputError")
 
 
 def test_fleet_verbs_config_key_push_and_cache_list_remote(txn_home, tmp_path):
