@@ -228,7 +228,7 @@ def history_lines(state_dir: Path) -> tuple[list[Mapping[str, Any]], list[Unread
         return [], []
     good, bad = [], []
     sdir = Path(state_dir)
-    for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").split("\n"), 1):
+    for n, line in enumerate(path.read_bytes().decode("utf-8", errors="replace").split("\n"), 1):
         if not line.strip():
             continue
         try:

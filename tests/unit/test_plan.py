@@ -162,7 +162,7 @@ def test_outside_prefix_refused_unless_allowed(monkeypatch, tmp_path):
         plan.make(artifact(), f, observer=Obs(fs))
     assert ei.value.exit_code == 2 and "--allow-outside-prefix" in ei.value.hint
     p = plan.make(artifact(), f, observer=Obs(fs), allow_outside_prefix=True)
-    assert p.outside and Path(p.state_dir).parent == tmp_path / "targets"
+    assert p.outside and Path(p.state_dir).parent == tmp_path / "state" / "targets"  # ROCMBUILD_HOME/state
     assert p.actions[0].path == "/opt/rocm/lib/libMIOpen.so.1.0"
 
 

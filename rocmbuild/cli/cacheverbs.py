@@ -1,0 +1,75 @@
+"""The cache verbs: ``cache`` (dir, list, rm, gc, verify) and ``log``; one ``_add_``/``_cmd_``
+pair each, like verbs.py, whose :data:`~rocmbuild.cli.verbs.VERBS` lists them in their place."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, Callable
+
+from rocmbuild.cli import args as a
+from rocmbuild.cli import fleetverbs
+from rocmbuild.results import VerbResult
+
+
+def _add_cache(sub) -> None:
+    p = sub.add_parser("cache", help="the artifact cache: `cache dir` says where, `cache list` shows it, `cache rm` "
+                       "removes one artifact, `cache gc` cleans it, `cache verify` re-hashes it")
+    p.add_argument("action", choices=["dir", "verify", "list", "rm", "gc"],
+                   help="dir: print the cache dir (and, on stderr, the state dir); verify: re-hash every cached "
+                   "artifact against its manifest; list: every artifact with its size, last use and the targets "
+                   "using it; rm KEY|RECIPE: remove that artifact (or each of the recipe's); gc: remove what "
+                   "nothing needs (artifacts, failed build trees, sources, old logs)")
+    p.add_argument("what", nargs="?", metavar="KEY|RECIPE", help="rm: an artifact key (or its first 8+ digits) or a recipe")
+    p.add_argument("--force", action="store_true", help="rm: also an artifact a target has applied now")
+    p.add_argument("--keep-days", type=float, default=None, metavar="N",
+                   help="gc: keep whatever was used in the last N days (default 30)")
+    p.add_argument("--dry-run", action="store_true", help="gc: say what would be removed, remove nothing")
+    p.add_argument("--remote", metavar="URL", help="list: what a binary cache holds (oci://, file://, https://)")
+    a.common(p)
+
+
+def _cmd_cache(args) -> VerbResult:
+    from rocmbuild.errors import InputError
+    from rocmbuild.flows import cache
+
+    if args.action != "gc" and (args.keep_days is not None or args.dry_run):
+        raise InputError(f"--keep-days and --dry-run belong to `cache gc`, not `cache {args.action}`",
+                         "run `rocmbuild cache gc --keep-days N --dry-run`")
+    if args.remote is not None and args.action != "list":
+        raise InputError(f"--remote belongs to `cache list`, not `cache {args.action}`",
+                         "run `rocmbuild cache list --remote URL`")
+    if (args.what is not None or args.force) != (args.action == "rm"):
+        raise InputError("`cache rm` takes KEY|RECIPE (and --force); no other `cache` action does",
+                         "run e.g. `rocmbuild cache rm miopen-develop` (`rocmbuild cache list` shows keys)")
+    if args.action == "dir":
+        return cache.where()
+    if args.action == "rm":
+        return cache.rm(args.what, force=args.force)
+    if args.action == "list":
+        return fleetverbs.remote_list(args.remote) if args.remote else cache.listing()
+    if args.action == "gc":
+        days = cache.housekeeping.DEFAULT_KEEP_DAYS if args.keep_days is None else args.keep_days
+        return cache.gc(days, dry_run=args.dry_run)
+    return cache.verify()
+
+
+def _add_log(sub) -> None:
+    p = sub.add_parser("log", help="print the newest build log of a recipe (--list: every log; --follow: as it grows)")
+    p.add_argument("recipe", help="recipe name or path to a .toml file")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--list", action="store_true", help="list its logs, oldest first, instead")
+    g.add_argument("-f", "--follow", action="store_true", help="print the newest log as it is written, until its build ends")
+    a.common(p)
+    a.recipe_dirs(p)
+
+
+def _cmd_log(args) -> VerbResult:
+    from rocmbuild.flows import logs
+
+    return logs.log(args.recipe, args.recipes_dir, list_only=args.list, follow=args.follow and not args.json)
+
+
+VERBS: list[tuple[Callable[[Any], None], Callable[[argparse.Namespace], VerbResult]]] = [
+    (_add_cache, _cmd_cache),
+    (_add_log, _cmd_log),
+]
