@@ -27,6 +27,9 @@ DESCRIPTION = (
 #: greps the package)
 ENVIRONMENT: tuple[tuple[str, str], ...] = (
     ("ROCMBUILD_HOME", "the build cache and artifacts (default $XDG_CACHE_HOME/rocmbuild, else ~/.cache/rocmbuild)"),
+    ("ROCMBUILD_STATE_HOME", "rollback state of targets outside their prefix, and the known-targets records "
+                             "(default $ROCMBUILD_HOME/state when that is set, else $XDG_STATE_HOME/rocmbuild, "
+                             "else ~/.local/state/rocmbuild)"),
     ("ROCMBUILD_RECIPES", "more recipe directories, colon-separated (searched after --recipes-dir)"),
     ("ROCM_PATH", "the ROCm installation to build against (default /opt/rocm, else /usr)"),
     ("CONDA_PREFIX", "the target when none of --env, -n, --python is given (an active conda env)"),
@@ -39,6 +42,7 @@ ENVIRONMENT: tuple[tuple[str, str], ...] = (
     ("CONDARC", "one more conda config file whose envs_dirs -n NAME searches (docs/completion.md)"),
     ("NO_COLOR", "set: print no colours"),
     ("XDG_CACHE_HOME", "the cache's parent when ROCMBUILD_HOME is not set"),
+    ("XDG_STATE_HOME", "the state's parent when neither ROCMBUILD_STATE_HOME nor ROCMBUILD_HOME is set"),
     ("XDG_CONFIG_HOME", "recipes in $XDG_CONFIG_HOME/rocmbuild/recipes and the user's config.toml (default ~/.config)"),
     ("ROCMBUILD_CONFIG", "one more config file, read after /etc/rocmbuild/config.toml and the user's (docs/caches.md)"),
     ("DOCKER_CONFIG", "where Docker's config.json is (default ~/.docker): registry credentials for oci:// caches"),
