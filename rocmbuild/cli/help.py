@@ -100,7 +100,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
              "rocmbuild push 3f2a9c0d41b7e655"),
     "key": ("rocmbuild key generate lab-1 --out ~/.config/rocmbuild/lab-1.secret",),
     "config": ("rocmbuild config list", "ROCMBUILD_CONFIG=./ci.toml rocmbuild config list --json"),
-    "demo": ("rocmbuild demo", "rocmbuild demo --keep /tmp/rocmbuild-demo"),
+    "demo": ("rocmbuild demo", "rocmbuild demo --keep-dir /tmp/rocmbuild-demo"),
 }
 
 

@@ -28,7 +28,6 @@ from rocmbuild.results import (
     CacheGcResult,
     CacheListResult,
     CacheVerifyResult,
-    DemoResult,
     CompletionResult,
     DoctorResult,
     DryRunResult,
@@ -380,21 +379,11 @@ def _recover(r: RecoverResult) -> str:
 
 
 @text.register
-def _demo(r: DemoResult) -> str:
-    lines = [f"  {'ok  ' if s.ok else 'FAIL'} {s.name:20} exit {s.exit_code:<3} {s.seconds:5.1f} s  """
-             f"{''.join(f'{k}={v} ' for k, v in s.env)}{' '.join(s.command)}"
-             for s in r.steps]
-    where = f"kept in {r.scratch}" if r.kept else f"{r.scratch} removed"
-    verdict = "demo passed" if r.error is None else f"demo FAILED at {r.failed.name if r.failed else '?'}"
-    return layout.lines(["demo steps:", *lines, f"{verdict} in {r.seconds:.1f} s; {where}"])
-
-
-@text.register
 def _completion(r: CompletionResult) -> str:
     return r.script.rstrip("\n")
 
 
-from rocmbuild.cli import cachetext, checktext, fleettext  # noqa: E402  more verbs' text lives beside this file
+from rocmbuild.cli import cachetext, checktext, demotext, fleettext  # noqa: E402  more verbs' text lives beside this file
 
-for _type, _fn in (*fleettext.RENDERERS, *cachetext.RENDERERS, *checktext.RENDERERS):
+for _type, _fn in (*fleettext.RENDERERS, *cachetext.RENDERERS, *checktext.RENDERERS, *demotext.RENDERERS):
     text.register(_type, _fn)

@@ -326,14 +326,16 @@ def _add_demo(sub) -> None:
     p = sub.add_parser("demo", help="build, apply, crash and recover, roll back: the whole job on a bundled tiny "
                                     "library in a scratch env (no ROCm, no GPU)")
     a.common(p)
-    p.add_argument("--keep", metavar="DIR", default=None,
-                   help="make everything in DIR (new or empty) and keep it, instead of a temp dir removed at the end")
+    p.add_argument("--keep-dir", metavar="DIR", default=None, dest="keep_dir",
+                   help="make everything in DIR (new or empty) and keep it, instead of a temp dir removed at the end; "
+                   "the result says how to go on there")
+    p.add_argument("--keep", metavar="DIR", default=None, dest="keep_dir", help=argparse.SUPPRESS)  # the old name
 
 
 def _cmd_demo(args) -> VerbResult:
     from rocmbuild.flows import demo
 
-    return demo.demo(keep=args.keep)
+    return demo.demo(keep=args.keep_dir)
 
 
 VERBS: list[tuple[Callable[[Any], None], Callable[[argparse.Namespace], VerbResult]]] = [

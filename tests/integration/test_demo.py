@@ -60,7 +60,7 @@ def test_demo_runs_the_workflow_prints_each_step_and_leaves_nothing(tmpdir_env):
 
 def test_demo_keep_json_is_one_object_and_ends_with_the_stock_library(tmp_path):
     keep = tmp_path / "kept" / "demo"
-    r = rb("demo", "--keep", keep, "--json", timeout=300)
+    r = rb("demo", "--keep-dir", keep, "--json", timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     obj, end = json.JSONDecoder().raw_decode(r.stdout)
     assert r.stdout[end:].strip() == ""
@@ -101,7 +101,7 @@ def test_demo_keep_refuses_a_directory_that_is_not_new_or_empty(tmp_path, how):
     elif how == "a symlink to a non-empty dir":
         arg = tmp_path / "link"
         arg.symlink_to(target)
-    r = rb("demo", "--keep", arg, "--json")
+    r = rb("demo", "--keep-dir", arg, "--json")
     assert r.returncode == 2, r.stderr
     err = json.loads(r.stdout)["error"]
     assert err["type"] == "InputError" and "not an empty directory" in err["message"]
@@ -109,7 +109,7 @@ def test_demo_keep_refuses_a_directory_that_is_not_new_or_empty(tmp_path, how):
 
 
 def test_demo_keep_with_a_name_too_long_is_a_clear_error(tmp_path):
-    r = rb("demo", "--keep", tmp_path / ("d" * 300), "--json")
+    r = rb("demo", "--keep-dir", tmp_path / ("d" * 300), "--json")
     assert r.returncode == 2, r.stderr
     err = json.loads(r.stdout)["error"]
     assert err["type"] == "SystemLimitError" and "too long" in err["message"]
@@ -155,9 +155,23 @@ def test_a_failed_check_fails_loudly_and_keeps_the_scratch_dir(tmp_path, mocker,
 
     mocker.patch.object(steps, "loaded_version", return_value=3006000)  # the env answers the wrong number
     keep = tmp_path / "scratch"
-    code = main(["demo", "--keep", str(keep), "--json"])
+    code = main(["demo", "--keep", str(keep), "--json"])  # the old name of --keep-dir still works
     out = json.loads(capsys.readouterr().out)
     assert code == 1 and out["exit_code"] == 1 and out["ok"] is False
     assert out["failed_step"] == "doctor" and [s["name"] for s in out["steps"]] == ["doctor"]
     assert "demo step 'doctor' failed" in out["error"]["message"] and "3006000" in out["error"]["message"]
     assert str(keep.resolve()) in out["error"]["hint"] and keep.is_dir()
+
+
+def test_a_kept_demo_says_how_to_go_on_there_with_its_own_cache_home(tmp_path):
+    """Item 10 of the what-users-see issue: after `demo --keep-dir DIR` the text names the demo's
+    own ROCMBUILD_HOME and the commands to try, in DIR; a removed scratch dir names none."""
+    from rocmbuild.cli import demotext
+    from rocmbuild.results import DemoResult
+
+    d = str(tmp_path / "my demo")
+    text = demotext._demo(DemoResult((), d, True, 4.2))
+    assert f"kept in {d}" in text
+    assert f"cd '{d}' && export ROCMBUILD_HOME='{d}/home'" in text
+    assert "rocmbuild status --env env" in text and "rocmbuild apply miopen-demo.toml --env env" in text
+    assert "ROCMBUILD_HOME" not in demotext._demo(DemoResult((), d, False, 4.2))

@@ -13,7 +13,7 @@ Decisions:
   then the accident): recovery must bring back the applied state exactly, and the final rollback
   the stock one.
 * Everything lives in one scratch dir with its own ``ROCMBUILD_HOME``, removed at the end, also
-  on Ctrl-C; with ``--keep DIR`` nothing is removed and the result says where it is. A failed
+  on Ctrl-C; with ``--keep-dir DIR`` nothing is removed and the result says where it is. A failed
   check keeps the dir too (the error names it), for the logs. Missing tools fail before
   anything is made.
 """

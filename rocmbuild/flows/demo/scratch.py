@@ -6,7 +6,7 @@ Decisions:
 * The tools are checked before anything is made: cmake, make (the recipe's generator), a C
   compiler (``$CC``, else cc, gcc or clang) and git. A missing one is a ``RequirementError``
   (exit 2, like every missing program) that names them all and how to get them.
-* ``--keep DIR`` writes into DIR only when it does not exist or is an empty directory (after
+* ``--keep-dir DIR`` writes into DIR only when it does not exist or is an empty directory (after
   resolving its symlinks): the demo never mixes its files with a user's.
 * The stock library is built from the same source at 3.5.0 (``-DMIOPEN_DEMO_VERSION``) with
   plain cmake, as a vendor would have: it is what the env ships before rocmbuild touches it.
@@ -79,7 +79,7 @@ def make_root(keep: str | None) -> Scratch:
         return Scratch(Path(tempfile.mkdtemp(prefix="rocmbuild-demo-")).resolve(), kept=False)
     root = Path(keep).expanduser().resolve()
     if root.exists() and (not root.is_dir() or any(root.iterdir())):
-        raise InputError(f"--keep {keep}: {root} exists and is not an empty directory",
+        raise InputError(f"--keep-dir {keep}: {root} exists and is not an empty directory",
                          "name a new directory (the demo creates it) or an empty one; nothing was changed")
     root.mkdir(parents=True, exist_ok=True)
     return Scratch(root, kept=True)
