@@ -103,6 +103,10 @@ class CacheRmResult(VerbResult):
     removed: tuple[Candidate, ...]
     kept: tuple[Kept, ...]
 
+    @property
+    def changed(self) -> bool:
+        return bool(self.removed)
+
     def to_json(self) -> dict[str, Any]:
         return {"cache": self.cache, "what": self.what, "removed": [c.to_json() for c in self.removed],
                 "freed_bytes": sum(c.bytes for c in self.removed), "kept": [k.to_json() for k in self.kept]}

@@ -64,6 +64,7 @@ def test_logs_by_recipe_log_verb_fresh_and_cache_rm(tmp_path, monorepo):
     gone = rb("cache", "rm", key[:12], "--json")
     assert gone.returncode == 0, gone.stderr
     assert [c["key"] for c in json.loads(gone.stdout)["removed"]] == [key]
+    assert json.loads(gone.stdout)["changed"] is True
     assert not (_home(tmp_path) / "artifacts" / key).exists()
     assert rb("build", str(recipe), "-q").stdout.startswith("built ")  # built again, not cached
 
