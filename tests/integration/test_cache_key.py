@@ -33,10 +33,12 @@ def _build(recipe: Path) -> dict:
     return json.loads(done.stdout)
 
 
-def _untouched(key: str) -> tuple:
-    """What a compile would move: the build dir (removed after success) and the log's bytes/time."""
-    log = cache_home() / "logs" / f"{key}.log"
-    return (sorted(p.name for p in (cache_home() / "build").iterdir()), log.stat().st_mtime_ns, log.read_bytes())
+def _untouched(log: str) -> tuple:
+    """What a compile would move: the build dir (removed after success) and the log's bytes/time,
+    and which log is the recipe's newest (logs/<recipe>/latest.log)."""
+    newest = sorted(Path(log).parent.glob("*.log"))
+    return (sorted(p.name for p in (cache_home() / "build").iterdir()), Path(log).stat().st_mtime_ns,
+            Path(log).read_bytes(), [p.name for p in newest])
 
 
 @pytest.mark.parametrize("edit", [
@@ -49,12 +51,12 @@ def test_editing_what_does_not_change_the_bytes_is_a_cache_hit(tmp_path, monorep
     path = _recipe(tmp_path, monorepo.url)
     first = _build(path)
     assert first["cached"] is False
-    before = _untouched(first["key"])
+    before = _untouched(first["log"])
     assert edit[0] in path.read_text()
     path.write_text(path.read_text().replace(*edit))
     second = _build(path)
     assert second["cached"] is True and second["key"] == first["key"]
-    assert _untouched(first["key"]) == before  # no configure, no compile: nothing was logged
+    assert _untouched(first["log"]) == before  # no configure, no compile: nothing was logged
 
 
 def test_a_define_makes_a_new_key(tmp_path, monorepo):
