@@ -99,9 +99,11 @@ def placed_version(changes: StatusChanges) -> str | None:
 
 def version_drift(changes: StatusChanges, version_now: str | None) -> dict[str, str] | None:
     """``{placed, loaded}`` when what the target's torch loads is not the version the history says
-    is in place (a library written over, a forced rollback over drift), else None."""
+    is in place (a library written over, a forced rollback over drift), else None. Not while a
+    transaction is unfinished or running: the files are in flux, and that is said instead."""
     placed = placed_version(changes)
-    if changes.stock is None or not placed or not version_now or not _numbers(placed) or not _numbers(version_now):
+    if (changes.unfinished or changes.stock is None or not placed or not version_now or not _numbers(placed)
+            or not _numbers(version_now)):
         return None
     return None if _numbers(placed) == _numbers(version_now) else {"placed": placed, "loaded": version_now}
 
