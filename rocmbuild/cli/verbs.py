@@ -257,9 +257,9 @@ def _add_rollback(sub) -> None:
     a.common(p)
     a.target(p)
     a.txn_opts(p)
-    p.add_argument("--to", metavar="N", help="bring back the state right after transaction N (like conda's --revision N: "
-                   "N stays in effect, every apply after it is undone); N is its number (3), id or a prefix of the id; "
-                   "0 (or stock) is the state before rocmbuild's first transaction")
+    p.add_argument("--to", metavar="TXN", help="bring back the state right after transaction TXN (like conda's "
+                   "--revision N: TXN stays in effect, every apply after it is undone); TXN is its number (3), id or "
+                   "a prefix of the id; 0 (or stock) is the state before rocmbuild's first transaction")
     p.add_argument("--force", action="store_true", help="roll back even over files changed since (drift)")
     p.add_argument("--if-applied", action="store_true",
                    help="when nothing is in effect to undo, succeed (exit 0, nothing_to_roll_back) instead of exit 2")
