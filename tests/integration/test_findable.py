@@ -115,11 +115,17 @@ def test_gc_removes_old_sources_and_logs_keeping_the_newest(tmp_path, monorepo):
 def test_follow_prints_the_log_until_its_writer_ends(tmp_path):
     log = tmp_path / "logs" / "mini" / "20250101T000000Z-0123456789abcdef.log"
     log.parent.mkdir(parents=True)
+    # the writer names itself in the header once it runs, as a build does (a pid read from /proc
+    # while the process is still in its exec shows an empty cmdline)
     writer = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time\nfor i in range(5):\n    time.sleep(0.3)\n"
+        [sys.executable, "-c", "import os, sys, time\n"
+         "open(sys.argv[1], 'a').write(f'# rocmbuild build of mini at x\\n# rocmbuild pid {os.getpid()}\\n')\n"
+         "for i in range(5):\n    time.sleep(0.3)\n"
          "    open(sys.argv[1], 'a').write(f'line {i}\\n')", str(log), "rocmbuild-writer"], start_new_session=True)
     try:
-        log.write_text(f"# rocmbuild build of mini at x\n# rocmbuild pid {writer.pid}\n")
+        deadline = time.monotonic() + 30
+        while logs.writer(log) is None and time.monotonic() < deadline:
+            time.sleep(0.02)
         out = tmp_path / "out.txt"
         with open(out, "w") as f:
             tail(log, f)
