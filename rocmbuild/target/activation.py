@@ -19,7 +19,7 @@ Decisions:
   ``PATH``; then the env vars (``env_vars.d`` files in sorted order, ``conda-meta/state`` last
   and winning; the value ``***unset***`` unsets); then source each ``activate.d/*.sh`` in sorted
   path order. A venv: ``bin/activate`` sourced in bash.
-* The bash run dumps ``env -0`` after every step, so each changed variable is attributed to the
+* The bash run dumps its exported variables (bash builtins only: no ``env`` needed on PATH) after every step, so each changed variable is attributed to the
   file (or step) that changed it last; with a conda tool, the bash run still names the file when
   it reaches the same value, else the change is the tool's ("conda run").
 * Paths reach bash only as positional arguments (``"$1"``), never in the script text. Sourcing a
@@ -61,7 +61,7 @@ _IGNORED = {"_", "SHLVL", "PWD", "OLDPWD"}  # what the shell itself sets
 # $1 prefix, $2 kind ("conda" | "venv"), then NAME=VALUE (export) or NAME (unset) up to "--", then the scripts
 _BASH = r'''
 exec 3>&1 1>&2
-snap() { env -0 >&3; printf '\0' >&3; }
+snap() { local n; for n in $(compgen -e); do printf '%s=%s\0' "$n" "${!n}" >&3; done; printf '\0' >&3; }
 prefix=$1; kind=$2; shift 2
 snap
 if [ "$kind" = conda ]; then
@@ -156,7 +156,8 @@ def of(prefix: Path, python: Path) -> Activation:
     if kind == "venv":
         return _emulate(prefix, kind, [prefix / "bin" / "activate"], {})
     scripts = activate_scripts(prefix)
-    emulated = _emulate(prefix, kind, scripts, conda_env_vars(prefix))
+    env_vars = conda_env_vars(prefix)
+    emulated = _emulate(prefix, kind, scripts, env_vars) if scripts else _conda_steps(prefix, env_vars)
     tool = find_tool()
     if tool is None:
         return emulated
@@ -215,9 +216,9 @@ def find_tool() -> Path | None:
 
 
 def _emulate(prefix: Path, kind: str, scripts: list[Path], env_vars: dict[str, tuple[str, str]]) -> Activation:
-    """Source the activation in bash, one ``env -0`` dump per step; each change names its step."""
+    """Source the activation in bash, one dump of the environment per step; each change names its step."""
     sets = [f"{k}={v}" if v != UNSET else k for k, (v, _src) in env_vars.items()]
-    argv = ["bash", "--noprofile", "--norc", "-c", _BASH, "rocmbuild-activate", str(prefix), kind,
+    argv = [_bash(), "--noprofile", "--norc", "-c", _BASH, "rocmbuild-activate", str(prefix), kind,
             *sets, "--", *map(str, scripts)]
     done = _run(argv, prefix)
     snaps = _snapshots(done.stdout)
@@ -240,6 +241,29 @@ def _emulate(prefix: Path, kind: str, scripts: list[Path], env_vars: dict[str, t
     files = tuple(s for s in steps if s not in ("conda activate", "env vars"))
     files = tuple(sorted({src for _v, (_x, src) in env_vars.items()})) + files
     return Activation(kind, "sourced by rocmbuild", str(prefix), files, changes, _not_utf8(changes))
+
+
+def _conda_steps(prefix: Path, env_vars: dict[str, tuple[str, str]]) -> Activation:
+    """A conda env with no ``activate.d`` script: the same two steps as the bash run ("conda
+    activate", then the env vars), computed here (no shell needed, one process fewer)."""
+    base = dict(os.environ)
+    lvl = base.get("CONDA_SHLVL") or "0"
+    step = {"CONDA_PREFIX": str(prefix), "CONDA_DEFAULT_ENV": str(prefix),
+            "CONDA_SHLVL": str((int(lvl) if lvl.isdigit() else 0) + 1), "CONDA_PROMPT_MODIFIER": f"({prefix}) ",
+            "PATH": f"{prefix}/bin" + (f":{base['PATH']}" if base.get("PATH") else "")}
+    env: dict[str, str | None] = {**base, **step}
+    sources = {k: "conda activate" for k in step}
+    for k, (v, src) in env_vars.items():
+        env[k], sources[k] = (None if v == UNSET else v), src
+    changes = tuple(Change(v, base.get(v), env.get(v), sources[v]) for v in sorted(set(base) | set(env))
+                    if base.get(v) != env.get(v) and v not in _IGNORED)
+    files = tuple(sorted({src for _v, (_x, src) in env_vars.items()}))
+    return Activation("conda", "sourced by rocmbuild", str(prefix), files, changes, _not_utf8(changes))
+
+
+def _bash() -> str:
+    """bash from PATH, else where every Linux has it (a provisioning script's PATH may be bare)."""
+    return runner.which("bash") or next((b for b in ("/bin/bash", "/usr/bin/bash") if os.access(b, os.X_OK)), "bash")
 
 
 def _run(argv: list[str], prefix: Path) -> runner.Completed:
