@@ -58,7 +58,7 @@ def _doc_tables() -> dict[str, dict[str, bool]]:
 TABLES = _doc_tables()
 COMMON = set(TABLES["common"])
 VERBS = ["recipes", "show", "plan", "build", "status", "verify", "doctor", "cache", "export", "lock", "apply",
-         "rollback", "history", "recover", "demo", "completion", "push", "key", "config", "log"]
+         "rollback", "redo", "history", "recover", "demo", "completion", "push", "key", "config", "log"]
 
 
 def test_the_doc_documents_every_verb_and_the_error_object():
@@ -331,6 +331,12 @@ def test_apply_every_source_and_rollback(txn_home, env350, tmp_path):
 
     d = ok(rb("rollback", "--env", p, "--json"), "rollback")
     assert d["undoes"] == [first] and d["txn"] and d["verdict"]["ok"] is True and d["plan"]["verb"] == "rollback"
+    undone = d["txn"]
+    d = ok(rb("redo", "--env", p, "--json"), "redo")
+    assert d["redoes"] == undone and d["reapplies"] == [first] and d["changed"] is True
+    fail(rb("redo", "--env", p, "--json"), "redo", 2, "TargetError")  # nothing left to redo
+    d = ok(rb("rollback", "--env", p, "--json"), "rollback")
+    assert d["in_effect"] == []
 
     # --artifact applies the bundle (imported into the cache) like a recipe
     d = ok(rb("apply", "--artifact", bundle, "--env", p, "--json"), "apply")
