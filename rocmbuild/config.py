@@ -121,7 +121,7 @@ def _bad(path: Path, key: str, message: str, hint: str) -> InputError:
 
 def _unknown(path: Path, key: str, choices) -> InputError:
     return _bad(path, key, f"unknown key '{key}'", f"{_suggest(key.rsplit('.', 1)[-1], choices)} "
-                "(docs/caches.md lists every key)")
+                "(`rocmbuild config list` shows every key and its value)")
 
 
 def _typed(path: Path, key: str, value: Any, spec: tuple[type, str]) -> Any:

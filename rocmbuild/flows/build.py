@@ -263,7 +263,7 @@ def _reproducible_note(repro: reproducible.Settings | None) -> str:
     if repro is None:
         return "reproducible = false: no prefix maps, no SOURCE_DATE_EPOCH"
     return ("reproducible: the source and build dirs map to '.' in CMAKE_C_FLAGS and CMAKE_CXX_FLAGS; "
-            f"SOURCE_DATE_EPOCH from {repro.epoch_from} (docs/caches.md)")
+            f"SOURCE_DATE_EPOCH from {repro.epoch_from}")
 
 
 def _source_plan(r: Recipe, commit: str | None) -> SourcePlan:

@@ -65,7 +65,8 @@ def _entry(item: Any, key: str, path: Path) -> Fix:
                         f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(KEYS)}")
         if not isinstance(v, str):
             raise _fail(path, f"{key}.{k}", f"'{key}.{k}' must be a string, got {type(v).__name__}",
-                        "fix the value's type; see docs/recipes.md")
+                        "each of name, grep, path and commit is a string, e.g. { name = \"gfx115x batch-norm fix\", grep = "
+                        "\"MIO_BN_GFX115X\", path = \"src/kernels\" } (`rocmbuild show miopen-develop` has one)")
     name = item.get("name", "").strip()
     if not name:
         raise _fail(path, f"{key}.name", f"{key} needs a 'name' (what the fix is, shown by show, status and the "

@@ -140,7 +140,8 @@ def write_secret(key: SecretKey, out: str | os.PathLike) -> Path:
         fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except FileExistsError:
         raise InputError(f"{p} exists: a secret key is never overwritten",
-                         "choose another --out, or remove the old key yourself (rotate it: docs/caches.md)") from None
+                         "choose another --out, or remove the old key yourself (to rotate a key: generate the new one, add its public "
+                         "key to [trust] public_keys everywhere, sign with it, then drop the old public key)") from None
     try:
         os.fchmod(fd, 0o600)  # whatever the umask
         os.write(fd, key.text().encode())

@@ -161,7 +161,7 @@ class CheckResult(VerbResult):
             f"the rebuild of {self.recipe} differs from the cached artifact {self.key[:16]} in "
             f"{len(self.differences)} of {self.compared} file(s): {names}",
             "the cached artifact is unchanged and still served; find what the build stamps into those files "
-            "(a time, a path, a random value: docs/caches.md, \"Reproducible builds\"; `diffoscope` shows where), "
+            "(a time, a path, a random value; `diffoscope OLD NEW` shows where), "
             f"or read the rebuild's log {self.log}",
             details={"differences": [d.to_json() for d in self.differences]})
 
