@@ -254,7 +254,7 @@ def test_bash_completion_from_the_real_parser(tmp_path, completion_world):
         return _bash(script, line, work, env)
 
     assert c("rocmbuild ") == ["recipes", "show", "plan", "build", "status", "verify", "doctor", "cache", "log", "export",
-                               "lock", "apply", "rollback", "history", "recover", "demo", "push", "key", "config",
+                               "lock", "apply", "rollback", "redo", "history", "recover", "demo", "push", "key", "config",
                                "completion"]
     assert c("rocmbuild ro") == ["rollback"]
     assert c("rocmbuild --json st") == ["status"]  # a global flag before the verb
