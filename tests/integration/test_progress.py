@@ -154,7 +154,9 @@ def test_json_events_on_stderr_and_one_object_on_stdout(paced, watch):
     out = json.loads(w.out)  # exactly one object
     assert out["ok"] and out["cached"] is False and out["duration_s"] > 2.0
     log = Path(out["log"])
-    assert log.is_file() and log.name.startswith(out["key"] + "-") and "Linking" in log.read_text()
+    # logs/<recipe>/<stamp>-<key16>.log (docs/progress.md)
+    assert log.is_file() and log.parent.name == "paced" and log.name.endswith(f"-{out['key'][:16]}.log")
+    assert "Linking" in log.read_text()
     again = rb("build", paced(), "--json")
     hit = json.loads(again.stdout)
     assert hit["cached"] is True and hit["log"] is None and isinstance(hit["duration_s"], float)
@@ -163,7 +165,7 @@ def test_json_events_on_stderr_and_one_object_on_stdout(paced, watch):
 
 def test_the_log_grows_while_the_build_runs(paced, watch):
     w = watch(["build", paced(pace=1, steps=6)], tty=False)
-    logs = cache_home() / "logs"
+    logs = cache_home() / "logs" / "paced"  # the recipe's logs
     w.wait_for(lambda w: "Generating paced/paced_2.c" in w.text(), what="paced_2")
     (log,) = [p for p in logs.glob("*.log") if not p.is_symlink()]
     early = log.read_text()
@@ -179,7 +181,7 @@ def test_each_attempt_keeps_its_log_and_the_link_names_the_newest(paced):
     failed = rb("build", recipe, "--json", env={"MIOPEN_FIXTURE_BREAK": "1"})
     assert failed.returncode == 3, failed.stderr
     err = json.loads(failed.stdout)["error"]
-    logs = cache_home() / "logs"
+    logs = cache_home() / "logs" / "paced"  # the recipe's logs
     (first,) = [p for p in logs.glob("*.log") if not p.is_symlink()]
     assert str(first) in err["message"] and str(first) in err["hint"] and err["details"]["log"] == str(first)
     ok = rb("build", recipe, "--json")
@@ -188,7 +190,7 @@ def test_each_attempt_keeps_its_log_and_the_link_names_the_newest(paced):
     attempts = sorted(p for p in logs.glob("*.log") if not p.is_symlink())
     assert len(attempts) == 2 and first in attempts  # the failed attempt's log is still there ...
     assert "broken on purpose" in first.read_text() and "Linking" not in first.read_text()  # ... as it was
-    link = logs / f"{out['key']}.log"
+    link = logs / "latest.log"  # the recipe's newest attempt
     assert link.is_symlink() and not os.path.isabs(os.readlink(link))
     assert link.resolve() == Path(out["log"]) != first and "Linking" in link.read_text()
 
