@@ -260,6 +260,8 @@ def _add_rollback(sub) -> None:
     p.add_argument("--to", metavar="TXN", help="bring back the state right after transaction TXN (like conda's "
                    "--revision N: TXN stays in effect, every apply after it is undone); TXN is its number (3), id or "
                    "a prefix of the id; 0 (or stock) is the state before rocmbuild's first transaction")
+    p.add_argument("--undo", metavar="TXN", help="bring back the state right before the apply TXN (it and every "
+                   "apply after it undone; what a rollout undoes its own apply with, TXN from its JSON)")
     p.add_argument("--force", action="store_true", help="roll back even over files changed since (drift)")
     p.add_argument("--if-applied", action="store_true",
                    help="when nothing is in effect to undo, succeed (exit 0, nothing_to_roll_back) instead of exit 2")
@@ -270,8 +272,13 @@ def _add_rollback(sub) -> None:
 def _cmd_rollback(args) -> VerbResult:
     from rocmbuild.flows import manage
 
+    if args.to is not None and args.undo is not None:
+        from rocmbuild.errors import InputError
+        raise InputError("give --to TXN (the state after it) or --undo TXN (the state before it), not both",
+                         "`rocmbuild history` lists the transactions")
     return manage.rollback(env=args.env, python=args.python, to=args.to, force=args.force, wait=a.lock_wait(args),
-                           keep=args.keep, probe_timeout=args.probe_timeout, if_applied=args.if_applied)
+                           keep=args.keep, probe_timeout=args.probe_timeout, if_applied=args.if_applied,
+                           undo=args.undo)
 
 
 def _add_redo(sub) -> None:

@@ -101,11 +101,15 @@ def _nothing_to_undo(prefix: Path, to: str | None) -> bool:
 
 def rollback(*, env: str | None = None, python: str | None = None, to: str | None = None, force: bool = False,
              wait: bool | LockWait = False, keep: int = 5, probe_timeout: float = 300.0,
-             if_applied: bool = False) -> RollbackResult:
+             if_applied: bool = False, undo: str | None = None) -> RollbackResult:
     """``rocmbuild rollback``: the newest apply in effect out of effect, or (``to``) the state after
-    that transaction back (``0``/``stock``: before the first)."""
+    that transaction back (``0``/``stock``: before the first), or (``undo``) the state right before
+    that apply (it and every apply after it undone: what a fleet rollout undoes its own apply with)."""
     prefix, py = target.resolve(env, python)
     recovered = guards.recover_prefix(prefix, wait=wait)
+    if undo is not None:
+        usdir, full = _state_dir_of(prefix, undo)
+        to = _txn.point_before(_txn.model(usdir), full)
     if if_applied and _nothing_to_undo(prefix, to):
         where = {"prefix": str(prefix), "python": str(py), "layout": None, "libdir": None, "state_dir": None}
         return RollbackResult(None, None, (), None, (), tuple(recovered), (), target=where)

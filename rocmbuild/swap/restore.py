@@ -69,6 +69,25 @@ def resolve_txn(ids: list[str], to: str) -> str:
                       details={"known": ids})
 
 
+def point_before(m: Effect, txn: str) -> str:
+    """``rollback --undo TXN``: the point whose state is the one right before the apply ``txn``
+    took effect (``stock`` before the first); TargetError when ``txn`` is not an apply that took
+    effect. What TXN undoes is then ``--to`` that point: TXN and every apply after it."""
+    after = m.stacks.get(txn)
+    if not after or after[-1] != txn:
+        raise TargetError(f"--undo {txn}: it is not an apply that took effect on this target",
+                          "`rocmbuild history` lists the applies; `--undo` takes one of them",
+                          details={"txn": txn})
+    want = after[:-1]
+    if not want:
+        return STOCK
+    points = [p for p, st in m.stacks.items() if st == want and p != txn]
+    if not points:
+        raise TargetError(f"--undo {txn}: the state before it is not recorded", "use `--to` with a transaction "
+                          "`rocmbuild history` lists", details={"txn": txn})
+    return points[-1]
+
+
 def is_stock(to: str | None) -> bool:
     return to is not None and (to.strip().lower() == "stock" or (to.strip().isdigit() and int(to) == 0))
 

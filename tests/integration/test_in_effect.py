@@ -107,6 +107,27 @@ def test_rollback_to_n_is_the_state_after_n_and_redo_brings_back_what_a_rollback
     assert "(redo, txn" not in listing
 
 
+def test_rollback_undo_txn_is_the_state_right_before_that_apply(txn_home, env):
+    """``--undo TXN`` (what a rollout undoes its own apply with): TXN and every apply after it out of
+    effect; again with --if-applied: nothing to do, exit 0; an id that is no apply: exit 2."""
+    p = env.prefix
+    s0 = snapshot(p)
+    a = _ok("apply", txn_home.recipe("mini"), "--env", p)["txn"]
+    s1 = snapshot(p)
+    b = _ok("apply", txn_home.recipe("mini-fix"), "--env", p)["txn"]
+    d = _ok("rollback", "--env", p, "--undo", b)
+    assert d["undoes"] == [b] and d["in_effect"] == [a] and snapshot(p) == s1
+    _ok("redo", "--env", p)
+    d = _ok("rollback", "--env", p, "--undo", a[:4])
+    assert sorted(d["undoes"]) == sorted([a, b]) and d["in_effect"] == [] and snapshot(p) == s0
+    again = _ok("rollback", "--env", p, "--undo", a, "--if-applied")
+    assert again["nothing_to_roll_back"] is True and again["changed"] is False
+    r = rb("rollback", "--env", p, "--undo", d["txn"], "--json")
+    assert r.returncode == 2 and "not an apply that took effect" in json.loads(r.stdout)["error"]["message"]
+    r = rb("rollback", "--env", p, "--undo", a, "--to", "0", "--json")
+    assert r.returncode == 2 and "not both" in json.loads(r.stdout)["error"]["message"]
+
+
 def test_pruning_says_so_once_only_for_applies_in_effect_and_never_with_q(txn_home, env):
     p = env.prefix
     notes = []
