@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from rocmbuild.build import logs as build_logs
 from rocmbuild.build import retry
 from rocmbuild.home import cache_home
 from tests.support.cli import rb
@@ -26,6 +27,13 @@ SOURCES = 12
 BROKEN = "-Wl,-O1"
 FIXED = "-Wl,--allow-multiple-definition"
 
+
+
+def _log(key: str) -> Path:
+    """The newest build log of ``key`` (logs are by recipe now: logs/<recipe>/<stamp>-<key16>.log)."""
+    found = build_logs.newest(cache_home(), key)
+    assert found is not None, f"no log for {key}"
+    return found
 
 def _recipe(tmp_path: Path, url: str, generator: str, flags: str, ref: str = "develop") -> Path:
     path = write_fixture_recipe(tmp_path / "recipes", url=url, ref=ref, generator=generator, data=None,
@@ -44,7 +52,7 @@ def _build(recipe: Path) -> tuple[int, dict]:
 
 def _compiles(key: str) -> int:
     """How many objects the build of ``key`` compiled (cmake's progress lines in its log)."""
-    log = (cache_home() / "logs" / f"{key}.log").read_text()
+    log = _log(key).read_text()
     return sum(1 for line in log.splitlines() if "Building C object" in line)
 
 
@@ -59,7 +67,7 @@ def test_a_retry_after_a_failed_link_recompiles_nothing(tmp_path, monorepo, gene
     code, failed = _build(recipe)
     assert code == 3, failed
     (old_key, record), = _trees().items()
-    assert "multiple definition" in (cache_home() / "logs" / f"{old_key}.log").read_text()
+    assert "multiple definition" in _log(old_key).read_text()
     assert set(record) == {"recipe", "commit", "key", "status", "started", "ended"}
     assert record["recipe"] == "mini" and record["key"] == old_key and record["status"] == "failed"
     assert record["commit"] == monorepo.c_develop and record["ended"] is not None
@@ -70,8 +78,8 @@ def test_a_retry_after_a_failed_link_recompiles_nothing(tmp_path, monorepo, gene
     assert code == 0, built
     key = built["key"]
     assert key != old_key  # the artifact is keyed by every input, the linker flag too
-    assert _compiles(key) == 0, (cache_home() / "logs" / f"{key}.log").read_text()[-3000:]
-    log = (cache_home() / "logs" / f"{key}.log").read_text()
+    assert _compiles(key) == 0, _log(key).read_text()[-3000:]
+    log = _log(key).read_text()
     assert "Linking C shared library" in log
     lib = ctypes.CDLL(str(Path(built["artifact"]) / "tree" / "lib" / "libMIOpen.so.1.0"))
     major, minor, patch = ctypes.c_size_t(), ctypes.c_size_t(), ctypes.c_size_t()
@@ -180,7 +188,7 @@ def test_a_define_removed_for_the_retry_does_not_come_back_from_the_copied_cache
                                 defines={"MIOPEN_FIXTURE_EXTRA_SOURCES": SOURCES})
     code, built = _build(good)
     assert code == 0, built  # the linker flag is gone, not taken over from the failed tree
-    assert "--no-such-flag" not in (cache_home() / "logs" / f"{built['key']}.log").read_text()
+    assert "--no-such-flag" not in _log(built['key']).read_text()
 
 
 def test_a_stop_during_the_copy_leaves_no_half_copy(tmp_path, monorepo, mocker):
