@@ -64,16 +64,25 @@ def list_names(db_dir: Path, base: str) -> list[str]:
     return []
 
 
-def stale_actions(m: "Manifest", libdir: Path, base: str, taken: set[str], obs: Observer) -> list["Action"]:
+def stale_actions(m: "Manifest", libdir: Path, base: str, taken: set[str], obs: Observer,
+                  allow_outside: bool = False) -> list["Action"]:
     """A ``remove`` action for each DB file in the target's database dir that the plan does not
-    place (``taken``: the destinations already planned); none for a non-MIOpen artifact."""
+    place (``taken``: the destinations already planned); none for a non-MIOpen artifact. A
+    database dir reached through a symlink out of the target is refused, unless
+    ``--allow-outside-prefix``: then its files are left as they are (rocmbuild moves nothing
+    aside outside the target; the data actions already said they place files there)."""
     from rocmbuild.swap.plan import Action
 
     if m.encoding != "miopen":
         return []
     db_dir = db_dir_of(libdir)
     lister: Callable[[Path], list[str]] | None = getattr(obs, "listdir", None)
-    names = lister(db_dir) if lister is not None else list_names(db_dir, base)
+    try:
+        names = lister(db_dir) if lister is not None else list_names(db_dir, base)
+    except TargetError:
+        if not allow_outside:
+            raise
+        return []
     out = []
     for name in sorted(n for n in names if is_db_name(n)):
         path = db_dir / name

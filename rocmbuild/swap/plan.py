@@ -376,7 +376,8 @@ def make(artifact: "Artifact", facts: TargetFacts, *, allow_outside_prefix: bool
     layout = layout_of(dest, (facts.prefix, resolve(facts.prefix, obs)))
     notes = soname_notes(members, After(obs, [str(c[0]) for c in chains], links, gone)) + stray_notes
     actions = moves + actions + _data_actions(m, libdir, tree, {a.path for a in actions}, places, placed)
-    actions += stale_actions(m, libdir, str(libdir.parent) if outside else facts.prefix, {a.path for a in actions}, obs)
+    actions += stale_actions(m, libdir, str(libdir.parent) if outside else facts.prefix, {a.path for a in actions}, obs,
+                             allow_outside_prefix)
     first = mapped[0] if loaded[0] is None else loaded[0]
     return Plan(
         verb="apply", prefix=facts.prefix, python=facts.python, libdir=str(libdir), layout=layout,
