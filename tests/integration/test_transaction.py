@@ -311,7 +311,7 @@ def test_lock_excludes_a_second_holder_and_names_the_pid(tmp_path):
 def test_outside_prefix_state_dir_is_found_by_prefix(tmp_path, monkeypatch):
     monkeypatch.setenv("ROCMBUILD_HOME", str(tmp_path / "home"))
     d = state.target_state_dir(tmp_path / "env", Path("/opt/rocm/lib"), outside=True)
-    assert d.parent == tmp_path / "home" / "targets" and len(d.name) == 16
+    assert d.parent == tmp_path / "home" / "state" / "targets" and len(d.name) == 16  # ROCMBUILD_HOME/state
     state.register_outside_target(d, tmp_path / "env", Path("/opt/rocm/lib"))
     assert state.state_dirs_for(tmp_path / "env") == [d]
     assert state.state_dirs_for(tmp_path / "elsewhere") == []
