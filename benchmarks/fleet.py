@@ -21,6 +21,12 @@ Bytes pulled are counted by a small HTTP proxy per machine in front of the regis
 response body byte the machine received: manifests, signature and the bundle); the compiler
 wrapper logs every compile, so "zero compiles" is counted too. Run from the repository root:
 ``python benchmarks/fleet.py --machines 3``.
+
+Measured on this 2-core VM, quiet, ``--machines 2 --parallel 2``: build + apply 34.50 s per
+machine (median), pull + apply 2.67 s (7.7%: goal <= 10% MET), 2 at once 2.76 s each (8.0%); every
+machine pulled the 20,394 B bundle blob exactly once (31,066 B with manifests and signature), 0
+compiles. Under load (other jobs on both cores), ``--parallel 8``: 8 at once 33.8-38.0 s each, CPU
+bound on 2 cores, each still pulling exactly the bundle.
 """
 
 from __future__ import annotations
