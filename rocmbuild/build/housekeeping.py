@@ -213,7 +213,7 @@ def temps(home: Path) -> list[Candidate]:
                       (".check-", "a killed `build --check`'s rebuild")):
         for p in sorted(broot.glob(f"{kind}*-*")) if broot.is_dir() else ():
             key, _, pid = p.name[len(kind):].rpartition("-")
-            if _KEY.match(key) and pid.isdigit() and not _alive(int(pid)) and p.is_dir() and not p.is_symlink():
+            if _KEY.match(key) and pid.isdigit() and not alive(int(pid)) and p.is_dir() and not p.is_symlink():
                 out.append(Candidate("temp", str(p), why, disk_bytes(p), iso(_mtime(p)), key))
     for p in sorted(adir.glob(".tmp-*-*")) if adir.is_dir() else ():
         key = p.name[len(".tmp-"):].rsplit("-", 1)[0]
@@ -295,7 +295,10 @@ def _remove(home: Path, c: Candidate) -> None:
             pass
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int | None) -> bool:
+    """Whether process ``pid`` exists (None: no process)."""
+    if pid is None:
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 
 from rocmbuild.build import logs as _logs
-from rocmbuild.build.housekeeping import Candidate, disk_bytes, iso, remove
+from rocmbuild.build.housekeeping import Candidate, alive, disk_bytes, iso, remove
 from rocmbuild.disk import FileLock
 from rocmbuild.errors import LockedError
 from rocmbuild.home import logs_dir, src_dir
@@ -73,18 +73,6 @@ def take_source(c: Candidate, *, dry_run: bool) -> str | None:
     return None
 
 
-def _alive(pid: int | None) -> bool:
-    if pid is None:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def old_logs(home: Path, cutoff: float, keep: int = KEEP_LOGS) -> list[Candidate]:
     """The logs ``cache gc`` may remove (see the module notes)."""
     out = []
@@ -98,7 +86,7 @@ def old_logs(home: Path, cutoff: float, keep: int = KEEP_LOGS) -> list[Candidate
         seen |= set(found)
         for p in found[:-keep] if keep else found:
             since = _mtime(p)
-            if since is not None and since <= cutoff and not _alive(_logs.writer(p)):
+            if since is not None and since <= cutoff and not alive(_logs.writer(p)):
                 out.append(Candidate("log", str(p), f"an older log of {name} (the newest {keep} stay)",
                                      disk_bytes(p), iso(since)))
     for p in olds:  # an old-named log whose first line names no recipe: by age alone
