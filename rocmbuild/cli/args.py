@@ -272,9 +272,10 @@ def resolve_env_name(args: argparse.Namespace) -> None:
     if name is None:
         return
     from rocmbuild import ui
-    from rocmbuild.target import envs
+    from rocmbuild.target import envs, target
 
     args.env = str(envs.find(name))
+    target.named(args.env, name)
     ui.info(f"environment {name}: {args.env}")
 
 

@@ -73,7 +73,7 @@ class Target:
     python: Path
     report: ProbeReport
     state_dir: Path  # rocmbuild.home.target_state_dir(prefix)
-    origin: str = "--env"  # where the target came from: --env, --python, $CONDA_PREFIX, $VIRTUAL_ENV
+    origin: str = "--env"  # where the target came from: --env, -n NAME, --python, $CONDA_PREFIX, $VIRTUAL_ENV
     activation: Activation = activation_mod.NONE
     unactivated: ProbeReport | None = None  # probed without the activation (only when it changes a relevant variable)
 
@@ -204,6 +204,15 @@ def resolve(env: str | None = None, python: str | None = None, *, check: bool = 
     return prefix, exe
 
 
+_NAMED: dict[str, str] = {}  # an --env value the CLI found by ``-n NAME`` -> "-n NAME"
+
+
+def named(prefix: str, name: str) -> None:
+    """Say that ``prefix`` (the value given as ``--env``) was found by ``-n NAME``: the verbs then
+    say the target came from ``-n NAME``, not from ``--env``."""
+    _NAMED[prefix] = f"-n {name}"
+
+
 def resolve_from(env: str | None = None, python: str | None = None, *,
                  check: bool = True) -> tuple[Path, Path, str]:
     """(prefix, python, where it came from): :func:`resolve` that also says where."""
@@ -221,7 +230,7 @@ def resolve_from(env: str | None = None, python: str | None = None, *,
         prefix = _ask_prefix(exe)
         require_utf8(prefix, f"the sys.prefix of {safe_text(exe)}")
         return prefix, exe, "--python"
-    source = "--env"
+    source = _NAMED.get(env, "--env") if env else "--env"
     if not env:
         for var in ("CONDA_PREFIX", "VIRTUAL_ENV"):
             if os.environ.get(var):
@@ -247,7 +256,7 @@ def resolve_from(env: str | None = None, python: str | None = None, *,
             f"not an environment prefix: {prefix} has no bin/python (from {source})",
             "--env takes a conda env or venv root (e.g. ~/miniconda3/envs/NAME); for another layout use --python EXE",
         )
-    if source != "--env":
+    if source.startswith("$"):
         _not_own_environment(prefix, source)
         ui.info(f"target: {prefix} (from {source})")
     if check:

@@ -206,6 +206,20 @@ def test_implicit_target_says_where_it_came_from(target_env, capsys, monkeypatch
     assert data["target"]["from"] == "--env"
 
 
+def test_a_target_found_by_name_says_so(target_env, capsys, monkeypatch):
+    env = target_env("3.5.1")
+    (env.prefix / "conda-meta").mkdir(exist_ok=True)  # a conda env: what -n finds
+    monkeypatch.setenv("CONDA_ENVS_PATH", str(env.prefix.parent))
+    for var in ("CONDA_PREFIX", "VIRTUAL_ENV"):
+        monkeypatch.delenv(var, raising=False)
+    code, data = _main_json(capsys, ["status", "-n", env.prefix.name])
+    assert code == EXIT_OK, data
+    assert data["target"]["from"] == f"-n {env.prefix.name}"
+    assert data["target"]["prefix"] == str(env.prefix)
+    assert cli.main(["status", "-n", env.prefix.name]) == EXIT_OK
+    assert f"(from -n {env.prefix.name}; python" in capsys.readouterr().out
+
+
 def test_rocmbuilds_own_venv_is_not_the_target(tmp_path):
     venv = tmp_path / ".venv"  # the README's venv: rocmbuild's dependencies, no torch
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)], check=True)
