@@ -273,7 +273,9 @@ def status(*, env: str | None = None, python: str | None = None, probe_timeout: 
 def databases(t) -> "dbreport.DbReport | None":
     """The MIOpen databases the loaded libMIOpen reads (swap/dbreport.py); None: none is loaded."""
     lib = next((x for x in t.report.libraries if x.kind == "miopen" and not x.deleted), None)
-    return dbreport.report(t.prefix, lib.path) if lib is not None else None
+    if lib is None:
+        return None
+    return dbreport.report(t.prefix, lib.path, env=dbreport.run_env(t.activation.extras()))
 
 
 def verify(*, env: str | None = None, python: str | None = None, probe_timeout: float = 300.0,

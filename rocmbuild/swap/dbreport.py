@@ -5,7 +5,10 @@ in effect placed, and a ``MIOPEN_CUSTOM_CACHE_DIR`` holding kernels of another b
 
 Decisions (cheap checks only: names and ``lstat``, a hash only for a same-size file whose recorded
 identity moved):
-* the dir is ``<real lib dir>/../share/miopen/db`` (:func:`rocmbuild.swap.dbfiles.db_dir_of`);
+* the dir is ``<real lib dir>/../share/miopen/db`` (:func:`rocmbuild.swap.dbfiles.db_dir_of`),
+  unless ``MIOPEN_SYSTEM_DB_PATH`` is set in the environment the target runs with (the caller's
+  plus its activation): MIOpen then reads that dir, as it is (no ``~`` expansion), and so does the
+  report, with a note naming the variable (checked on the real MIOpen 2.17: docs/miopen.md);
 * a DB file is the placed build's when it is a file an active transaction placed (its journaled
   identity, or the same size and the recorded sha256); any other DB file is *foreign* -- with no
   apply in effect nothing is judged (``placed_build`` false: the stock library's dir);
@@ -32,6 +35,7 @@ from rocmbuild.swap.journal import active
 from rocmbuild.swap.observe import observe
 
 CUSTOM = "MIOPEN_CUSTOM_CACHE_DIR"
+SYSTEM = "MIOPEN_SYSTEM_DB_PATH"
 USER_SUFFIXES = (".ukdb", ".udb", ".ufdb.txt", ".updb.txt")
 
 
@@ -100,9 +104,26 @@ def _custom(env: Mapping[str, str]) -> tuple[str | None, tuple[str, ...]]:
     return str(d), tuple(str(d / n) for n in _names(d) if n.endswith(USER_SUFFIXES) and (d / n).is_file())
 
 
+def run_env(extras: Mapping[str, str | None]) -> dict[str, str]:
+    """The caller's environment with an activation's changes (a value sets, None unsets): the one
+    the target's process runs with."""
+    env = dict(os.environ)
+    for var, value in extras.items():
+        if value is None:
+            env.pop(var, None)
+        else:
+            env[var] = value
+    return env
+
+
 def report(prefix: Path, library: str, env: Mapping[str, str] | None = None) -> DbReport:
-    """The databases the libMIOpen at ``library`` (as the process maps it) reads."""
+    """The databases the libMIOpen at ``library`` (as the process maps it) reads, in ``env`` (the
+    environment the process runs with; the caller's when None)."""
+    env = os.environ if env is None else env
     db_dir = db_dir_of(Path(os.path.realpath(library)).parent)
+    override = env.get(SYSTEM) or None
+    if override is not None:
+        db_dir = Path(override)
     recs, applies = _placed(Path(prefix))
     latest = next((j for j in reversed(applies) if os.path.realpath(j.plan.library) == os.path.realpath(library)), None)
     ours, foreign = [], []
@@ -110,6 +131,9 @@ def report(prefix: Path, library: str, env: Mapping[str, str] | None = None) -> 
         p = db_dir / name
         (ours if _is_ours(p, recs.get(str(p))) else foreign).append(str(p))
     notes = [] if latest else ["no apply of rocmbuild is in effect for this library: its databases are not judged"]
-    custom, custom_foreign = _custom(os.environ if env is None else env)
+    if override is not None:
+        notes.insert(0, f"{SYSTEM}={override} replaces the dir beside the library "
+                     f"({db_dir_of(Path(os.path.realpath(library)).parent)}); MIOpen reads this one")
+    custom, custom_foreign = _custom(env)
     return DbReport(str(db_dir), latest is not None, tuple(ours), tuple(foreign) if latest else (),
                     custom, custom_foreign, tuple(notes))

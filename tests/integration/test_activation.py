@@ -206,6 +206,29 @@ def test_implicit_target_says_where_it_came_from(target_env, capsys, monkeypatch
     assert data["target"]["from"] == "--env"
 
 
+def test_the_database_report_reads_the_activated_environment(target_env, tmp_path, capsys, monkeypatch):
+    """MIOPEN_CUSTOM_CACHE_DIR and MIOPEN_SYSTEM_DB_PATH set by an activate.d script are the ones the
+    user's process has: the report judges the dirs they name, not the caller's."""
+    env = target_env("3.5.1")
+    for var in ("MIOPEN_CUSTOM_CACHE_DIR", "MIOPEN_SYSTEM_DB_PATH"):
+        monkeypatch.delenv(var, raising=False)
+    custom, system = tmp_path / "miopen-cache", tmp_path / "team-db"
+    custom.mkdir()
+    system.mkdir()
+    (custom / "gfx1151_40.ukdb").write_bytes(b"kernels of another build\n")
+    (system / "gfx1151_40.kdb").write_bytes(b"a shared kernel db\n")
+    _conda(env, script=f'export MIOPEN_CUSTOM_CACHE_DIR="{custom}"\nexport MIOPEN_SYSTEM_DB_PATH="{system}"\n')
+    code, data = _main_json(capsys, ["status", "--env", str(env.prefix)])
+    assert code == EXIT_OK
+    db = data["databases"]
+    assert db["db_dir"] == str(system) and db["custom_cache"] == str(custom)
+    assert db["custom_foreign"] == [str(custom / "gfx1151_40.ukdb")]
+    assert any(n.startswith(f"MIOPEN_SYSTEM_DB_PATH={system} replaces the dir beside the library") for n in db["notes"])
+    assert cli.main(["status", "--env", str(env.prefix)]) == EXIT_OK
+    text = capsys.readouterr().out
+    assert f"MIOpen databases: {system}" in text and f"rm -rf -- {custom / 'gfx1151_40.ukdb'}" in text
+
+
 def test_a_target_found_by_name_says_so(target_env, capsys, monkeypatch):
     env = target_env("3.5.1")
     (env.prefix / "conda-meta").mkdir(exist_ok=True)  # a conda env: what -n finds
