@@ -42,7 +42,7 @@ from pathlib import Path
 from rocmbuild import runner, ui
 from rocmbuild import schema as s
 from rocmbuild.schema import MappingRecord
-from rocmbuild.build import buildtree
+from rocmbuild.build import buildtree, tweak
 from rocmbuild.build.cache import key_lock
 from rocmbuild.disk import atomic_write_json
 from rocmbuild.errors import LockedError, RocmbuildError
@@ -280,6 +280,15 @@ def _define_names(argv: list[str]) -> set[str]:
     return {a[2:].split("=", 1)[0].split(":", 1)[0] for a in argv if a.startswith("-D") and len(a) > 2}
 
 
+def _define_value(argv: list[str], name: str) -> str | None:
+    """The value of the last ``-DNAME[:TYPE]=VALUE`` in ``argv``; None: not given."""
+    found = None
+    for a in argv:
+        if a.startswith("-D") and "=" in a and a[2:].split("=", 1)[0].split(":", 1)[0] == name:
+            found = a.split("=", 1)[1]
+    return found
+
+
 def _without(text: str, names: set[str]) -> str:
     """``CMakeCache.txt`` text without the entries ``names`` (and their ``-ADVANCED`` entries),
     each with the ``//`` help lines above it (cmake refuses help lines with no entry under them)."""
@@ -301,19 +310,23 @@ def reconcile(tree: Path, argv: list[str], env: dict[str, str]) -> None:
     drop what an earlier configure of this tree (a failed attempt's copy, or this key's own earlier
     attempt with another launcher) left in ``CMakeCache.txt`` that this one does not ask for. A
     ``-D`` no longer given loses its entry; a changed environment, or a cache with no record of how
-    it was made, is removed whole. Then records this configure."""
+    it was made, is removed whole; another ``GIT`` (the version tweak, build/tweak.py) also drops
+    the entries MIOpen's CMake derived from the old one (``tweak.DERIVED``). Then records this
+    configure."""
     cache, record = tree / "CMakeCache.txt", None
     try:
         record = json.loads((tree / CONFIGURED).read_text())
     except (OSError, ValueError):
         pass
-    names = _define_names(argv)
+    names, git = _define_names(argv), _define_value(argv, "GIT")
     if cache.is_file():
         if not isinstance(record, dict) or record.get("env") != env:
             cache.unlink()
         else:
             gone = set(record.get("defines") or ()) - names
+            if record.get("git") != git:  # another version tweak: what MIOpen derived from it goes too
+                gone |= set(tweak.DERIVED) - names
             if gone:
                 cache.write_text(_without(cache.read_text(), gone))
     tree.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(tree / CONFIGURED, {"defines": sorted(names), "env": env})
+    atomic_write_json(tree / CONFIGURED, {"defines": sorted(names), "env": env, **({"git": git} if git else {})})

@@ -30,6 +30,11 @@ if TYPE_CHECKING:
     from rocmbuild.recipe.model import Recipe
 
 PROGRAM = "/bin/sh"
+# cache entries MIOpen's CMake derives from the tweak once and then keeps (``set(... CACHE ...)``):
+# a kept build tree (a retry's copy) configured with another tweak must lose them, or the new
+# library names its user find-db files with the old tweak (seen on the real MIOpen 2.17 build:
+# version.h took the new tweak, ``GetUserDbSuffix()`` still said the old one).
+DERIVED = ("MIOPEN_USER_DB_SUFFIX",)
 MARKER = "rocmbuild-tweak"
 _HEX = re.compile(r"[0-9a-f]+")
 

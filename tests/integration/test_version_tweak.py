@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from rocmbuild.build import cmake, tweak
+from rocmbuild.build import cmake, retry, tweak
 from rocmbuild.recipe.model import Build
 from tests.integration.test_cli_build import run_json, write_recipe
 
@@ -28,6 +28,9 @@ if(NOT rc EQUAL 0)
                   OUTPUT_VARIABLE out OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE rc ERROR_QUIET)
 endif()
 file(WRITE ${CMAKE_BINARY_DIR}/version.h "#define MIOPEN_VERSION_TWEAK ${out}\\n")
+# what MIOpen's CMakeLists does with it: a cache entry, computed once, then kept
+set(MIOPEN_USER_DB_SUFFIX "HIP.2_17_0_${out}" CACHE PATH "Filename suffix for the user find-db files")
+file(WRITE ${CMAKE_BINARY_DIR}/suffix.txt "${MIOPEN_USER_DB_SUFFIX}")
 """
 
 
@@ -59,6 +62,28 @@ def test_a_real_cmake_run_takes_the_tweak_from_the_configure_line(tmp_path):
     env = {"GIT_DIR": "/dev/null", "PATH": "/usr/bin:/bin"}
     assert subprocess.run(plain, capture_output=True, text=True, env=env).returncode == 0
     assert (tmp_path / "b2/version.h").read_text() == "#define MIOPEN_VERSION_TWEAK \n"
+
+
+def test_a_kept_tree_configured_with_another_tweak_takes_the_new_suffix(tmp_path):
+    """A retry's copied tree (same commit, other patches): MIOpen's cached MIOPEN_USER_DB_SUFFIX is
+    dropped with the old tweak, so the new library's user find-db names carry the new one. Found
+    on the real MIOpen 2.17 build (docs/miopen.md), where a reconfigure with another GIT left the
+    suffix as it was."""
+    src, bld = tmp_path / "src", tmp_path / "build"
+    src.mkdir()
+    (src / "CMakeLists.txt").write_text(PROJECT)
+    build = Build(generator="Unix Makefiles")
+    for t in (tweak.version_tweak("a" * 40, None), tweak.version_tweak("a" * 40, None, ["1" * 64])):
+        argv = cmake.configure_argv(build, src, bld, tweak=t)
+        retry.reconcile(bld, argv, {})
+        done = subprocess.run(argv, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        assert (bld / "version.h").read_text() == f"#define MIOPEN_VERSION_TWEAK {t}\n"
+        assert (bld / "suffix.txt").read_text() == f"HIP.2_17_0_{t}"
+    # the same tweak again keeps the cache entry (nothing to recompute)
+    before = (bld / "CMakeCache.txt").read_text()
+    retry.reconcile(bld, argv, {})
+    assert (bld / "CMakeCache.txt").read_text() == before
 
 
 def test_plan_json_carries_the_commit_in_the_configure_line(tmp_path, monorepo, capsys):
