@@ -74,7 +74,7 @@ def _start(argv: Sequence[str | os.PathLike], cwd, env: Env, stderr) -> subproce
         return subprocess.Popen(
             [sys.executable, "-I", "-S", str(REAPER), str(os.getpid()), str(GRACE), "--", program, *args],
             cwd=str(cwd) if cwd is not None else None,
-            env=_environment(env),
+            env=environment(env),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=stderr,
@@ -121,8 +121,9 @@ def _command(argv: Sequence[str | os.PathLike]):
     return resolved, [str(a) for a in argv[1:]]
 
 
-def _environment(env: Env) -> dict[str, str]:
-    """The live ``os.environ`` with ``env`` applied: a value sets, None removes."""
+def environment(env: Env) -> dict[str, str]:
+    """The live ``os.environ`` with ``env`` applied: a value sets, None removes (what a command
+    started with ``env`` sees)."""
     merged = dict(os.environ)
     for k, v in (env or {}).items():
         if v is None:

@@ -276,16 +276,13 @@ def ninja_hash(command: str) -> int:
 CONFIGURED = ".rocmbuild-configure.json"  # {"defines": [names], "env": {...}} of the tree's last configure
 
 
-def _define_names(argv: list[str]) -> set[str]:
-    return {a[2:].split("=", 1)[0].split(":", 1)[0] for a in argv if a.startswith("-D") and len(a) > 2}
-
-
-def _define_value(argv: list[str], name: str) -> str | None:
-    """The value of the last ``-DNAME[:TYPE]=VALUE`` in ``argv``; None: not given."""
-    found = None
+def _defines(argv: list[str]) -> dict[str, str]:
+    """``{NAME: VALUE}`` of the ``-DNAME[:TYPE]=VALUE`` arguments (the last one of a name wins)."""
+    found: dict[str, str] = {}
     for a in argv:
-        if a.startswith("-D") and "=" in a and a[2:].split("=", 1)[0].split(":", 1)[0] == name:
-            found = a.split("=", 1)[1]
+        if a.startswith("-D") and len(a) > 2:
+            entry, _, value = a[2:].partition("=")
+            found[entry.split(":", 1)[0]] = value
     return found
 
 
@@ -318,7 +315,8 @@ def reconcile(tree: Path, argv: list[str], env: dict[str, str]) -> None:
         record = json.loads((tree / CONFIGURED).read_text())
     except (OSError, ValueError):
         pass
-    names, git = _define_names(argv), _define_value(argv, "GIT")
+    defines = _defines(argv)
+    names, git = set(defines), defines.get("GIT")
     if cache.is_file():
         if not isinstance(record, dict) or record.get("env") != env:
             cache.unlink()

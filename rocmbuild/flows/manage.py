@@ -26,7 +26,7 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from rocmbuild import locks, progress, ui
+from rocmbuild import locks, progress, runner, ui
 from rocmbuild.build.manifest import MANIFEST, read_manifest
 from rocmbuild.build.provenance import origin as artifact_origin
 from rocmbuild.errors import RocmbuildError, TargetError, VerifyError
@@ -275,7 +275,7 @@ def databases(t) -> "dbreport.DbReport | None":
     lib = next((x for x in t.report.libraries if x.kind == "miopen" and not x.deleted), None)
     if lib is None:
         return None
-    return dbreport.report(t.prefix, lib.path, env=dbreport.run_env(t.activation.extras()))
+    return dbreport.report(t.prefix, lib.path, env=runner.environment(t.activation.extras()))
 
 
 def verify(*, env: str | None = None, python: str | None = None, probe_timeout: float = 300.0,

@@ -104,26 +104,13 @@ def _custom(env: Mapping[str, str]) -> tuple[str | None, tuple[str, ...]]:
     return str(d), tuple(str(d / n) for n in _names(d) if n.endswith(USER_SUFFIXES) and (d / n).is_file())
 
 
-def run_env(extras: Mapping[str, str | None]) -> dict[str, str]:
-    """The caller's environment with an activation's changes (a value sets, None unsets): the one
-    the target's process runs with."""
-    env = dict(os.environ)
-    for var, value in extras.items():
-        if value is None:
-            env.pop(var, None)
-        else:
-            env[var] = value
-    return env
-
-
 def report(prefix: Path, library: str, env: Mapping[str, str] | None = None) -> DbReport:
     """The databases the libMIOpen at ``library`` (as the process maps it) reads, in ``env`` (the
     environment the process runs with; the caller's when None)."""
     env = os.environ if env is None else env
-    db_dir = db_dir_of(Path(os.path.realpath(library)).parent)
+    beside = db_dir_of(Path(os.path.realpath(library)).parent)
     override = env.get(SYSTEM) or None
-    if override is not None:
-        db_dir = Path(override)
+    db_dir = beside if override is None else Path(override)
     recs, applies = _placed(Path(prefix))
     latest = next((j for j in reversed(applies) if os.path.realpath(j.plan.library) == os.path.realpath(library)), None)
     ours, foreign = [], []
@@ -133,7 +120,7 @@ def report(prefix: Path, library: str, env: Mapping[str, str] | None = None) -> 
     notes = [] if latest else ["no apply of rocmbuild is in effect for this library: its databases are not judged"]
     if override is not None:
         notes.insert(0, f"{SYSTEM}={override} replaces the dir beside the library "
-                     f"({db_dir_of(Path(os.path.realpath(library)).parent)}); MIOpen reads this one")
+                     f"({beside}); MIOpen reads this one")
     custom, custom_foreign = _custom(env)
     return DbReport(str(db_dir), latest is not None, tuple(ours), tuple(foreign) if latest else (),
                     custom, custom_foreign, tuple(notes))
