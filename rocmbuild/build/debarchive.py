@@ -250,6 +250,19 @@ class _Budget(io.RawIOBase):
         return len(data)
 
 
+def apt_spec(spec: str) -> tuple[str, str]:
+    """``NAME[:ARCH]=VERSION`` of an ``apt:`` archive as (name, version); a ValueError saying why not."""
+    name, eq, version = spec.partition("=")
+    pkg, _, arch = name.partition(":")
+    if not eq or not version:
+        raise ValueError("it must pin one exact version with '='")
+    if not _FIELDS["Package"].fullmatch(pkg) or (arch and not _FIELDS["Architecture"].fullmatch(arch)):
+        raise ValueError(f"{name!r} is not a Debian package name (lowercase letters, digits, + - .; :ARCH optional)")
+    if len(version) > 200 or not _FIELDS["Version"].fullmatch(version):
+        raise ValueError(f"{version!r} is not a Debian version")
+    return name, version
+
+
 def parse_control(text: bytes) -> Package:
     """The ``Package``, ``Version`` and ``Architecture`` fields of a control file, checked."""
     fields: dict[str, str] = {}
