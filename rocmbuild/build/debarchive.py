@@ -250,6 +250,11 @@ class _Budget(io.RawIOBase):
         return len(data)
 
 
+def valid_field(key: str, value: object) -> bool:
+    """Whether ``value`` is a control field ``key`` (Package, Version, Architecture) as Debian writes it."""
+    return isinstance(value, str) and len(value) <= 200 and bool(_FIELDS[key].fullmatch(value))
+
+
 def apt_spec(spec: str) -> tuple[str, str]:
     """``NAME[:ARCH]=VERSION`` of an ``apt:`` archive as (name, version); a ValueError saying why not."""
     name, eq, version = spec.partition("=")
