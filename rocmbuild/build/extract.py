@@ -338,7 +338,10 @@ def _not_deb(archive: Path, exc: DebFormatError) -> FetchError:
 def _open(archive: Path):
     try:
         if is_deb(archive):
-            return DebReader(archive)
+            try:
+                return DebReader(archive)
+            except CORRUPT as exc:  # a member that is not what its name says, cut short
+                raise corrupt(archive, exc) from exc
         if is_rpm(archive):
             raise FetchError(f"{archive.name} is an RPM package: rocmbuild does not read RPMs",
                              "unpack it by hand (mkdir t && cd t && rpm2cpio FILE.rpm | cpio -idm), pack the tree "
