@@ -49,6 +49,8 @@ RPM_MAGIC = b"\xed\xab\xee\xdb"
 HEADER = 60
 MAX_CONTROL = 64 << 20  # decompressed bytes of control.tar read at most
 MAX_CONTROL_FILE = 1 << 20  # the control file itself
+RPM_HINT = ("unpack it by hand (mkdir t && cd t && rpm2cpio FILE.rpm | cpio -idm), pack the tree "
+            "(tar czf tree.tar.gz -C t .) and give that with file:// and its sha256")
 _COMPRESSED = {"": None, ".gz": "gz", ".xz": "xz", ".zst": "zst", ".bz2": "bz2"}
 _CONTROL_EXT = ("", ".gz", ".xz", ".zst")
 _FIELDS = {"Package": re.compile(r"[a-z0-9][a-z0-9+.-]+"),

@@ -31,9 +31,6 @@ def deb(fixture_libs, tmp_path) -> tuple[Path, str]:
     return path, write_deb(path, tree_entries(fixture_libs("3.5.1")), compression="zst")
 
 
-def _sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
 
 def test_a_deb_by_file_url_builds_applies_and_rolls_back(tmp_path, deb, shims, target_env, fixture_libs):
     env_vars, marks = shims
