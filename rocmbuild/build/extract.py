@@ -330,8 +330,8 @@ def _not_deb(archive: Path, exc: DebFormatError) -> FetchError:
     if exc.truncated:
         return corrupt(archive, exc)
     return FetchError(f"{archive.name} is an ar archive but not a Debian binary package rocmbuild reads: {exc}; "
-                      "nothing was extracted", "give a .deb as dpkg-deb --build writes it (dpkg-deb --info FILE "
-                      "shows what it holds)", details={"archive": str(archive), "reason": str(exc)})
+                      "nothing was extracted", exc.hint or "give a .deb as dpkg-deb --build writes it (dpkg-deb "
+                      "--info FILE shows what it holds)", details={"archive": str(archive), "reason": str(exc)})
 
 
 def _open(archive: Path):

@@ -269,3 +269,18 @@ def test_control_fields_take_the_first_of_each_and_ignore_the_rest():
     pkg = debarchive.parse_control(CONTROL + b"Version: 9.9\nDepends: libamdhip64-7 (>= 7.2)\n")
     assert pkg.to_json() == {"format": "deb", "name": "libmiopen1", "version": "7.2.4+dfsg-1",
                              "architecture": "amd64"}
+
+
+def test_a_zstd_package_without_a_zstd_module_says_what_to_install(tmp_path, fenced, monkeypatch):
+    deb = tmp_path / "z.deb"
+    write_deb(deb, TREE, compression="zst")
+
+    def missing():
+        raise ImportError("No module named 'backports'")
+
+    monkeypatch.setattr(debarchive, "_zstd", missing)
+    dest, untouched = fenced
+    with pytest.raises(FetchError) as ei:
+        extract.safe_extract(deb, dest, subdir="usr")
+    assert "no zstd module" in ei.value.message and "backports.zstd" in ei.value.hint
+    untouched()
