@@ -30,7 +30,12 @@ Decisions:
   holding another copy of the judged library (``libMIOpen.so*``): **warn**, one line each (the
   loader searches them before a library's RUNPATH; a copy there can be what loads).
 * A recipe's ``[requires]`` are checked by :mod:`rocmbuild.build.requirements` (the build runs
-  the same checks before fetching); doctor shows them beside its own.
+  the same checks before fetching); doctor shows them beside its own, with the recipe's ``-D``
+  overrides applied (a requirement's ``when``). Every recipe variable (``${HIP_CXX}``, ...:
+  recipe/variables.py) is a line with its value here; one the recipe's defines or env use and
+  that is not resolvable: **fail**; another: **warn**.
+* When two or more failed checks name install commands, the result ends with one line that
+  merges them (build/hints.py): ``install what is missing: apt install a b c``.
 """
 
 from __future__ import annotations
@@ -42,12 +47,13 @@ from pathlib import Path
 
 from rocmbuild import runner
 from rocmbuild.build import builder
-from rocmbuild.build.requirements import (FAIL, OK, WARN, DoctorCheck, check_program, check_requirements, find_rocm,
-                                          host_root)
+from rocmbuild.build import hints
+from rocmbuild.build.requirements import (FAIL, OK, WARN, DoctorCheck, build_variables, check_program,
+                                          check_requirements, find_rocm, host_root, variable_checks)
 from rocmbuild.disk import nearest_existing
 from rocmbuild.errors import RocmbuildError
 from rocmbuild.home import cache_home
-from rocmbuild.recipe import arch
+from rocmbuild.recipe import arch, variables
 from rocmbuild.swap import strays
 from rocmbuild.swap.mapping import layout_of
 from rocmbuild.target import gpu, loadpath, target, verify
@@ -323,14 +329,25 @@ def run(recipe=None, env: str | None = None, python: str | None = None, *, timeo
     cuda = t is not None and t.report.backend == "cudnn"
     checks = [check_git(), check_cmake(), check_build_tool(), *check_compilers()]
     archs = [] if cuda else gpu.detect()
+    values = variables.resolve()
     checks += check_cuda(t) if cuda else [*check_rocm(), check_gpu(archs), *check_gpu_targets(recipe, archs)]
     checks += [check_disk("cache disk", cache_home(), CACHE_FAIL, CACHE_WARN, "source clones and build trees")]
     checks += tchecks
+    if not cuda:  # every recipe variable, as the recipe's build would resolve it here
+        checks += variable_checks(values, list(variables.NAMES), build_variables(recipe) if recipe else set())
     if recipe is not None:
-        checks += check_requirements(recipe)
+        checks += check_requirements(recipe, values, with_variables=cuda)
         checks += [c for c in (check_launcher_for(recipe),) if c is not None]
     return checks
 
 
 def failed(checks) -> list[DoctorCheck]:
     return [c for c in checks if c.status == FAIL]
+
+
+def install_line(checks) -> str | None:
+    """The failed checks' install commands merged into one line to paste (build/hints.py); None
+    when fewer than two failed checks name a command (their own fix line says it)."""
+    bad = [c.fix for c in failed(checks) if c.fix]
+    line, _other = hints.merge(bad)
+    return line if line and sum(hints.merge([f])[0] is not None for f in bad) >= 2 else None
