@@ -100,6 +100,8 @@ def debian_machine(root: Path, os_release: str = 'PRETTY_NAME="Debian GNU/Linux 
 def machine(tmp_path, monkeypatch, fake_gpu):
     fake_gpu()
     monkeypatch.delenv("ROCM_PATH", raising=False)
+    for name in ("CACHE_FAIL", "TARGET_FAIL"):  # these tests are about requirements, not this disk
+        monkeypatch.setattr(f"rocmbuild.doctor.{name}", 0)
 
     def make(kind: str, **kw) -> Path:
         root = {"amd": amd_machine, "debian": debian_machine}[kind](tmp_path / f"machine-{kind}", **kw)
@@ -155,7 +157,6 @@ def test_variables_on_debians_layout(machine):
 
 def test_doctor_shows_every_variable_and_passes_on_debian(machine, lay, capsys, monkeypatch):
     machine("debian")
-    monkeypatch.setattr("rocmbuild.doctor.CACHE_FAIL", 0)
     code, data = _run(capsys, "doctor", str(lay))
     c = _checks(data)
     for name in variables.NAMES:
@@ -178,6 +179,20 @@ def test_doctor_shows_every_variable_and_passes_on_debian(machine, lay, capsys, 
     text = capsys.readouterr().out
     assert code == EXIT_INPUT and text.rstrip().endswith("2 failed\ninstall what is missing: apt install libz-dev "
                                                          "libamdhip64-dev libw-dev")
+
+
+def test_plan_and_quiet_doctor_end_with_the_install_line(machine, lay, capsys):
+    machine("debian")
+    assert cli.main(["plan", str(lay), "--offline"]) == 0
+    text = capsys.readouterr().out
+    assert "  install  apt install libz-dev libamdhip64-dev libw-dev" in text
+    assert "  skipped  requires path ${ROCM_PATH}/lib/cmake/xlib/xlib-config.cmake: not needed: USE_X is OFF" in text
+    assert cli.main(["-q", "doctor", str(lay)]) == EXIT_INPUT
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1] == "install what is missing: apt install libz-dev libamdhip64-dev libw-dev"
+    assert [x.split(":")[0] for x in lines[:-1]] == [
+        "[fail] requires path ${ROCM_PATH}/lib/cmake/zlib/zlib-config.cmake",
+        "[fail] requires path ${ROCM_PATH}/lib/cmake/wlib/wlib-config.cmake"]
 
 
 def test_a_define_turned_on_brings_its_requirement_back(machine, lay, capsys):
@@ -271,7 +286,8 @@ def test_an_unresolvable_variable_refuses_the_build_naming_it(machine, lay, caps
     err = data["error"]
     assert code == EXIT_INPUT and "needs what this machine does not have" in err["message"]
     assert "variable ${HIP_CXX}: not resolvable here" in err["message"]
-    assert "apt install hipcc" in err["hint"]  # Debian's package, in the one line to paste
+    # Debian's packages, in one line to paste: each package once (hipcc is the fix of three checks)
+    assert err["hint"] == "apt install hipcc libz-dev libamdhip64-dev libw-dev"
     home = Path(os.environ["ROCMBUILD_HOME"])
     assert not (home / "src").exists() and not (home / "include").exists()  # refused before any fetch
 
