@@ -8,7 +8,8 @@ Decisions:
 
 * ROCm (``$ROCM_PATH``, ``/opt/rocm`` or the distribution's ``/usr``: requirements.find_rocm)
   missing, or missing hipcc / clang++ / ``hip-config.cmake``: **fail** (MIOpen cannot be built
-  without them). Only for a ROCm target or none: a CUDA target (the backend the probe found) gets
+  without them; the fix names AMD's packages for a ROCm tree, Debian's for a Debian-like ``/usr``:
+  build/hints.py). Only for a ROCm target or none: a CUDA target (the backend the probe found) gets
   its CUDA facts (cuDNN versions, the cuDNN set loaded, one file per SONAME) instead, and no AMD GPU check.
 * No GPU found: **warn** (building works with ``--gpu-targets``; only ``GPU_TARGETS = "auto"``
   and the smoke test need one).
@@ -143,8 +144,9 @@ def check_rocm() -> list[DoctorCheck]:
     if not root.is_dir():
         return [DoctorCheck("ROCm", FAIL, f"{root} ({found.via}) does not exist", fix)]
     out = [DoctorCheck("ROCm", OK, rocm_words(found))]
-    dev = (f"install the ROCm development packages under {root} (e.g. apt install rocm-hip-sdk"
-           + ("; on Debian/Ubuntu: hipcc, clang, libamdhip64-dev)" if found.layout == "distribution" else ")"))
+    dev = hints.pick((("debian", "apt install hipcc libamdhip64-dev"), ("rocm", "apt install rocm-hip-sdk"),
+                      ("default", f"install the ROCm development packages under {root} (hipcc, ROCm's clang, the "
+                                  "HIP headers and cmake config)")), amd_layout=found.layout == "rocm")
     for label, path, looked in (
         ("hipcc", found.hipcc, root / "bin/hipcc"),
         ("ROCm clang++", found.clang, f"{root}/llvm/bin/clang++ (or lib/llvm/bin/clang++, bin/clang++-NN)"),

@@ -236,6 +236,17 @@ def test_an_unknown_distribution_gets_the_default(machine, lay, capsys):
     assert data["install"] is None
 
 
+@pytest.mark.parametrize("os_release,fix", [
+    ("ID=ubuntu\nID_LIKE=debian\n", "apt install hipcc libamdhip64-dev"),
+    ("ID=fedora\n", "install the ROCm development packages under "),
+])
+def test_doctors_own_rocm_fix_names_the_distributions_packages(machine, capsys, os_release, fix):
+    root = machine("debian", os_release=os_release)
+    (root / "usr/bin/hipcc").unlink()
+    _code, data = _run(capsys, "doctor")
+    assert _checks(data)["hipcc"]["status"] == "fail" and _checks(data)["hipcc"]["fix"].startswith(fix)
+
+
 def test_os_release_parsing(tmp_path):
     _os_release(tmp_path, '# comment\nID="opensuse-tumbleweed"\nID_LIKE="opensuse suse"\nBROKEN\nX=\'unterminated\n')
     osr = hints.os_release(tmp_path)
