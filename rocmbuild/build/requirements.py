@@ -1,19 +1,22 @@
 """What a recipe needs on the build machine: its ``[requires]`` programs (with ``>=`` floors) and
-paths, checked before anything is fetched, in the same form ``doctor`` shows its own checks.
+paths, and the recipe variables its defines and env use, checked before anything is fetched, in
+the same form ``doctor`` shows its own checks.
 
 Decisions: the version of a program is the first ``X.Y[.Z]`` in ``PROG --version`` output (stdout,
 then stderr), compared with ``packaging.version``; no version found while a floor is set: warn.
-``[requires] paths`` expand ``~`` and environment variables, ``$ROCM_PATH`` defaulting to the
-ROCm :func:`find_rocm` found.
+Programs and paths first get the recipe variables (``${ROCM_PATH}``, ``${HIP_CXX}``, ...:
+:mod:`rocmbuild.recipe.variables`, resolved from :func:`find_rocm`, the one answer doctor and
+recipes share), then paths ``~`` and the environment's ``$VAR``. A check keeps the requirement's
+text as its name (its hint is keyed by it). A program named by a path is looked for at that path,
+not on PATH: a missing one "does not exist". A ``[requires] path`` under the ROCm root that is
+missing as written (``/opt/rocm/lib/cmake/X/...`` or ``$ROCM_PATH/lib/cmake/X/...``) is looked for
+under the found root, multiarch dirs included, and the check says where it was found.
 
-Where ROCm is (``$ROCM_PATH``, ``/opt/rocm``, the distribution's ``/usr``) is answered by
-:func:`rocmbuild.recipe.rocm.find_rocm`, the one function doctor and recipes share (its names are
-re-exported here). ``${ROCM_PATH}`` in a program is that root too (checks keep the requirement's
-text as their name). A program named by a path (``/opt/rocm/bin/hipcc``,
-``${ROCM_PATH}/bin/hipcc``) is looked for at that path, not on PATH: a missing one "does not exist".
-A ``[requires] path`` under the ROCm
-root that is missing as written (``/opt/rocm/lib/cmake/X/...`` or ``$ROCM_PATH/lib/cmake/X/...``)
-is looked for under the found root, multiarch dirs included, and the check says where it was found.
+An entry of alternatives passes with the first one found (its check names it) and fails with each
+one's detail; an entry with ``when`` whose define is off is ``ok``, "not needed: NAME is OFF".
+A variable the recipe's defines or env use that is not resolvable is a failed check of its own
+(``variable ${HIP_CXX}``): the build stops before cmake could see the literal text. A hint table
+is picked for the machine (:mod:`rocmbuild.build.hints`).
 """
 
 from __future__ import annotations
