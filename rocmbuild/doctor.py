@@ -347,9 +347,4 @@ def failed(checks) -> list[DoctorCheck]:
     return [c for c in checks if c.status == FAIL]
 
 
-def install_line(checks) -> str | None:
-    """The failed checks' install commands merged into one line to paste (build/hints.py); None
-    when fewer than two failed checks name a command (their own fix line says it)."""
-    bad = [c.fix for c in failed(checks) if c.fix]
-    line, _other = hints.merge(bad)
-    return line if line and sum(hints.merge([f])[0] is not None for f in bad) >= 2 else None
+install_line = hints.install_line  # the failed checks' install commands as one line

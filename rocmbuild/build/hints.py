@@ -126,3 +126,11 @@ def summary(fixes: list[str]) -> str:
     """The fixes as one line to paste first, then the others once each, ``; ``-joined."""
     line, other = merge([f for f in fixes if f])
     return "; ".join(([line] if line else []) + other)
+
+
+def install_line(checks) -> str | None:
+    """The failed checks' install commands merged into one line to paste (doctor, plan, the build
+    error); None when fewer than two failed checks name a command (their own fix line says it)."""
+    bad = [c.fix for c in checks if c.status == "fail" and c.fix]
+    line, _other = merge(bad)
+    return line if line and sum(merge([f])[0] is not None for f in bad) >= 2 else None

@@ -100,8 +100,8 @@ class BuildPlan(VerbResult):
 
     @property
     def install(self) -> str | None:
-        """The missing requirements' install commands as one line (doctor.install_line)."""
-        from rocmbuild.doctor import install_line
+        """The missing requirements' install commands as one line (build/hints.py)."""
+        from rocmbuild.build.hints import install_line
 
         return install_line(self.requirements)
 

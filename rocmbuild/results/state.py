@@ -221,8 +221,8 @@ class DoctorResult(VerbResult):
 
     @property
     def install(self) -> str | None:
-        """The failed checks' install commands as one line (doctor.install_line)."""
-        from rocmbuild.doctor import install_line
+        """The failed checks' install commands as one line (build/hints.py)."""
+        from rocmbuild.build.hints import install_line
 
         return install_line(self.checks)
 
