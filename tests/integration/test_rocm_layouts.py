@@ -407,3 +407,31 @@ def test_a_hint_keyed_by_an_alternative_and_plain_strings_keep_their_lock_hash(t
     assert r.requires.paths[0] == "p" and r.requires.hint(r.requires.paths[1]) == (("default", "get b"),)
     assert json.loads(r.canonical_json())["requires"] == {
         "programs": [], "paths": ["p", {"any": ["a", "b"], "when": "W"}], "hints": [["b", [["default", "get b"]]]]}
+
+
+# --------------------------------------------------------------------------------------------
+# a real build (the fixture project, real cmake) on Debian's layout
+
+
+def test_a_build_on_debians_layout_gets_the_shim_and_a_key_any_home_shares(machine, tmp_path, monorepo, capsys,
+                                                                         monkeypatch):
+    from tests.support.recipes import write_fixture_recipe
+
+    machine("debian")
+    r = write_fixture_recipe(tmp_path / "recipes", url=monorepo.url, ref="develop", generator="Ninja",
+                             defines={"MIOPEN_FIXTURE_PAD_MB": 0, "HALF_INCLUDE_DIR": "${HALF_INCLUDE_DIR}"})
+    code, data = _run(capsys, "build", str(r))
+    assert code == 0, data
+    home = Path(os.environ["ROCMBUILD_HOME"])
+    shim = Path(variables.resolve()["HALF_INCLUDE_DIR"].value)
+    assert (shim / "half/half.hpp").read_bytes() == HALF and shim.parent == home / "include"
+    log = Path(data["log"]).read_text()
+    assert f"-DHALF_INCLUDE_DIR:STRING={shim}" in log and "${HALF" not in log  # cmake got the made dir
+    manifest = json.loads((Path(data["artifact"]) / "manifest.json").read_text())
+    assert ["HALF_INCLUDE_DIR", f"${{ROCMBUILD_HOME}}/include/{shim.name}"] in manifest["inputs"]["defines"]
+    # another home (another user, another machine with the same header): the same key, nothing made there
+    other = tmp_path / "other-home"
+    monkeypatch.setenv("ROCMBUILD_HOME", str(other))
+    code, plan = _run(capsys, "plan", str(r))
+    assert code == 0 and plan["cache"]["key"] == data["key"]
+    assert not (other / "include").exists()
