@@ -161,9 +161,7 @@ def variable_checks(values: dict[str, variables.Variable], names: list[str], str
 
 def build_variables(recipe: Recipe) -> set[str]:
     """The variables ``recipe``'s defines and env use (they reach cmake)."""
-    texts = [v for _, v in recipe.build.env]
-    texts += [v for _, d in recipe.build.defines for v in (d if isinstance(d, tuple) else (d,)) if isinstance(v, str)]
-    return set(variables.used(texts))
+    return set(variables.used(variables.build_texts(recipe)))
 
 
 def _one_program(alt: str, recipe: Recipe, values, fix: str | None, label: str) -> DoctorCheck:

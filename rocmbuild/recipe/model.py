@@ -120,9 +120,6 @@ class Requires:
                 return table[k]
         return None
 
-    def all(self) -> list[Need]:
-        return [need(e) for e in (*self.programs, *self.paths)]
-
 
 @dataclass(frozen=True)
 class Install:

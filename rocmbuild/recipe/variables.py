@@ -126,11 +126,11 @@ def resolve(found: RocmInstall | None | bool = False, home: Path | None = None) 
     return out
 
 
-def recipe_texts(recipe: Recipe) -> list[str]:
-    """The texts of ``recipe`` where variables are replaced: defines, env, requirements."""
+def build_texts(recipe: Recipe) -> list[str]:
+    """The texts of ``recipe`` that reach cmake, where variables are replaced: define and env values."""
     texts = [v for _, v in recipe.build.env]
-    texts += [v for _, d in recipe.build.defines for v in (d if isinstance(d, tuple) else (d,)) if isinstance(v, str)]
-    return texts + [t for need in recipe.requires.all() for t in need.any]
+    return texts + [v for _, d in recipe.build.defines for v in (d if isinstance(d, tuple) else (d,))
+                    if isinstance(v, str)]
 
 
 def _define(value: DefineValue, values: dict[str, Variable]) -> DefineValue:
@@ -143,9 +143,7 @@ def _define(value: DefineValue, values: dict[str, Variable]) -> DefineValue:
 
 def resolve_recipe(recipe: Recipe, values: dict[str, Variable] | None = None) -> Recipe:
     """``recipe`` with the variables of its defines and env replaced (the module notes)."""
-    texts = [v for _, v in recipe.build.env]
-    texts += [v for _, d in recipe.build.defines for v in (d if isinstance(d, tuple) else (d,)) if isinstance(v, str)]
-    if not used(texts):
+    if not used(build_texts(recipe)):
         return recipe
     values = values or resolve()
     build = dataclasses.replace(
@@ -160,6 +158,4 @@ def half_shim(recipe: Recipe, values: dict[str, Variable]) -> Variable | None:
     v = values["HALF_INCLUDE_DIR"]
     if v.source is None or v.value is None:
         return None
-    texts = [x for _, x in recipe.build.env]
-    texts += [x for _, d in recipe.build.defines for x in (d if isinstance(d, tuple) else (d,)) if isinstance(x, str)]
-    return v if any(v.value in t for t in texts) else None
+    return v if any(v.value in t for t in build_texts(recipe)) else None
