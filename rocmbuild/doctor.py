@@ -8,7 +8,8 @@ Decisions:
 
 * ROCm (``$ROCM_PATH``, ``/opt/rocm`` or the distribution's ``/usr``: requirements.find_rocm)
   missing, or missing hipcc / clang++ / ``hip-config.cmake``: **fail** (MIOpen cannot be built
-  without them). Only for a ROCm target or none: a CUDA target (the backend the probe found) gets
+  without them; the fix names AMD's packages for a ROCm tree, Debian's for a Debian-like ``/usr``:
+  build/hints.py). Only for a ROCm target or none: a CUDA target (the backend the probe found) gets
   its CUDA facts (cuDNN versions, the cuDNN set loaded, one file per SONAME) instead, and no AMD GPU check.
 * No GPU found: **warn** (building works with ``--gpu-targets``; only ``GPU_TARGETS = "auto"``
   and the smoke test need one).
@@ -30,7 +31,12 @@ Decisions:
   holding another copy of the judged library (``libMIOpen.so*``): **warn**, one line each (the
   loader searches them before a library's RUNPATH; a copy there can be what loads).
 * A recipe's ``[requires]`` are checked by :mod:`rocmbuild.build.requirements` (the build runs
-  the same checks before fetching); doctor shows them beside its own.
+  the same checks before fetching); doctor shows them beside its own, with the recipe's ``-D``
+  overrides applied (a requirement's ``when``). Every recipe variable (``${HIP_CXX}``, ...:
+  recipe/variables.py) is a line with its value here; one the recipe's defines or env use and
+  that is not resolvable: **fail**; another: **warn**.
+* When two or more failed checks name install commands, the result ends with one line that
+  merges them (build/hints.py): ``install what is missing: apt install a b c``.
 """
 
 from __future__ import annotations
@@ -42,12 +48,13 @@ from pathlib import Path
 
 from rocmbuild import runner
 from rocmbuild.build import builder
-from rocmbuild.build.requirements import (FAIL, OK, WARN, DoctorCheck, check_program, check_requirements, find_rocm,
-                                          host_root)
+from rocmbuild.build import hints
+from rocmbuild.build.requirements import (FAIL, OK, WARN, DoctorCheck, build_variables, check_program,
+                                          check_requirements, find_rocm, host_root, variable_checks)
 from rocmbuild.disk import nearest_existing
 from rocmbuild.errors import RocmbuildError
 from rocmbuild.home import cache_home
-from rocmbuild.recipe import arch
+from rocmbuild.recipe import arch, variables
 from rocmbuild.swap import strays
 from rocmbuild.swap.mapping import layout_of
 from rocmbuild.target import gpu, loadpath, target, verify
@@ -137,8 +144,9 @@ def check_rocm() -> list[DoctorCheck]:
     if not root.is_dir():
         return [DoctorCheck("ROCm", FAIL, f"{root} ({found.via}) does not exist", fix)]
     out = [DoctorCheck("ROCm", OK, rocm_words(found))]
-    dev = (f"install the ROCm development packages under {root} (e.g. apt install rocm-hip-sdk"
-           + ("; on Debian/Ubuntu: hipcc, clang, libamdhip64-dev)" if found.layout == "distribution" else ")"))
+    dev = hints.pick((("debian", "apt install hipcc libamdhip64-dev"), ("rocm", "apt install rocm-hip-sdk"),
+                      ("default", f"install the ROCm development packages under {root} (hipcc, ROCm's clang, the "
+                                  "HIP headers and cmake config)")), amd_layout=found.layout == "rocm")
     for label, path, looked in (
         ("hipcc", found.hipcc, root / "bin/hipcc"),
         ("ROCm clang++", found.clang, f"{root}/llvm/bin/clang++ (or lib/llvm/bin/clang++, bin/clang++-NN)"),
@@ -323,14 +331,20 @@ def run(recipe=None, env: str | None = None, python: str | None = None, *, timeo
     cuda = t is not None and t.report.backend == "cudnn"
     checks = [check_git(), check_cmake(), check_build_tool(), *check_compilers()]
     archs = [] if cuda else gpu.detect()
+    values = variables.resolve()
     checks += check_cuda(t) if cuda else [*check_rocm(), check_gpu(archs), *check_gpu_targets(recipe, archs)]
     checks += [check_disk("cache disk", cache_home(), CACHE_FAIL, CACHE_WARN, "source clones and build trees")]
     checks += tchecks
+    if not cuda:  # every recipe variable, as the recipe's build would resolve it here
+        checks += variable_checks(values, list(variables.NAMES), build_variables(recipe) if recipe else set())
     if recipe is not None:
-        checks += check_requirements(recipe)
+        checks += check_requirements(recipe, values, with_variables=cuda)
         checks += [c for c in (check_launcher_for(recipe),) if c is not None]
     return checks
 
 
 def failed(checks) -> list[DoctorCheck]:
     return [c for c in checks if c.status == FAIL]
+
+
+install_line = hints.install_line  # the failed checks' install commands as one line

@@ -22,6 +22,8 @@ entry whose bytes do not match its manifest is quarantined (:func:`quarantine`):
 
 from __future__ import annotations
 
+import dataclasses
+
 import datetime as _dt
 import hashlib
 import json
@@ -139,6 +141,7 @@ def tool_version(program: str, home: Path, *, remember: bool = True) -> str:
 def inputs(recipe: Recipe, *, commit: str | None, home: Path, remember: bool = True) -> Inputs:
     """The inputs of building ``recipe`` at ``commit`` (hashed into the cache key); ``remember``:
     see :func:`tool_version`."""
+    real, recipe = recipe, home_neutral(recipe, home)
     canonical = recipe.canonical()
     # Only what changes the bytes is hashed. What the build needs ([requires], its hints), how the
     # artifact is judged ([verify]: read from the recipe at apply time, see builder.for_recipe) and
@@ -168,7 +171,7 @@ def inputs(recipe: Recipe, *, commit: str | None, home: Path, remember: bool = T
         env=recipe.build.env,
         build_type=recipe.build.build_type,
         install_prefix=recipe.build.install_prefix,
-        tools=_tools(recipe, home, remember),
+        tools=_tools(real, home, remember),
     )
 
 
@@ -182,6 +185,24 @@ def _tools(recipe: Recipe, home: Path, remember: bool = True) -> Tools:
         cc=f"{comp['c']}: {tool_version(comp['c'], home, remember=remember)}",
         cxx=f"{comp['cxx']}: {tool_version(comp['cxx'], home, remember=remember)}",
     )
+
+
+def home_neutral(recipe: Recipe, home: Path) -> Recipe:
+    """``recipe`` with the cache home in its define and env values written ``${ROCMBUILD_HOME}``
+    (what the key hashes): a dir rocmbuild makes there (``${HALF_INCLUDE_DIR}``'s, named after
+    its content) gives the same key on machines whose homes differ."""
+    h = str(home).rstrip("/")
+
+    def one(v):
+        if isinstance(v, str) and (v == h or h + "/" in v):
+            return v.replace(h + "/", "${ROCMBUILD_HOME}/") if v != h else "${ROCMBUILD_HOME}"
+        return tuple(one(x) for x in v) if isinstance(v, tuple) else v
+
+    b = recipe.build
+    defines, env = tuple((k, one(v)) for k, v in b.defines), tuple((k, one(v)) for k, v in b.env)
+    if (defines, env) == (b.defines, b.env):
+        return recipe
+    return dataclasses.replace(recipe, build=dataclasses.replace(b, defines=defines, env=env))
 
 
 def cache_key(inp: Inputs) -> str:

@@ -90,7 +90,8 @@ def _verify(r: VerifyResult) -> str:
 
 @brief.register
 def _doctor(r: DoctorResult) -> str:
-    return _lines(f"[fail] {c.name}: {c.detail}" + (f" (fix: {c.fix})" if c.fix else "") for c in r.failed)
+    return _lines([*(f"[fail] {c.name}: {c.detail}" + (f" (fix: {c.fix})" if c.fix else "") for c in r.failed),
+                   *([f"install what is missing: {r.install}"] if r.install else [])])
 
 
 @brief.register

@@ -56,7 +56,7 @@ ENVIRONMENT: tuple[tuple[str, str], ...] = (
 TESTING: tuple[tuple[str, str], ...] = (
     ("ROCMBUILD_SMOKE_DEVICE", "cpu: run the --smoke suite on the CPU (for tests)"),
     ("ROCMBUILD_SYSFS_ROOT", "a faked /sys (the GPU topology), for tests"),
-    ("ROCMBUILD_ROOT", "a faked / (where ROCm is looked for), for tests"),
+    ("ROCMBUILD_ROOT", "a faked / (where ROCm and /etc/os-release are looked for), for tests"),
     ("ROCMBUILD_NO_OPENAT2", "set: resolve paths beneath a root with the O_NOFOLLOW walk instead of openat2, for tests"),
     ("ROCMBUILD_FAILPOINTS", "die (exit 137) at the named transaction steps, for crash tests"),
     ("ROCMBUILD_PAUSEPOINTS", "pause at the named transaction steps, for tests"),

@@ -102,6 +102,9 @@ def build_plan(plan: BuildPlan) -> str:
     tools = plan.inputs["tools"]
     lines.append(f"  tools    {tools['cmake']}; {tools['cc']}; {tools['cxx']}")
     lines += [f"  MISSING  {c.name}: {c.detail}" + (f" ({c.fix})" if c.fix else "") for c in plan.missing]
+    lines += [f"  install  {plan.install}"] if plan.install else []
+    lines += [f"  skipped  {c.name}: {c.detail}" for c in plan.requirements
+              if c.status == "ok" and c.detail.startswith("not needed: ")]
     lines += [f"  note     {n}" for n in plan.notes]
     return layout.short_keys(layout.lines(lines))  # the key and the paths named after it: 16 digits
 
@@ -199,7 +202,8 @@ def _verify(r: VerifyResult) -> str:
 def _doctor(r: DoctorResult) -> str:
     out = "\n".join(c.render() for c in r.checks)
     failed = r.failed
-    return out + (f"\n{len(failed)} failed" if failed else "\nall checks passed (warnings do not block)")
+    install = f"\ninstall what is missing: {r.install}" if r.install else ""
+    return out + (f"\n{len(failed)} failed{install}" if failed else "\nall checks passed (warnings do not block)")
 
 
 # --------------------------------------------------------------------------------------------

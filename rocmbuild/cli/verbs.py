@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from rocmbuild.cli import args as a
 from rocmbuild.cli import cacheverbs, fleetverbs
-from rocmbuild.errors import RocmbuildError
+from rocmbuild.errors import InputError, RocmbuildError
 from rocmbuild.results import DoctorResult, RecipeEntry, RecipesResult, ShowResult, VerbResult
 
 
@@ -166,13 +166,18 @@ def _add_doctor(sub) -> None:
     a.common(p)
     a.recipe_dirs(p)
     a.target(p)
+    a.overrides(p)  # -D turns a requirement's `when` define on or off, as for build
 
 
 def _cmd_doctor(args) -> VerbResult:
     from rocmbuild import doctor
     from rocmbuild import recipe
 
-    r = recipe.load(args.recipe, args.recipes_dir) if args.recipe else None
+    ov = a.overrides_from(args)
+    if not args.recipe and ov.as_dict():
+        raise InputError(f"{', '.join(ov.as_dict())}: build overrides need a recipe",
+                         "name the recipe: rocmbuild doctor RECIPE -D NAME=VALUE")
+    r = recipe.apply_overrides(recipe.load(args.recipe, args.recipes_dir), ov) if args.recipe else None
     return DoctorResult(tuple(doctor.run(r, args.env, args.python, timeout=args.probe_timeout)))
 
 

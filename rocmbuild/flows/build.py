@@ -21,8 +21,8 @@ from rocmbuild import home as home_layout
 from rocmbuild import progress
 from rocmbuild import recipe as _recipe
 from rocmbuild import ui
-from rocmbuild.build import (builder, cache, cmake, fixes, housekeeping, logs, reproducible, requirements, source,
-                             tweak)
+from rocmbuild.build import (builder, cache, cmake, fixes, hints, housekeeping, logs, reproducible, requirements,
+                             shims, source, tweak)
 from rocmbuild.build.artifact import Artifact
 from rocmbuild.build.provenance import origin
 from rocmbuild.errors import FetchError, InputError, RequirementError, RocmbuildError
@@ -32,16 +32,16 @@ from rocmbuild.home import artifacts_dir, cache_home
 from rocmbuild.locks import LockWait
 from rocmbuild.names import safe_text
 from rocmbuild.recipe import Overrides, Recipe
-from rocmbuild.recipe.rocm import resolve_rocm_path
+from rocmbuild.recipe import variables
 from rocmbuild.results import BuildPlan, BuildResult, SourcePlan
 from rocmbuild.target import gpu
 
 
 def load_recipe(name: str, recipes_dirs: Sequence[str] = (), overrides: Overrides = Overrides(),
                 *, resolve_auto: bool = True) -> Recipe:
-    """Load a recipe, apply command-line overrides, resolve ``${ROCM_PATH}`` (recipe.rocm) and
-    ``GPU_TARGETS = "auto"``."""
-    r = resolve_rocm_path(_recipe.apply_overrides(_recipe.load(name, recipes_dirs), overrides))
+    """Load a recipe, apply command-line overrides, resolve the recipe variables (``${ROCM_PATH}``,
+    ``${HIP_CXX}``, ...: recipe.variables) and ``GPU_TARGETS = "auto"``."""
+    r = variables.resolve_recipe(_recipe.apply_overrides(_recipe.load(name, recipes_dirs), overrides))
     if resolve_auto:
         r = _recipe.resolve_gpu_targets(r, gpu.detect)
     return r
@@ -69,7 +69,7 @@ def require(r: Recipe) -> None:
     failed = [c for c in requirement_checks(r) if c.status == "fail"]
     if failed:
         lines = "\n".join(safe_text(f"  - {c.name}: {c.detail}") for c in failed)  # one line each
-        fixes = "; ".join(safe_text(c.fix) for c in failed if c.fix)
+        fixes = safe_text(hints.summary([c.fix for c in failed]))  # one install line, packages once
         raise RequirementError(
             f"recipe '{r.name}' needs what this machine does not have:\n{lines}",
             fixes or "install the missing programs; `rocmbuild doctor " + r.name + "` shows every check",
@@ -156,6 +156,7 @@ def build_recipe(r: Recipe, before_build: Callable[[str | None], None] | None = 
                              r.name)
         if before_build is not None:
             before_build(checkout.version)
+        shims.make(r, home)  # ${HALF_INCLUDE_DIR}'s half/half.hpp, when rocmbuild provides it
         return used(builder.for_recipe(builder.build(r, checkout, home=home, key=key, inp=inp, wait=wait, log=log), r), home)
 
 

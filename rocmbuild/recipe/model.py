@@ -84,13 +84,41 @@ class Build:
 
 
 @dataclass(frozen=True)
-class Requires:
-    programs: tuple[str, ...] = ()
-    paths: tuple[str, ...] = ()
-    hints: tuple[tuple[str, str], ...] = ()  # requirement (as written) -> how to get it
+class Need:
+    """A ``[requires]`` entry written as a table: any one of ``any`` satisfies it (a ``program`` /
+    ``path`` key is one alternative), and only when the define ``when`` is ON (None: always)."""
 
-    def hint(self, requirement: str) -> str | None:
-        return dict(self.hints).get(requirement)
+    any: tuple[str, ...]
+    when: str | None = None
+
+    @property
+    def name(self) -> str:
+        return " or ".join(self.any)
+
+
+Requirement = str | Need  # a plain string stays a string (the lock hashes of earlier recipes stay)
+Hint = str | tuple[tuple[str, str], ...]  # one text, or per distribution (rocm, an os-release ID, default)
+
+
+def need(entry: Requirement) -> Need:
+    """Any entry as a :class:`Need` (a string is its one alternative, always needed)."""
+    return entry if isinstance(entry, Need) else Need((entry,))
+
+
+@dataclass(frozen=True)
+class Requires:
+    programs: tuple[Requirement, ...] = ()
+    paths: tuple[Requirement, ...] = ()
+    hints: tuple[tuple[str, Hint], ...] = ()  # requirement (as written, or one alternative) -> how to get it
+
+    def hint(self, requirement: Requirement) -> Hint | None:
+        """The hint of an entry: keyed by its text, or by any one of its alternatives."""
+        table = dict(self.hints)
+        n = need(requirement)
+        for k in (n.name, *n.any):
+            if k in table:
+                return table[k]
+        return None
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from rocmbuild import names
 from rocmbuild.errors import InputError, RecipeError
 from rocmbuild.recipe import arch
 from rocmbuild.recipe.contains import parse_contains
+from rocmbuild.recipe.requires import parse_requires, split_requirement  # noqa: F401 (re-exported)
 from rocmbuild.recipe.paths import local_git_path, prefix_problem, relative_inside
 from rocmbuild.recipe.model import (
     DEFINE_RE, ENCODINGS, GENERATORS, LAUNCHERS, SMOKES, SYSTEMS, Build, DefineValue, Install, Recipe,
@@ -66,13 +67,10 @@ SCHEMA: dict[str, Any] = {
         "launcher": _STR,
         "reproducible": _BOOL,
     },
-    "requires": {"programs": _STRLIST, "paths": _STRLIST, "hints": _TABLE},
+    "requires": _ANY,  # strings and tables of alternatives: checked by recipe.requires
     "install": {"libraries": _STRLIST, "data": _STRLIST},
     "verify": {"library": _STR, "version": _STR, "encoding": _STR, "smoke": _STR},
 }
-
-_REQ_RE = re.compile(r"^\s*([^<>=!\s]+)\s*(?:>=\s*([0-9][0-9A-Za-z.+-]*))?\s*$")
-
 
 def parse(text: str, path: Path) -> Recipe:
     """Parse and validate recipe text. ``path`` names the file in every error."""
@@ -98,18 +96,6 @@ def parse(text: str, path: Path) -> Recipe:
         patch_files=tuple(_find_patch(p, name, path) for p in source.patches),
         text_sha256=hashlib.sha256(text.encode()).hexdigest(),
     )
-
-
-def split_requirement(spec: str, path: Path | None = None) -> tuple[str, str | None]:
-    """``"cmake>=3.25"`` -> ``("cmake", "3.25")``; a bare name has no floor."""
-    m = _REQ_RE.match(spec)
-    if not m:
-        raise RecipeError(
-            f"{path}: invalid requirement '{spec}' in requires.programs",
-            "write a program name or path, optionally with a version floor: \"cmake>=3.25\"",
-            details={"file": str(path), "key": "requires.programs"},
-        )
-    return m.group(1), m.group(2)
 
 
 def suggest(key: str, choices: Iterable[str]) -> str:
@@ -325,18 +311,11 @@ def _env(table: Mapping[str, Any], path: Path) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(env))
 
 
-def _requires(r: Mapping[str, Any], path: Path) -> Requires:
-    hints = r.get("hints", {})
-    for k, v in hints.items():
-        if not isinstance(v, str):
-            raise _fail(path, f"requires.hints.{k}", f"hint for '{k}' must be a string", 'e.g. "apt install rocm-llvm"')
-        if k not in r.get("programs", []) and k not in r.get("paths", []):
-            raise _fail(path, f"requires.hints.{k}", f"hint for '{k}', which is not in requires.programs or paths",
-                        suggest(k, [*r.get("programs", []), *r.get("paths", [])]))
-    requires = Requires(tuple(r.get("programs", ())), tuple(r.get("paths", ())), tuple(sorted(hints.items())))
-    for prog in requires.programs:
-        split_requirement(prog, path)
-    return requires
+def _requires(r: Any, path: Path) -> Requires:
+    if not isinstance(r, dict):
+        raise _fail(path, "requires", f"'requires' must be a table, got {type(r).__name__}",
+                    "write it as [requires] with keys programs, paths, hints")
+    return parse_requires(r, path)
 
 
 def _install(i: Mapping[str, Any], path: Path) -> Install:

@@ -9,27 +9,18 @@ so), ``/opt/rocm`` and the distribution's layout under ``/usr`` (Debian/Ubuntu: 
 (default ``/``) replaces the root of the fixed places ``/opt/rocm`` and ``/usr`` (tests fake a
 machine with it, like ``ROCMBUILD_SYSFS_ROOT`` for ``/sys``).
 
-Decision (``${ROCM_PATH}`` in a recipe): ``$ROCM_PATH`` and ``${ROCM_PATH}`` in ``[build]
-defines`` (strings and list items) and ``[build.env]`` values become :func:`rocm_root` when the
-recipe is loaded for a build, plan or apply (``flows.build.load_recipe``); no other variable is
-expanded there. The resolved defines and env are what the cache key hashes (they change the
-build); ``show`` and lock files see the recipe as written, so a lock stays valid on a machine whose
-ROCm lives elsewhere. ``[requires]`` programs and paths keep their text (a check is named by the
-requirement as written, and its hint is keyed by it): ``build/requirements.py`` resolves them with
-the same :func:`rocm_root` when it checks them, and shows the resolved path in the detail.
+The recipe variables built on this answer (``${ROCM_PATH}``, ``${HIP_CXX}``, ...) are
+:mod:`rocmbuild.recipe.variables`. The resolved defines and env are what the cache key hashes
+(they change the build); ``show`` and lock files see the recipe as written, so a lock stays valid
+on a machine whose ROCm lives elsewhere.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-
-from rocmbuild.recipe.model import DefineValue, Recipe
-
-_VAR_RE = re.compile(r"\$\{ROCM_PATH\}|\$ROCM_PATH(?![A-Za-z0-9_])")
 
 
 @dataclass(frozen=True)
@@ -40,8 +31,30 @@ class RocmInstall:
     via: str  # "$ROCM_PATH", "/opt/rocm" or "the distribution (/usr)"
     layout: str  # "rocm" (a ROCm tree, e.g. /opt/rocm) or "distribution" (Debian/Ubuntu under /usr)
     hipcc: Path | None
-    clang: Path | None
+    clang: Path | None  # ROCm's clang++ (the HIP compiler)
     hip_cmake: Path | None  # the directory holding hip-config.cmake
+
+    @property
+    def clang_c(self) -> Path | None:
+        """The C driver beside :attr:`clang` (``clang++`` -> ``clang``, ``clang++-22`` -> ``clang-22``)."""
+        if self.clang is None:
+            return None
+        c = self.clang.with_name(self.clang.name.replace("clang++", "clang", 1))
+        return c if c.exists() else None
+
+    @property
+    def device_libs(self) -> Path | None:
+        """The directory holding the AMDGPU device libraries (``amdgcn/bitcode/*.bc``): under the
+        root (AMD's ``amdgcn/bitcode``, a multiarch ``lib/*/amdgcn/bitcode``), else in the
+        compiler's resource dir (Debian: ``/usr/lib/llvm-22/lib/clang/22/amdgcn/bitcode``)."""
+        roots = [self.root, self.root / "lib", *sorted(self.root.glob("lib/*-linux-gnu*"))]
+        if self.clang is not None:
+            llvm = Path(os.path.realpath(self.clang)).parent.parent
+            roots += [*sorted(llvm.glob("lib/clang/*")), *sorted(llvm.glob("lib/clang/*/lib"))]
+        for d in (r / "amdgcn/bitcode" for r in roots):
+            if d.is_dir() and any(d.glob("*.bc")):
+                return d
+        return None
 
 
 def host_root() -> Path:
@@ -94,34 +107,3 @@ def rocm_root() -> Path:
     """The root of the ROCm found, else where it is expected (``$ROCM_PATH``, else /opt/rocm)."""
     found = find_rocm()
     return found.root if found else Path(os.environ.get("ROCM_PATH") or host_root() / "opt/rocm")
-
-
-# --------------------------------------------------------------------------------------------
-# ${ROCM_PATH} in a recipe
-
-
-def substitute(text: str, root: str) -> str:
-    """``$ROCM_PATH`` / ``${ROCM_PATH}`` in ``text`` replaced by ``root``."""
-    return _VAR_RE.sub(lambda _m: root, text)
-
-
-def _define(value: DefineValue, root: str) -> DefineValue:
-    if isinstance(value, str):
-        return substitute(value, root)
-    if isinstance(value, tuple):
-        return tuple(substitute(v, root) for v in value)
-    return value
-
-
-def resolve_rocm_path(recipe: Recipe, root: Path | None = None) -> Recipe:
-    """``recipe`` with ``${ROCM_PATH}`` resolved in its defines and env (module notes); ``root``
-    defaults to :func:`rocm_root`."""
-    texts = [v for _, v in recipe.build.env]
-    texts += [v for _, d in recipe.build.defines for v in (d if isinstance(d, tuple) else (d,)) if isinstance(v, str)]
-    if not any(_VAR_RE.search(t) for t in texts):
-        return recipe
-    r = str(root or rocm_root())
-    build = dataclasses.replace(
-        recipe.build, defines=tuple((k, _define(v, r)) for k, v in recipe.build.defines),
-        env=tuple((k, substitute(v, r)) for k, v in recipe.build.env))
-    return dataclasses.replace(recipe, build=build)

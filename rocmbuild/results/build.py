@@ -99,6 +99,13 @@ class BuildPlan(VerbResult):
     def missing(self) -> tuple["DoctorCheck", ...]:
         return tuple(c for c in self.requirements if c.status == "fail")
 
+    @property
+    def install(self) -> str | None:
+        """The missing requirements' install commands as one line (build/hints.py)."""
+        from rocmbuild.build.hints import install_line
+
+        return install_line(self.requirements)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "recipe": self.recipe, "path": self.path, "source": self.source.to_json(),
@@ -108,7 +115,7 @@ class BuildPlan(VerbResult):
                       "substitute": self.substitute, "signer": self.signer, "unreachable": list(self.unreachable),
                       "action": self.action},
             "requirements": [c.to_json() for c in self.requirements],
-            "missing": [c.to_json() for c in self.missing], "notes": list(self.notes),
+            "missing": [c.to_json() for c in self.missing], "install": self.install, "notes": list(self.notes),
         }
 
 

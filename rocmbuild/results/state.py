@@ -220,8 +220,16 @@ class DoctorResult(VerbResult):
                                 "the `fix:` line under each failed check says what to do; run `rocmbuild doctor` "
                                 "again afterwards")
 
+    @property
+    def install(self) -> str | None:
+        """The failed checks' install commands as one line (build/hints.py)."""
+        from rocmbuild.build.hints import install_line
+
+        return install_line(self.checks)
+
     def to_json(self) -> dict[str, Any]:
-        return {"checks": [c.to_json() for c in self.checks], "failed": [c.name for c in self.failed]}
+        return {"checks": [c.to_json() for c in self.checks], "failed": [c.name for c in self.failed],
+                "install": self.install}
 
 
 # export, lock

@@ -14,11 +14,11 @@ from rocmbuild.cli import app as cli
 from rocmbuild.errors import EXIT_INPUT, InputError
 from rocmbuild.flows import build as workflow
 from rocmbuild import recipe
+from tests.support.machine import make_rocm_tree
 
 BUNDLED = ("miopen-develop", "miopen-3.5.1")
 
 EXPECTED_DEFINES = {
-    "-DCMAKE_PREFIX_PATH:STRING=/opt/rocm",
     "-DMIOPEN_BACKEND:STRING=HIP",
     "-DMIOPEN_USE_COMPOSABLEKERNEL:BOOL=OFF",
     "-DMIOPEN_USE_MLIR:BOOL=OFF",
@@ -35,7 +35,10 @@ def test_bundled_recipe_parses(name):
     assert r.source.subdir == "projects/miopen"
     assert r.install.libraries == ("libMIOpen",)
     assert r.verify.encoding == "miopen" and r.verify.smoke == "batchnorm"
-    assert dict(r.build.env)["CXX"] == "${ROCM_PATH}/llvm/bin/clang++"  # resolved when built (recipe.rocm)
+    # the compiler and half's include dir are recipe variables, resolved when built (recipe/variables.py)
+    assert dict(r.build.env) == {"CXX": "${HIP_CXX}", "CC": "${HIP_CC}"}
+    assert r.build.define("HALF_INCLUDE_DIR") == "${HALF_INCLUDE_DIR}"
+    assert r.build.define("MIOPEN_USE_HIPBLASLT") is False  # as Debian's own MIOpen; -D ...=ON brings it back
     assert r.build.define("GPU_TARGETS") == "auto"
     (fix,) = r.source.contains  # the gfx115x fix, by name, where rocm-libraries has it
     assert fix.grep == "MIO_BN_GFX115X" and fix.path == "src/kernels" and "#1288" in fix.name
@@ -59,13 +62,18 @@ def test_version_regex_matches_upstream_line(name):
 
 
 @pytest.mark.parametrize("name", BUNDLED)
-def test_typed_defines_with_detected_gpu(name, fake_gpu, monkeypatch):
+def test_typed_defines_with_detected_gpu(name, fake_gpu, monkeypatch, tmp_path):
     fake_gpu(110501)  # a Radeon 8060S (Strix Halo): gfx1151
-    monkeypatch.setenv("ROCM_PATH", "/opt/rocm")
+    rocm = make_rocm_tree(tmp_path / "rocm")  # AMD's layout: llvm/bin/clang++ and clang, include/half/half.hpp
+    (rocm / "llvm/bin/clang").write_text("")
+    (rocm / "include/half").mkdir(parents=True)
+    (rocm / "include/half/half.hpp").write_text("")
+    monkeypatch.setenv("ROCM_PATH", str(rocm))
     r = workflow.load_recipe(name)
-    assert dict(r.build.env)["CXX"] == "/opt/rocm/llvm/bin/clang++"
+    assert dict(r.build.env) == {"CXX": f"{rocm}/llvm/bin/clang++", "CC": f"{rocm}/llvm/bin/clang"}
     argv = cmake.configure_argv(r.build, Path("/src"), Path("/bld"))
-    assert EXPECTED_DEFINES <= set(argv)
+    assert EXPECTED_DEFINES | {f"-DCMAKE_PREFIX_PATH:STRING={rocm}", f"-DHALF_INCLUDE_DIR:STRING={rocm}/include",
+                               "-DMIOPEN_USE_HIPBLASLT:BOOL=OFF"} <= set(argv)
     assert "-DGPU_TARGETS:STRING=gfx1151" in argv
     assert "-DCMAKE_INSTALL_PREFIX:PATH=" + r.build.install_prefix in argv
 
@@ -87,11 +95,12 @@ def test_plan_without_rocm_names_missing_requirements(fake_gpu, capsys, monkeypa
     assert code == 0 and plan["ok"]
     assert plan["source"]["resolved"] is False
     missing = {c["name"] for c in plan["missing"]}
-    assert "requires ${ROCM_PATH}/llvm/bin/clang++" in missing
+    assert {"requires ${HIP_CXX}", "variable ${HIP_CXX}", "variable ${HIP_CC}"} <= missing
     assert any("hip-config.cmake" in n for n in missing)
     details = {c["name"]: c["detail"] for c in plan["missing"]}
-    assert details["requires ${ROCM_PATH}/llvm/bin/clang++"] == "/nonexistent-rocm/llvm/bin/clang++ does not exist"
-    assert "CXX" in plan["env"] and plan["env"]["CXX"] == "/nonexistent-rocm/llvm/bin/clang++"
+    assert details["requires ${HIP_CXX}"].startswith("${HIP_CXX} is not resolvable here: not found")
+    # an unresolvable variable is never turned into a path: the plan shows it as written, and fails
+    assert plan["env"]["CXX"] == "${HIP_CXX}"
     assert plan["gpu_targets"] == "auto (unresolved)"
     assert plan["commands"]["configure"][0] == "cmake"
     # the human form prints the same plan and each missing requirement
@@ -115,8 +124,8 @@ def test_every_missing_requirement_says_what_to_install(name, fake_gpu, monkeypa
     from rocmbuild import doctor
 
     r = recipe.load(name)
-    for spec in (*r.requires.paths, *[p for p in r.requires.programs if "/" in p or p == "bzip2"]):
+    for spec in (*r.requires.paths, *[p for p in r.requires.programs if "$" in p or p == "bzip2"]):
         assert r.requires.hint(spec), f"{name}: no hint for {spec}"
-    monkeypatch.setenv("ROCM_PATH", "/nonexistent-rocm")
+    monkeypatch.setenv("ROCM_PATH", "/nonexistent-rocm")  # AMD's layout: AMD's repository's names
     checks = {c.name: c for c in doctor.check_requirements(r)}
-    assert checks["requires ${ROCM_PATH}/llvm/bin/clang++"].fix == "apt install rocm-llvm"
+    assert checks["requires ${HIP_CXX}"].fix == "apt install rocm-llvm"

@@ -231,11 +231,12 @@ def test_contains_commit_needs_a_git_source(tmp_path):
 
 
 def test_rocm_path_resolved_in_defines_and_env_only(tmp_path):
-    from rocmbuild.recipe.rocm import resolve_rocm_path
+    from rocmbuild.recipe.variables import Variable, resolve, resolve_recipe
 
     text = fixture_recipe(defines={"A": "${ROCM_PATH}/x", "B": ["$ROCM_PATH", "y"], "C": True, "D": "$ROCM_PATHS"},
                           env={"CXX": "${ROCM_PATH}/llvm/bin/clang++"}, programs=["${ROCM_PATH}/bin/hipcc"])
-    r = resolve_rocm_path(recipe.load(str(write(tmp_path, text))), Path("/usr"))
+    values = {**resolve(), "ROCM_PATH": Variable("ROCM_PATH", "/usr", "a test")}
+    r = resolve_recipe(recipe.load(str(write(tmp_path, text))), values)
     assert r.build.define("A") == "/usr/x" and r.build.define("B") == ("/usr", "y") and r.build.define("C") is True
     assert r.build.define("D") == "$ROCM_PATHS"  # another variable: untouched
     assert dict(r.build.env)["CXX"] == "/usr/llvm/bin/clang++"
