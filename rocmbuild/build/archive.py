@@ -5,7 +5,8 @@ Used for source tarballs (:mod:`rocmbuild.build.tarball`) and artifact bundles (
 * :func:`download` fetches an https/http URL (``requests``, streamed, with a progress bar, retried
   with backoff: :mod:`rocmbuild.build.net`), a
   ``file://`` URL, a plain path, or a pinned PyPI package (``pypi:NAME==VERSION``, through
-  ``pip download``) to ``dest`` through ``dest.part``, hashing as it goes; a sha256
+  ``pip download``), or a pinned Debian package (``apt:NAME=VERSION``, through ``apt-get
+  download`` from the machine's apt sources) to ``dest`` through ``dest.part``, hashing as it goes; a sha256
   mismatch deletes the download (never the user's own local file) and raises :class:`FetchError`.
 * :func:`unsafe_member` is the first, per-header wall of safe extraction (absolute names, ``..``,
   devices and FIFOs, links that leave the tree lexically); :mod:`rocmbuild.build.extract` adds
@@ -62,7 +63,7 @@ def _fetch_local(url: str, parsed, out, h) -> None:
     local = Path(urllib.parse.unquote(parsed.path)) if parsed.scheme == "file" else Path(url).expanduser()
     if parsed.scheme not in ("", "file"):
         raise FetchError(f"unsupported archive URL scheme '{parsed.scheme}' in {url}",
-                         "use https://, http://, file://, pypi:NAME==VERSION or a local path")
+                         "use https://, http://, file://, pypi:NAME==VERSION, apt:NAME=VERSION or a local path")
     try:
         src = open(local, "rb")
     except OSError as exc:
@@ -95,6 +96,41 @@ def _fetch_pypi(spec: str, workdir: Path, out, h) -> None:
         if len(files) != 1:
             raise FetchError(f"pip download {req} gave {len(files)} files, expected one wheel",
                              "pin a package that has a wheel for this platform")
+        with open(files[0], "rb") as src:
+            _copy(iter(lambda: src.read(CHUNK), b""), out, h, f"copying {files[0].name}", files[0].stat().st_size)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _fetch_apt(spec: str, workdir: Path, out, h) -> None:
+    """``apt:NAME=VERSION``: the one ``.deb`` ``apt-get download`` fetches for it (the apt sources
+    and keys the machine has; apt checks it against the signed Release/Packages), hashed like any
+    other download. Decision: like ``pypi:``, a registry is named by package, only an exact version
+    is accepted, and the recipe's sha256 is still required (the same name and version may be
+    different bytes in another archive: Debian, Ubuntu, AMD's repository)."""
+    from rocmbuild.build.debarchive import apt_spec
+    from rocmbuild.errors import RequirementError
+
+    try:
+        name, version = apt_spec(spec)
+    except ValueError as exc:
+        raise FetchError(f"apt:{spec} is not a pinned Debian package: {exc}",
+                         "write apt:NAME=VERSION (e.g. apt:libmiopen1=7.2.4+dfsg-1)") from exc
+    if shutil.which("apt-get") is None:
+        raise RequirementError("apt:NAME=VERSION archives are fetched with apt-get, which is not on PATH",
+                               "use a machine with apt (Debian, Ubuntu), or download the .deb by other means "
+                               "and give it as file:///PATH/NAME.deb with its sha256")
+    pkg = name.partition(":")[0]
+    tmp = Path(tempfile.mkdtemp(prefix=".apt-download-", dir=workdir))
+    try:
+        runner.run(["apt-get", "download", "-q", f"{name}={version}"], cwd=tmp, error=FetchError,
+                   what=f"apt-get download {name}={version} failed",
+                   hint=f"check the name and version against the apt sources: apt-cache policy {pkg} "
+                        f"(apt-cache madison {pkg} lists every version); run apt-get update if the lists are old")
+        files = sorted(p for p in tmp.iterdir() if p.is_file() and not p.is_symlink())
+        if len(files) != 1 or not files[0].name.endswith(".deb"):
+            raise FetchError(f"apt-get download {name}={version} gave {len(files)} files, expected one .deb",
+                             f"check the package with apt-cache policy {pkg}")
         with open(files[0], "rb") as src:
             _copy(iter(lambda: src.read(CHUNK), b""), out, h, f"copying {files[0].name}", files[0].stat().st_size)
     finally:
@@ -142,7 +178,7 @@ def inside(path: str | PurePosixPath) -> bool:
 
 
 def download(url: str, dest: Path, expected: str, *, hint: str = SOURCE_HINT) -> None:
-    """Fetch ``url`` (http/https/file/path, or ``pypi:NAME==VERSION``) to ``dest`` via
+    """Fetch ``url`` (http/https/file/path, ``pypi:NAME==VERSION`` or ``apt:NAME=VERSION``) to ``dest`` via
     ``dest.part``, checking sha256. ``hint``: what to do when the network fails (fits the verb)."""
     part = dest.with_name(dest.name + ".part")
     part.parent.mkdir(parents=True, exist_ok=True)
@@ -154,6 +190,8 @@ def download(url: str, dest: Path, expected: str, *, hint: str = SOURCE_HINT) ->
                 _fetch_http(url, out, h, hint)
             elif parsed.scheme == "pypi":
                 _fetch_pypi(url[len("pypi:"):], part.parent, out, h)
+            elif parsed.scheme == "apt":
+                _fetch_apt(url[len("apt:"):], part.parent, out, h)
             else:
                 _fetch_local(url, parsed, out, h)
             out.flush()

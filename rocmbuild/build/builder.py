@@ -23,6 +23,7 @@ from rocmbuild import progress, runner, stop, ui
 from rocmbuild.build import buildtree, cmake, logs, reproducible, retry, tweak
 from rocmbuild.build.artifact import MANIFEST, TREE, Artifact, Manifest, find_libraries, scan_tree, seal
 from rocmbuild.build.cache import Inputs, key_lock, lookup
+from rocmbuild.build.debarchive import Package, is_deb, read_package
 from rocmbuild.build.extract import safe_extract
 from rocmbuild.disk import atomic_write_json
 from rocmbuild.root import Root
@@ -255,7 +256,9 @@ def _extract_prebuilt(recipe: Recipe, checkout: Checkout, tree: Path) -> None:
     subdir = recipe.source.subdir or ""
     ui.info(f"extracting {subdir or 'the archive'} from {checkout.root.name} into the artifact (prebuilt: "
             "no configure, no compile)")
-    safe_extract(checkout.root, tree, subdir=subdir)
+    package = safe_extract(checkout.root, tree, subdir=subdir)
+    if package is not None:
+        ui.info(f"the tree is from {package.describe()}")
 
 
 def _manifest(recipe: Recipe, checkout: Checkout, key: str, inp: Inputs, tree: Path) -> Manifest:
@@ -284,7 +287,15 @@ def _manifest(recipe: Recipe, checkout: Checkout, key: str, inp: Inputs, tree: P
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         gpu_targets=arch.build_targets(recipe.build.defines),
         fixes=checkout.fixes,
+        package=_package(recipe, checkout),
     )
+
+
+def _package(recipe: Recipe, checkout: Checkout) -> Package | None:
+    """A prebuilt tree's Debian package (its control fields, read again: a few KB), else None."""
+    if not recipe.build.prebuilt or not is_deb(checkout.root):
+        return None
+    return read_package(checkout.root)
 
 
 def verify_fields(recipe: Recipe, version: str | None) -> dict:

@@ -21,17 +21,29 @@ Decisions:
   always keeps rw on files and rwx on directories (the tree is patched and removed later).
   Owners and groups in the archive are ignored. Parent directories without an entry of their own
   are created.
-* Zip archives (``.zip``, ``.whl``) are read as tar members (:mod:`rocmbuild.build.ziparchive`)
-  and pass the same walls; the format is told by the bytes, not the name.
+* Zip archives (``.zip``, ``.whl``) are read as tar members (:mod:`rocmbuild.build.ziparchive`),
+  and so is a Debian package's data tar (``.deb``: :mod:`rocmbuild.build.debarchive`); both pass
+  the same walls; the format is told by the bytes, not the name. An RPM is refused with the way
+  round (``rpm2cpio``).
 * A *subtree* (a prebuilt recipe's install tree) is the whole archive checked first, then the
-  members below its root (its single top-level directory, if any) and ``subdir``, renamed
-  relative to it and checked again as a tree of their own: a link that leaves the subtree, or a
-  hardlink to a file outside it, is refused, and nothing else is written.
+  members below its root (its single top-level directory, if any; a ``.deb``'s tree is rooted at
+  ``/``, so none is dropped there) and ``subdir``, renamed relative to it and checked again as a
+  tree of their own: a link that leaves the subtree, or a hardlink to a file outside it, is
+  refused, and nothing else is written.
+* Sizes: the regular members to be written are summed from their headers before the first
+  write, and an extraction that would not fit in the free space of ``dest``'s filesystem is
+  refused (:class:`BuildFilesystemError`, exit 3, nothing written): a small archive that declares
+  a huge file (a bomb) never fills the disk. Sparse members are refused (a tree to install has
+  none; they are how a tiny archive declares a huge file). Each file is written from its own
+  member's bytes, at most its declared size (``tarfile``).
 """
 
 from __future__ import annotations
 
+import bz2  # noqa: F401 (bz2's errors are OSError)
 import copy
+import gzip
+import lzma
 import os
 import shutil
 import stat
@@ -42,15 +54,18 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional
 
 from rocmbuild.build.archive import unsafe_member
+from rocmbuild.build.debarchive import DebFormatError, DebReader, Package, is_deb, is_rpm, zstd_errors
 from rocmbuild.build.ziparchive import ZipReader, is_zip
 from rocmbuild.disk import CHUNK
-from rocmbuild.errors import CorruptArchiveError, FetchError
+from rocmbuild.errors import BuildFilesystemError, CorruptArchiveError, FetchError
 
 MAX_HOPS = 40  # symlinks followed while resolving one link (Linux's MAXSYMLINKS)
 Parts = tuple[str, ...]
 Kind = Optional[tuple[str, Optional[str]]]  # ("dir"|"file"|"link"|"other", link text) or None: absent
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-CORRUPT = (tarfile.TarError, EOFError, zlib.error, zipfile.BadZipFile)
+CORRUPT = (tarfile.TarError, EOFError, zlib.error, zipfile.BadZipFile, lzma.LZMAError, gzip.BadGzipFile,
+           *zstd_errors())
+ARCHIVE_HINT = "check [source] archive points at a .tar*, .zip, .whl or .deb file"
 
 
 class Refused(Exception):
@@ -144,7 +159,7 @@ def check_members(members: Iterable[tarfile.TarInfo]) -> list[tuple[tarfile.TarI
     out, first = [], {}
     for m in members:
         parts = parts_of(m.name)
-        why = unsafe_member(m)
+        why = unsafe_member(m) or ("a sparse file (a tree to install has none)" if m.issparse() else None)
         if why is None and not parts:
             if m.isdir():
                 continue  # "./": the root itself
@@ -285,12 +300,13 @@ def _check_disk(root: int) -> None:
 
 
 def subtree(planned: list[tuple[tarfile.TarInfo, Parts]], subdir: str,
-            archive: Path) -> list[tuple[tarfile.TarInfo, Parts]]:
+            archive: Path, *, strip_top: bool = True) -> list[tuple[tarfile.TarInfo, Parts]]:
     """The checked members below the archive's root and ``subdir``, renamed relative to it and
-    checked again on their own (see the module notes); a :class:`FetchError` if there are none."""
+    checked again on their own (see the module notes); a :class:`FetchError` if there are none.
+    ``strip_top``: a single top-level directory is the root (not for a ``.deb``, rooted at ``/``)."""
     tops = {parts[0] for _, parts in planned}
     base: Parts = ()
-    if len(tops) == 1 and all(len(p) > 1 or m.isdir() for m, p in planned):
+    if strip_top and len(tops) == 1 and all(len(p) > 1 or m.isdir() for m, p in planned):
         base = (tops.pop(),)
     base += parts_of(subdir)
     n, out = len(base), []
@@ -311,32 +327,67 @@ def subtree(planned: list[tuple[tarfile.TarInfo, Parts]], subdir: str,
     return check_members(out)
 
 
+def _not_deb(archive: Path, exc: DebFormatError) -> FetchError:
+    if exc.truncated:
+        return corrupt(archive, exc)
+    return FetchError(f"{archive.name} is an ar archive but not a Debian binary package rocmbuild reads: {exc}; "
+                      "nothing was extracted", "give a .deb as dpkg-deb --build writes it (dpkg-deb --info FILE "
+                      "shows what it holds)", details={"archive": str(archive), "reason": str(exc)})
+
+
 def _open(archive: Path):
     try:
+        if is_deb(archive):
+            try:
+                return DebReader(archive)
+            except CORRUPT as exc:  # a member that is not what its name says, cut short
+                raise corrupt(archive, exc) from exc
+        if is_rpm(archive):
+            raise FetchError(f"{archive.name} is an RPM package: rocmbuild does not read RPMs",
+                             "unpack it by hand (mkdir t && cd t && rpm2cpio FILE.rpm | cpio -idm), pack the tree "
+                             "(tar czf tree.tar.gz -C t .) and give that with file:// and its sha256",
+                             details={"archive": str(archive)})
         return ZipReader(archive) if is_zip(archive) else tarfile.open(archive, "r:*")
+    except DebFormatError as exc:
+        raise _not_deb(archive, exc) from exc
     except (*CORRUPT, OSError) as exc:
-        raise FetchError(f"cannot open archive {archive}: {exc}",
-                         "check [source] archive points at a .tar*, .zip or .whl file") from exc
+        raise FetchError(f"cannot open archive {archive}: {exc}", ARCHIVE_HINT) from exc
 
 
-def safe_extract(archive: Path, dest: Path, *, subdir: str | None = None) -> None:
-    """Extract ``archive`` (tar or zip) into the new directory ``dest`` (see the module notes);
-    with ``subdir`` (``""``: the archive's root) only that :func:`subtree`. On any refusal
-    ``dest`` is removed and a :class:`FetchError` raised."""
+def _check_space(planned: list[tuple[tarfile.TarInfo, Parts]], archive: Path, root: int, dest: Path) -> None:
+    need = sum(m.size for m, _ in planned if m.isreg())
+    st = os.fstatvfs(root)
+    free = st.f_bavail * st.f_frsize
+    if need > free:
+        raise BuildFilesystemError(
+            f"no space to extract {archive.name}: its members declare {need} bytes, {free} are free in {dest}; "
+            "nothing was extracted",
+            "free some space (`rocmbuild cache gc`), or set ROCMBUILD_HOME to a larger filesystem; an archive "
+            "far smaller than that may be a decompression bomb",
+            details={"archive": str(archive), "declared": need, "free": free})
+
+
+def safe_extract(archive: Path, dest: Path, *, subdir: str | None = None) -> Package | None:
+    """Extract ``archive`` (tar, zip or .deb) into the new directory ``dest`` (see the module
+    notes); with ``subdir`` (``""``: the archive's root) only that :func:`subtree`. On any refusal
+    ``dest`` is removed and a :class:`FetchError` raised. Returns a ``.deb``'s control fields."""
     tf = _open(archive)
     with tf:
         try:
             planned = check_members(tf.getmembers())
             if subdir is not None:
-                planned = subtree(planned, subdir, archive)
+                planned = subtree(planned, subdir, archive, strip_top=getattr(tf, "strip_top", True))
         except Refused as exc:
             raise refusal(archive, exc) from None
+        except DebFormatError as exc:
+            raise _not_deb(archive, exc) from exc
         except CORRUPT as exc:
             raise corrupt(archive, exc) from exc
         dest.mkdir(parents=True)
         try:
             root = os.open(dest, _DIR_FLAGS)
             try:
+                _check_space(planned, archive, root, dest)
                 for m, parts in planned:
                     _write(tf, m, parts, root, dest)
                 _check_disk(root)
@@ -351,3 +402,4 @@ def safe_extract(archive: Path, dest: Path, *, subdir: str | None = None) -> Non
         except BaseException:
             shutil.rmtree(dest, ignore_errors=True)
             raise
+        return getattr(tf, "package", None)

@@ -19,6 +19,7 @@ from typing import Any
 
 from rocmbuild import schema as s
 from rocmbuild.build.archive import inside
+from rocmbuild.build.debarchive import Package, valid_field
 from rocmbuild.disk import read_json
 from rocmbuild.errors import ArtifactError
 
@@ -80,6 +81,7 @@ class Manifest:
     schema: int = SCHEMA
     gpu_targets: tuple[str, ...] | None = None  # GPU_TARGETS built for; None: none named (see recipe.arch)
     fixes: tuple[str, ...] = ()  # the [source] contains names its source was checked to have (old manifests: none)
+    package: Package | None = None  # a prebuilt tree from a Debian package: its control fields (else None)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -110,6 +112,9 @@ _SHA = s.check(s.string, lambda v: bool(SHA_RE.match(v)), "a sha256 (64 lowercas
 _SIZE = s.check(s.integer, lambda v: v >= 0, "an integer of 0 or more")
 _FILE = s.record(FileEntry, path=_PATH, type=s.one_of("file", "link"), size=_SIZE, sha256=s.optional(_SHA),
                  target=s.optional(s.check(s.string, lambda v: "\x00" not in v, "a link text")))
+_PACKAGE = s.record(Package, format=s.one_of("deb"), **{
+    k: s.check(s.string, lambda v, f=f: valid_field(f, v), f"a Debian {f.lower()} as a control file has it")
+    for k, f in (("name", "Package"), ("version", "Version"), ("architecture", "Architecture"))})
 _LIBRARY = s.record(LibraryEntry, file=_PATH, links=s.list_of(_PATH), other_links=s.list_of(_PATH), size=_SIZE,
                     sha256=s.check(s.string, lambda v: not v or bool(SHA_RE.match(v)), "a sha256 or empty"))
 
@@ -129,7 +134,7 @@ _RECORD = s.record(
     Manifest, recipe=s.name("recipe"), key=s.check(s.string, lambda v: bool(KEY_RE.match(v)), "a sha256 (the artifact's key)"),
     version=s.optional(s.name("version")), expect_version=s.optional(s.name("version")),
     encoding=s.one_of(*ENCODINGS), commit=s.optional(s.name("commit")), files=s.list_of(_file_entry),
-    libraries=s.list_of(_LIBRARY), data=s.list_of(_PATH),
+    libraries=s.list_of(_LIBRARY), data=s.list_of(_PATH), package=s.optional(_PACKAGE),
 )
 
 

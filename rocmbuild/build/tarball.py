@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import urllib.parse
 from pathlib import Path
 
 from rocmbuild import ui
@@ -31,6 +32,37 @@ def tree_path(sha256: str, home: Path) -> Path:
 def download_path(sha256: str, home: Path) -> Path:
     """Where the archive with this sha256 is kept (content-addressed; nothing is created)."""
     return downloads_dir(home) / sha256.lower()
+
+
+def source_package(archive: str | None, sha256: str | None, home: Path) -> dict | None:
+    """What ``show`` says of a Debian package source before any build: the control fields of the
+    ``.deb`` at hand (the checked download, else a local path), else the name and version an
+    ``apt:`` archive pins (architecture None); None for anything else. Never fails: a damaged
+    file is the build's to report."""
+    from rocmbuild.build.debarchive import apt_spec, is_deb, read_package
+
+    if not archive:
+        return None
+    parsed = urllib.parse.urlparse(archive)
+    at_hand = [download_path(sha256, home)] if sha256 else []
+    if parsed.scheme == "file":
+        at_hand.append(Path(urllib.parse.unquote(parsed.path)))
+    elif not parsed.scheme:
+        at_hand.append(Path(archive).expanduser())
+    for path in at_hand:
+        try:
+            if path.is_file() and is_deb(path):
+                return read_package(path).to_json()
+        except Exception:  # noqa: BLE001 (any decoding error of hostile bytes: the build names it)
+            continue
+    if parsed.scheme == "apt":
+        try:
+            name, version = apt_spec(archive[len("apt:"):])
+        except ValueError:
+            return None
+        pkg, _, arch = name.partition(":")
+        return {"format": "deb", "name": pkg, "version": version, "architecture": arch or None}
+    return None
 
 
 def touch_download(path: Path) -> None:

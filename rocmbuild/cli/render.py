@@ -62,11 +62,17 @@ def _recipes(r: RecipesResult) -> str:
 @text.register
 def _show(r: ShowResult) -> str:
     fixes = [f"fixes: {'; '.join(r.fixes)}"] if r.fixes else []
+    fixes += [f"from {package_words(r.package)}"] if r.package else []
     text = layout.lines([f"{r.name}: {r.description}", f"file: {r.path}", *fixes]) + "\n" + safe_lines(r.toml)
     if not r.overridden:
         return text
     return (text.rstrip("\n") + "\n\n" + layout.lines(["# the command line overrides the file (these are in effect):"]
                                                        + [f"#   {x}" for x in r.overridden]))
+
+
+def package_words(p: dict) -> str:
+    """``Debian package libmiopen1 7.2.4+dfsg-1 (amd64)`` (the architecture is known once fetched)."""
+    return f"Debian package {p['name']} {p['version']} ({p.get('architecture') or 'architecture known once fetched'})"
 
 
 def ref_words(ref: str | None) -> str:
@@ -109,6 +115,8 @@ def _build(r: BuildResult) -> str:
     if data["substituted"]:
         out.append(origin_text(data["substituted"]))
     out += [f"  {lib['name']}: {' -> '.join(lib['chain'])} (SONAME {lib['soname']})" for lib in data["libraries"]]
+    if data["package"]:
+        out.append(f"from {package_words(data['package'])}")
     if data["fixes"]:
         out.append(f"fixes: {'; '.join(data['fixes'])}")
     if data["log"]:
@@ -153,6 +161,8 @@ def status_changes(c: StatusChanges, prefix: str | None = None) -> str:
         lines.append(f"    {len(t.files)} path(s): " + ", ".join(rel(f, prefix) for f in t.files))
         if t.substituted:
             lines.append(f"    artifact {origin_text(t.substituted)}")
+        if t.package:
+            lines.append(f"    from {package_words(t.package)}")
         if t.fixes:
             lines.append(f"    fixes: {'; '.join(t.fixes)}")
         if t.redone_by:

@@ -46,9 +46,13 @@ def _cmd_show(args) -> VerbResult:
     from rocmbuild import recipe
 
     ov = a.overrides_from(args)
+    from rocmbuild.build.tarball import source_package
+    from rocmbuild.home import cache_home
+
     r = recipe.apply_overrides(recipe.load(args.recipe, args.recipes_dir), ov)
+    package = source_package(r.source.archive, r.source.sha256, cache_home()) if r.build.prebuilt else None
     return ShowResult(r.name, str(r.path), r.description, r.canonical(), tuple(str(p) for p in r.patch_files),
-                      r.path.read_text(), tuple(f.name for f in r.source.contains), _overridden(r, ov))
+                      r.path.read_text(), tuple(f.name for f in r.source.contains), _overridden(r, ov), package)
 
 
 def _overridden(r, ov) -> tuple[str, ...]:

@@ -216,7 +216,7 @@ def status_changes(prefix: Path, loaded: dict[tuple[int, int], str | None] | Non
             in_effect.append(InEffect(j.id, j.data["verb"], p.recipe, p.commit, p.version_before, p.version_after,
                                       tuple(p.actions[s["index"]].path for s in j.data["steps"]), art,
                                       artifact_origin(Path(art)) if art else None, _fixes_of(p.artifact_path),
-                                      redone_by=m.redone_by.get(j.id)))
+                                      redone_by=m.redone_by.get(j.id), package=_package_of(p.artifact_path)))
         here = _unfinished(d)
         unfinished += here
         busy = {p for j in _txn.pending(d) if any(u.id == j.id and u.running_pid for u in here) for p in j.files}
@@ -242,6 +242,21 @@ def _fixes_of(artifact_path: str | None) -> tuple[str, ...]:
         return read_manifest(art / MANIFEST).fixes
     except (OSError, RocmbuildError):
         return ()
+
+
+def _package_of(artifact_path: str | None) -> dict | None:
+    """The Debian package the artifact a transaction placed came from (its manifest's ``package``),
+    read as :func:`_fixes_of` reads ``fixes``; None when there is none, or it is gone or unreadable."""
+    if not artifact_path:
+        return None
+    art = Path(artifact_path)
+    try:
+        if not art.resolve().is_relative_to(artifacts_dir(cache_home()).resolve()):
+            return None
+        package = read_manifest(art / MANIFEST).package
+        return package.to_json() if package else None
+    except (OSError, RocmbuildError):
+        return None
 
 
 def _found_version(d: Drift, loaded: dict[tuple[int, int], str | None]) -> Drift:

@@ -232,7 +232,8 @@ def _prebuilt(data: Mapping[str, Any], build: Build, path: Path) -> None:
         return
     if "git" in data["source"]:
         raise _fail(path, "build.system", "[build] system = \"prebuilt\" needs an archive source, not git",
-                    "give [source] archive = URL|PATH with sha256 (.tar*, .zip or .whl)")
+                    "give [source] archive = URL|PATH with sha256 (.tar*, .zip, .whl or .deb; "
+                    "pypi:NAME==VERSION, apt:NAME=VERSION)")
     for table, keys in _COMPILE_ONLY.items():
         for k in keys:
             if k in data.get(table, {}):

@@ -44,10 +44,11 @@ class ShowResult(VerbResult):
     toml: str  # the recipe file as written (text output only)
     fixes: tuple[str, ...] = ()  # the names of [source] contains: what an artifact of it carries
     overridden: tuple[str, ...] = ()  # "key = value" the command line set (text only: the JSON's recipe has them)
+    package: Json = None  # a Debian package source: {format, name, version, architecture} (build/debarchive.py)
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "path": self.path, "description": self.description, "recipe": self.recipe,
-                "patch_files": list(self.patch_files), "fixes": list(self.fixes)}
+                "patch_files": list(self.patch_files), "fixes": list(self.fixes), "package": self.package}
 
 
 # plan, build
@@ -128,6 +129,7 @@ class BuildResult(VerbResult):
         return {
             "cached": art.cached, "artifact": str(art.path), "key": m.key, "recipe": m.recipe,
             "commit": m.commit, "version": m.version, "fixes": list(m.fixes), "log": self.log,
+            "package": m.package.to_json() if m.package else None,
             "substituted": self.substituted,
             "duration_s": seconds_json(self.duration_s),
             "libraries": [{"name": lib.name, "file": lib.file, "soname": lib.soname, "chain": list(lib.chain)}

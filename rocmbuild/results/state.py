@@ -28,6 +28,7 @@ class InEffect(Record):
     substituted: dict | None = None  # that artifact came from a binary cache: {url, bundle_sha256, signer, imported}
     fixes: tuple[str, ...] = ()  # the [source] contains names of the artifact placed (its manifest)
     redone_by: str | None = None  # undone once, then back in effect by this redo
+    package: dict | None = None  # the artifact's tree came from this Debian package: {format, name, version, architecture}
 
 
 @dataclass(frozen=True)
