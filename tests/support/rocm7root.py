@@ -24,7 +24,9 @@ Decisions:
   below it (a removal never descends into a mount: a bound /dev would be the host's).
 * Programs run with ``chroot ROOT /usr/bin/env -i`` and a fixed environment (the host's CA bundle
   copied in for pip); /proc and /dev are mounted by :class:`Mounts`, which unmounts in reverse
-  order and checks /proc/self/mountinfo that nothing stays mounted.
+  order and checks /proc/self/mountinfo that nothing stays mounted. /dev is a private tmpfs with
+  null, zero, full, random, urandom and tty, never a bind of the host's /dev: a tree removal that
+  reached it (pytest's cleanup of a basetemp another session renamed did) would empty the host's.
 * CLI (as root): ``python3 -m tests.support.rocm7root make`` makes (or finds) the cached root and
   prints its path; ``... run [--root DIR] CMD ARGS...`` runs a command inside a root and unmounts.
 """
@@ -35,6 +37,7 @@ import argparse
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -49,6 +52,7 @@ STAMP = ".rocmbuild-root.json"
 ROOT_FORMAT = 2  # bump when what the root holds changes: the cached one is then made anew
 PATH = "/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 CA_IN_ROOT = "/etc/ssl/certs/host-ca-bundle.crt"
+DEVICES = (("null", 1, 3), ("zero", 1, 5), ("full", 1, 7), ("random", 1, 8), ("urandom", 1, 9), ("tty", 5, 0))
 
 
 class RootError(Exception):
@@ -126,9 +130,20 @@ class Mounts:
         self.points.append(point)
 
     def system(self) -> None:
-        """/proc and /dev, as a program inside needs them."""
+        """/proc, and a private /dev (a small tmpfs with the usual character devices): never a bind
+        of the host's /dev, which anything removing the root's tree would empty."""
         self.mount(["-t", "proc", "proc"], self.root / "proc")
-        self.mount(["--bind", "/dev"], self.root / "dev")
+        dev = self.root / "dev"
+        self.mount(["-t", "tmpfs", "-o", "mode=0755,size=1m,nosuid", "rocmbuild-dev"], dev)
+        for name, major, minor in DEVICES:
+            os.mknod(dev / name, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
+            os.chmod(dev / name, 0o666)
+        for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                             ("stderr", "/proc/self/fd/2"), ("ptmx", "pts/ptmx")):
+            os.symlink(target, dev / name)
+        (dev / "pts").mkdir()
+        (dev / "shm").mkdir()
+        os.chmod(dev / "shm", 0o1777)
 
     def close(self) -> None:
         errors = []

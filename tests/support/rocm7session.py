@@ -14,6 +14,8 @@ Decisions:
 * The fake torch is tests/support/fake_torch.py, as everywhere else; its ``load`` is the path
   inside the root. The real ``miopenGetVersion`` answers through ctypes, as in
   ``torch.backends.cudnn.version()``.
+* The work dir (overlay upper, mount point) is ``$TMPDIR/rocmbuild-rocm7-<pid>-*``, outside
+  pytest's basetemp: concurrent pytest sessions rename and remove each other's old basetemps.
 * Teardown kills (by pid) every process whose root is the session's overlay, unmounts in reverse
   order and checks /proc/self/mountinfo: a mount left behind fails the session.
 """
@@ -26,6 +28,7 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 import tomllib
 from pathlib import Path
@@ -61,6 +64,18 @@ def build_standin(out: Path, version: str) -> Path:
           f"-DMIOPEN_STANDIN_MINOR={minor}", f"-DMIOPEN_STANDIN_PATCH={patch}", "-o", str(out), str(src)],
          "compiling the stand-in libMIOpen")
     return out
+
+
+def session_dir() -> Path:
+    """A new work dir for a session, ``$TMPDIR/rocmbuild-rocm7-<pid>-XXXX``: never under pytest's
+    basetemp, which a concurrent pytest may rename and remove while mounts are under it. Work dirs
+    of sessions whose process is gone are removed first (unmounted, then deleted)."""
+    base = Path(tempfile.gettempdir())
+    for old in base.glob("rocmbuild-rocm7-*-*"):
+        pid = old.name.split("-")[2]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            remove_tree(old)
+    return Path(tempfile.mkdtemp(prefix=f"rocmbuild-rocm7-{os.getpid()}-", dir=base))
 
 
 def _deps() -> list[str]:
