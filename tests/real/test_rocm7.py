@@ -62,33 +62,33 @@ def rocm7():
             lower, full = ensure_small_root(log=print), False
         except RootError as exc:
             pytest.skip(f"the small ROCm 7 root cannot be made: {exc}")
-    work = session_dir()
-    canary = work / "canary.bin"
-    canary.write_bytes(os.urandom(4096))
     try:
         deps_layer(lower)  # rocmbuild's dependencies from PyPI, once per root (cached)
     except RootError as exc:
         pytest.skip(f"rocmbuild's dependencies cannot be installed in the ROCm 7 root: {exc}")
-    s = RootSession(lower, work / "session", full=full).start()  # a broken install of this checkout fails
+    work = session_dir()
+    s = RootSession(lower, work / "session", full=full)
     try:
-        facts = {}
+        s.start()  # a broken install of this checkout fails the session (not a skip)
+        canary = work / "canary.bin"
+        canary.write_bytes(os.urandom(4096))
         for version, name in DEBS.items():
             out = f"/tmp/deb-{version}"
             s.run_checked(["dpkg-deb", "-x", f"/debs/{name}", out], f"dpkg-deb -x {name}")
-            facts[version] = {"deb": f"/debs/{name}", "deb_sha": sha(s.host(f"/debs/{name}")),
-                              "so": s.host(f"{out}/{SO}"), "so_sha": sha(s.host(f"{out}/{SO}")),
-                              "grep": s.host(f"{out}/{SO}").read_bytes().count(b"MIO_BN_GFX115X")}
-        assert facts["3.5.1"]["grep"] > 0 and facts["3.4.0"]["grep"] == 0, facts  # the premise, in the bytes
-        s.facts = facts
+            s.facts[version] = {"deb": f"/debs/{name}", "deb_sha": sha(s.host(f"/debs/{name}")),
+                                "so": s.host(f"{out}/{SO}"), "so_sha": sha(s.host(f"{out}/{SO}")),
+                                "grep": s.host(f"{out}/{SO}").read_bytes().count(b"MIO_BN_GFX115X")}
+        # the premise, in the bytes: 3.5.1 carries the fix, 3.4.0 does not
+        assert s.facts["3.5.1"]["grep"] > 0 and s.facts["3.4.0"]["grep"] == 0, s.facts
         # outside every root: a host file; inside the root, outside every env: the .deb files rocmbuild reads
-        s.canaries = {p: p.read_bytes() for p in [canary, *(s.host(f["deb"]) for f in facts.values())]}
+        s.canaries = {p: p.read_bytes() for p in [canary, *(s.host(f"/debs/{n}") for n in DEBS.values())]}
         s.standins = {v: build_standin(work / f"standin-{v}.so", v) for v in ("3.5.0", "3.4.0")}
         yield s
     finally:
         try:
             s.close()
         finally:
-            remove_tree(work)  # unmounts first; refuses to descend into a mount
+            remove_tree(work)  # unmounts first; never descends into a mount
     assert not mounts_below(work), "a mount outlived the session"
 
 
@@ -212,7 +212,7 @@ def test_a_torch_compiled_against_34_refuses_the_real_351_before_any_swap(rocm7,
              "--env", env)
     assert r.returncode == 2, out(r)
     text = out(r)
-    assert "3.4" in text and "3.5.1" in text and "nothing was changed" in text, text
+    assert "3.4.0" in text and "3.5.1" in text and "nothing was changed" in text, text
     assert state(s, env) == before
     ch = status(s, env)["changes"]
     assert ch["in_effect"] == [] and ch["unfinished"] == [], ch  # no transaction was started

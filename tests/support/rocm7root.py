@@ -28,7 +28,8 @@ Decisions:
   null, zero, full, random, urandom and tty, never a bind of the host's /dev: a tree removal that
   reached it (pytest's cleanup of a basetemp another session renamed did) would empty the host's.
 * CLI (as root): ``python3 -m tests.support.rocm7root make`` makes (or finds) the cached root and
-  prints its path; ``... run [--root DIR] CMD ARGS...`` runs a command inside a root and unmounts.
+  prints its path; ``... run [--root DIR] CMD ARGS...`` runs a command inside a root, on an overlay
+  in a temp dir (the root is not written; what the command writes is discarded), and unmounts.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -117,8 +119,8 @@ def remove_tree(path: Path) -> None:
 
 
 class Mounts:
-    """Mounts made for a root; :meth:`close` unmounts them in reverse order (and whatever else is
-    mounted below the root) and checks that nothing stays."""
+    """Mounts made for a root; :meth:`close` unmounts them (only them: a shared root may carry
+    mounts of others) in reverse order, lazily when busy."""
 
     def __init__(self, root: Path):
         self.root = Path(root)
@@ -153,7 +155,6 @@ class Mounts:
                 errors.append(f"{point}: {r.stderr.strip()}")
                 subprocess.run(["umount", "-l", str(point)], capture_output=True)
         self.points.clear()
-        unmount_all(self.root)
         if errors:
             raise RootError("unmounting needed a lazy umount: " + "; ".join(errors))
 
@@ -162,6 +163,18 @@ class Mounts:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def overlay(mounts: Mounts, lowers: list[Path], upper: Path, work: Path) -> None:
+    """Mount an overlay of ``lowers`` (first = top) with ``upper`` at ``mounts.root``, then /proc and
+    /dev inside, and the host's resolv.conf and CA bundle (into the upper dir): the lowers are
+    never written."""
+    upper.mkdir(parents=True, exist_ok=True)
+    work.mkdir(parents=True, exist_ok=True)
+    lowerdir = ":".join(str(p) for p in lowers)
+    mounts.mount(["-t", "overlay", "overlay", "-o", f"lowerdir={lowerdir},upperdir={upper},workdir={work}"], mounts.root)
+    mounts.system()
+    prepare_network(mounts.root)
 
 
 def chroot_argv(root: Path, argv: list[str], env: dict[str, str] | None = None) -> list[str]:
@@ -282,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python3 -m tests.support.rocm7root", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("make", help="make (or find) the cached small root and print its path")
-    run = sub.add_parser("run", help="run a command inside a root (mounts /proc and /dev, unmounts after)")
+    run = sub.add_parser("run", help="run a command inside a root, on an overlay (what it writes is discarded)")
     run.add_argument("--root", type=Path, help="the root (default: the cached small root)")
     run.add_argument("command", nargs=argparse.REMAINDER)
     a = p.parse_args(argv)
@@ -292,13 +305,16 @@ def main(argv: list[str] | None = None) -> int:
             print(root)
             print(json.dumps(read_stamp(root)), file=sys.stderr)
             return 0
-        root = (a.root or ensure_small_root()).resolve()
         if not a.command:
             p.error("run needs a command")
-        prepare_network(root)
-        with Mounts(root) as m:
-            m.system()
-            return subprocess.run(chroot_argv(root, a.command)).returncode
+        root = (a.root or ensure_small_root()).resolve()
+        scratch = Path(tempfile.mkdtemp(prefix="rocmbuild-rocm7-run-"))
+        try:
+            with Mounts(scratch / "merged") as m:
+                overlay(m, [root], scratch / "upper", scratch / "work")
+                return subprocess.run(chroot_argv(m.root, a.command)).returncode
+        finally:
+            remove_tree(scratch)
     except RootError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

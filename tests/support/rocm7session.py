@@ -34,8 +34,8 @@ import tomllib
 from pathlib import Path
 
 from tests.support.fake_torch import DEFAULT_KNOBS, write_torch
-from tests.support.rocm7root import (Mounts, RootError, _run, cache_root, chroot_argv, mounts_below, prepare_network,
-                                     read_stamp, remove_tree)
+from tests.support.rocm7root import (Mounts, RootError, _run, cache_root, chroot_argv, mounts_below, overlay, read_stamp,
+                                     remove_tree)
 
 REPO = Path(__file__).resolve().parents[2]
 VENV = "/opt/rocmbuild"
@@ -81,17 +81,6 @@ def session_dir() -> Path:
 def _deps() -> list[str]:
     meta = tomllib.loads((REPO / "pyproject.toml").read_text())
     return sorted(meta["build-system"]["requires"]) + sorted(meta["project"]["dependencies"])
-
-
-def overlay(mounts: Mounts, lowers: list[Path], upper: Path, work: Path) -> None:
-    """Mount an overlay of ``lowers`` (first = top) with ``upper`` at ``mounts.root``, then /proc and
-    /dev inside, and the host's resolv.conf and CA bundle (into the upper dir)."""
-    upper.mkdir(parents=True, exist_ok=True)
-    work.mkdir(parents=True, exist_ok=True)
-    lowerdir = ":".join(str(p) for p in lowers)
-    mounts.mount(["-t", "overlay", "overlay", "-o", f"lowerdir={lowerdir},upperdir={upper},workdir={work}"], mounts.root)
-    mounts.system()
-    prepare_network(mounts.root)
 
 
 def run_in(root: Path, argv: list[str], *, timeout: float = 600, env: dict[str, str] | None = None):
