@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.rocm7root import DEBS, MIOPEN_NEW, RootError, ensure_small_root, mounts_below, remove_tree
+from tests.support.rocm7root import (DEBS, MIOPEN_NEW, Mounts, RootError, ensure_small_root, mounts_below, remove_tree,
+                                     runtime_of)
 from tests.support.rocm7session import RootSession, build_standin, deps_layer, session_dir
 from tests.support.snapshots import inodes, snapshot
 
@@ -242,3 +243,40 @@ def test_an_apt_archive_inside_the_root(rocm7, canaries_stay):
     assert r.returncode == 0, out(r)
     assert sha(loaded(s, env).resolve()) == f["so_sha"]
     assert s.torch_version_int(env) == 3005001
+
+
+def test_the_runtime_is_the_packages_depends_less_its_test_data():
+    shown = ("Package: libmiopen1\nVersion: 7.2.4+dfsg-1\nDepends: libclang-common-22-dev, libmiopen-tests-data "
+             "(= 7.2.4+dfsg-1), libamdhip64-7 (>= 7.1.0), libfoo1 | libfoo2, librocblas5 (>= 7.2.3~)\n"
+             "Description: x\n Depends: not a field\n")
+    assert runtime_of(shown) == ["libclang-common-22-dev", "libamdhip64-7", "libfoo1", "librocblas5"]
+    with pytest.raises(RootError, match="no Depends"):
+        runtime_of("Package: libmiopen1\n")
+
+
+@pytest.fixture
+def as_root():
+    if os.geteuid() != 0:
+        pytest.skip("mount needs root")
+
+
+def test_a_sessions_mounts_go_and_its_dev_is_private(as_root, tmp_path):
+    """What Mounts.system() mounts is a proc and a tmpfs /dev of its own (never the host's /dev);
+    close() leaves nothing mounted; remove_tree unmounts what a killed session left, then removes."""
+    root = tmp_path / "r"
+    m = Mounts(root)
+    try:
+        m.system()
+        dev = root / "dev"
+        assert os.major((dev / "null").stat().st_rdev) == 1 and os.minor((dev / "null").stat().st_rdev) == 3
+        assert (dev / "null").stat().st_dev != Path("/dev/null").stat().st_dev  # not the host's devtmpfs
+        (dev / "null").write_bytes(b"x")  # a working device
+        assert sorted(p.name for p in mounts_below(root)) == ["dev", "proc"]
+    finally:
+        m.close()
+    assert mounts_below(root) == []
+    left = Mounts(root)
+    left.system()  # as a killed session would leave them
+    remove_tree(root)
+    assert not root.exists() and mounts_below(tmp_path) == []
+    assert Path("/dev/null").exists() and Path("/proc/self").exists()

@@ -35,6 +35,8 @@ Decisions:
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -263,6 +265,25 @@ def read_stamp(root: Path) -> dict | None:
         return None
 
 
+@contextlib.contextmanager
+def locked(path: Path):
+    """An exclusive ``flock`` on ``path`` (made when missing) while the block runs: two sessions
+    never make the same cached thing at once (the second waits, then finds it made)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
+def remove_stale(parent: Path, pattern: str, log=print) -> None:
+    """Remove ``parent/pattern`` entries named ``...-<pid>`` whose process is gone (half made)."""
+    for old in parent.glob(pattern):
+        pid = old.name.rsplit("-", 1)[-1]
+        if not (pid.isdigit() and Path(f"/proc/{pid}").exists()):
+            log(f"removing a half-made {old}")
+            remove_tree(old)
+
+
 def ensure_small_root(log=print) -> Path:
     """The cached small root (made when missing, stale or half made); returns its path."""
     if os.geteuid() != 0:
@@ -271,22 +292,21 @@ def ensure_small_root(log=print) -> Path:
     stamp = read_stamp(root)
     if stamp and stamp.get("format") == ROOT_FORMAT:
         return root
-    root.parent.mkdir(parents=True, exist_ok=True)
-    for old in root.parent.glob(root.name + ".tmp-*"):
-        pid = old.name.rsplit("-", 1)[-1]
-        if not (pid.isdigit() and Path(f"/proc/{pid}").exists()):
-            log(f"removing a half-made root: {old}")
-            remove_tree(old)
-    tmp = root.with_name(f"{root.name}.tmp-{os.getpid()}")
-    log(f"making the small ROCm 7 root in {tmp} (Debian sid + experimental, about 1.5 GB) ...")
-    try:
-        stamp = build_root(tmp, log)
-        if os.path.lexists(root):
-            remove_tree(root)
-        os.replace(tmp, root)
-    except BaseException:
-        remove_tree(tmp)
-        raise
+    with locked(root.with_name(root.name + ".lock")):
+        stamp = read_stamp(root)
+        if stamp and stamp.get("format") == ROOT_FORMAT:
+            return root  # made by another session while this one waited
+        remove_stale(root.parent, root.name + ".tmp-*", log)
+        tmp = root.with_name(f"{root.name}.tmp-{os.getpid()}")
+        log(f"making the small ROCm 7 root in {tmp} (Debian sid + experimental, about 1.5 GB) ...")
+        try:
+            stamp = build_root(tmp, log)
+            if os.path.lexists(root):
+                remove_tree(root)
+            os.replace(tmp, root)
+        except BaseException:
+            remove_tree(tmp)
+            raise
     log(f"root ready: {root} ({stamp['bytes'] / 1e9:.2f} GB in {stamp['seconds']} s)")
     return root
 

@@ -34,8 +34,8 @@ import tomllib
 from pathlib import Path
 
 from tests.support.fake_torch import DEFAULT_KNOBS, write_torch
-from tests.support.rocm7root import (Mounts, RootError, _run, cache_root, chroot_argv, mounts_below, overlay, read_stamp,
-                                     remove_tree)
+from tests.support.rocm7root import (Mounts, RootError, _run, cache_root, chroot_argv, locked, mounts_below, overlay,
+                                     read_stamp, remove_stale, remove_tree)
 
 REPO = Path(__file__).resolve().parents[2]
 VENV = "/opt/rocmbuild"
@@ -74,7 +74,7 @@ def session_dir() -> Path:
     for old in base.glob("rocmbuild-rocm7-*-*"):
         pid = old.name.split("-")[2]
         if pid.isdigit() and not Path(f"/proc/{pid}").exists():
-            remove_tree(old)
+            remove_tree(old)  # a killed session's: unmounted first
     return Path(tempfile.mkdtemp(prefix=f"rocmbuild-rocm7-{os.getpid()}-", dir=base))
 
 
@@ -114,24 +114,27 @@ def deps_layer(lower: Path, log=print) -> Path:
     layer = cache_root() / "rocm7-venv" / key
     if (layer / "ready").exists():
         return layer / "upper"
-    log(f"installing rocmbuild's dependencies into a venv for {lower} (cached in {layer}) ...")
-    tmp = layer.with_name(f"{key}.tmp-{os.getpid()}")
-    remove_tree(tmp)
-    merged = tmp / "merged"
-    try:
-        with Mounts(merged) as m:
-            overlay(m, [lower], tmp / "upper", tmp / "work")
-            run_checked(merged, ["python3", "-m", "venv", VENV], "making the venv for rocmbuild")
-            run_checked(merged, [f"{VENV}/bin/pip", "install", "-q", "--no-cache-dir", "--disable-pip-version-check",
-                                 *_deps()], "pip install of rocmbuild's dependencies", timeout=900)
-        shutil.rmtree(tmp / "work")
-        merged.rmdir()
-        (tmp / "ready").write_text(json.dumps({"root": str(lower), "python": py, "deps": _deps()}) + "\n")
-        remove_tree(layer)
-        os.replace(tmp, layer)
-    except BaseException:
-        remove_tree(tmp)
-        raise
+    with locked(layer.with_name(key + ".lock")):
+        if (layer / "ready").exists():
+            return layer / "upper"  # made by another session while this one waited
+        remove_stale(layer.parent, key + ".tmp-*", log)
+        log(f"installing rocmbuild's dependencies into a venv for {lower} (cached in {layer}) ...")
+        tmp = layer.with_name(f"{key}.tmp-{os.getpid()}")
+        merged = tmp / "merged"
+        try:
+            with Mounts(merged) as m:
+                overlay(m, [lower], tmp / "upper", tmp / "work")
+                run_checked(merged, ["python3", "-m", "venv", VENV], "making the venv for rocmbuild")
+                run_checked(merged, [f"{VENV}/bin/pip", "install", "-q", "--no-cache-dir", "--disable-pip-version-check",
+                                     *_deps()], "pip install of rocmbuild's dependencies", timeout=900)
+            shutil.rmtree(tmp / "work")
+            merged.rmdir()
+            (tmp / "ready").write_text(json.dumps({"root": str(lower), "python": py, "deps": _deps()}) + "\n")
+            remove_tree(layer)
+            os.replace(tmp, layer)
+        except BaseException:
+            remove_tree(tmp)
+            raise
     return layer / "upper"
 
 
