@@ -49,6 +49,8 @@ RPM_MAGIC = b"\xed\xab\xee\xdb"
 HEADER = 60
 MAX_CONTROL = 64 << 20  # decompressed bytes of control.tar read at most
 MAX_CONTROL_FILE = 1 << 20  # the control file itself
+RPM_HINT = ("unpack it by hand (mkdir t && cd t && rpm2cpio FILE.rpm | cpio -idm), pack the tree "
+            "(tar czf tree.tar.gz -C t .) and give that with file:// and its sha256")
 _COMPRESSED = {"": None, ".gz": "gz", ".xz": "xz", ".zst": "zst", ".bz2": "bz2"}
 _CONTROL_EXT = ("", ".gz", ".xz", ".zst")
 _FIELDS = {"Package": re.compile(r"[a-z0-9][a-z0-9+.-]+"),
@@ -57,11 +59,12 @@ _FIELDS = {"Package": re.compile(r"[a-z0-9][a-z0-9+.-]+"),
 
 
 class DebFormatError(Exception):
-    """The file is not a Debian binary package we read; ``truncated``: it ends too early."""
+    """The file is not a Debian binary package we read; ``truncated``: it ends too early; ``hint``:
+    what to do, when it is not "give a package as dpkg-deb writes it"."""
 
-    def __init__(self, message: str, *, truncated: bool = False) -> None:
+    def __init__(self, message: str, *, truncated: bool = False, hint: str | None = None) -> None:
         super().__init__(message)
-        self.truncated = truncated
+        self.truncated, self.hint = truncated, hint
 
 
 @dataclass(frozen=True)
@@ -229,7 +232,13 @@ def decompressed(raw: IO[bytes], kind: str | None) -> IO[bytes]:
         return lzma.LZMAFile(raw)
     if kind == "bz2":
         return bz2.BZ2File(raw)
-    return _zstd().ZstdFile(raw)
+    try:
+        zstd = _zstd()
+    except ImportError as exc:
+        raise DebFormatError("its members are zstd-compressed and this Python has no zstd module",
+                             hint="install rocmbuild with its dependencies: before Python 3.14 that includes "
+                                  "backports.zstd (pip install backports.zstd)") from exc
+    return zstd.ZstdFile(raw)
 
 
 class _Budget(io.RawIOBase):

@@ -40,7 +40,6 @@ Decisions:
 
 from __future__ import annotations
 
-import bz2  # noqa: F401 (bz2's errors are OSError)
 import copy
 import gzip
 import lzma
@@ -54,7 +53,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional
 
 from rocmbuild.build.archive import unsafe_member
-from rocmbuild.build.debarchive import DebFormatError, DebReader, Package, is_deb, is_rpm, zstd_errors
+from rocmbuild.build.debarchive import RPM_HINT, DebFormatError, DebReader, Package, is_deb, is_rpm, zstd_errors
 from rocmbuild.build.ziparchive import ZipReader, is_zip
 from rocmbuild.disk import CHUNK
 from rocmbuild.errors import BuildFilesystemError, CorruptArchiveError, FetchError
@@ -331,8 +330,8 @@ def _not_deb(archive: Path, exc: DebFormatError) -> FetchError:
     if exc.truncated:
         return corrupt(archive, exc)
     return FetchError(f"{archive.name} is an ar archive but not a Debian binary package rocmbuild reads: {exc}; "
-                      "nothing was extracted", "give a .deb as dpkg-deb --build writes it (dpkg-deb --info FILE "
-                      "shows what it holds)", details={"archive": str(archive), "reason": str(exc)})
+                      "nothing was extracted", exc.hint or "give a .deb as dpkg-deb --build writes it (dpkg-deb "
+                      "--info FILE shows what it holds)", details={"archive": str(archive), "reason": str(exc)})
 
 
 def _open(archive: Path):
@@ -343,10 +342,7 @@ def _open(archive: Path):
             except CORRUPT as exc:  # a member that is not what its name says, cut short
                 raise corrupt(archive, exc) from exc
         if is_rpm(archive):
-            raise FetchError(f"{archive.name} is an RPM package: rocmbuild does not read RPMs",
-                             "unpack it by hand (mkdir t && cd t && rpm2cpio FILE.rpm | cpio -idm), pack the tree "
-                             "(tar czf tree.tar.gz -C t .) and give that with file:// and its sha256",
-                             details={"archive": str(archive)})
+            raise FetchError(f"{archive.name} is an RPM package: rocmbuild does not read RPMs", RPM_HINT)
         return ZipReader(archive) if is_zip(archive) else tarfile.open(archive, "r:*")
     except DebFormatError as exc:
         raise _not_deb(archive, exc) from exc
@@ -355,10 +351,8 @@ def _open(archive: Path):
 
 
 def _check_space(planned: list[tuple[tarfile.TarInfo, Parts]], archive: Path, root: int, dest: Path) -> None:
-    need = sum(m.size for m, _ in planned if m.isreg())
-    st = os.fstatvfs(root)
-    free = st.f_bavail * st.f_frsize
-    if need > free:
+    need, st = sum(m.size for m, _ in planned if m.isreg()), os.fstatvfs(root)
+    if need > (free := st.f_bavail * st.f_frsize):
         raise BuildFilesystemError(
             f"no space to extract {archive.name}: its members declare {need} bytes, {free} are free in {dest}; "
             "nothing was extracted",

@@ -8,7 +8,6 @@ unknown version (exit 3, apt's words and ``apt-cache policy``), a hostile .deb (
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sys
@@ -29,10 +28,6 @@ WORDS = "from Debian package libmiopen1 7.2.4+dfsg-1 (amd64)"
 def deb(fixture_libs, tmp_path) -> tuple[Path, str]:
     path = tmp_path / "libmiopen1_7.2.4+dfsg-1_amd64.deb"
     return path, write_deb(path, tree_entries(fixture_libs("3.5.1")), compression="zst")
-
-
-def _sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def test_a_deb_by_file_url_builds_applies_and_rolls_back(tmp_path, deb, shims, target_env, fixture_libs):

@@ -269,3 +269,28 @@ def test_control_fields_take_the_first_of_each_and_ignore_the_rest():
     pkg = debarchive.parse_control(CONTROL + b"Version: 9.9\nDepends: libamdhip64-7 (>= 7.2)\n")
     assert pkg.to_json() == {"format": "deb", "name": "libmiopen1", "version": "7.2.4+dfsg-1",
                              "architecture": "amd64"}
+
+
+def test_a_zstd_package_without_a_zstd_module_says_what_to_install(tmp_path, fenced, monkeypatch):
+    deb = tmp_path / "z.deb"
+    write_deb(deb, TREE, compression="zst")
+
+    def missing():
+        raise ImportError("No module named 'backports'")
+
+    monkeypatch.setattr(debarchive, "_zstd", missing)
+    dest, untouched = fenced
+    with pytest.raises(FetchError) as ei:
+        extract.safe_extract(deb, dest, subdir="usr")
+    assert "no zstd module" in ei.value.message and "backports.zstd" in ei.value.hint
+    untouched()
+
+
+def test_a_hardlink_inside_the_subdir_is_kept_with_dpkgs_dot_slash_names(tmp_path):
+    deb = tmp_path / "h.deb"
+    write_deb(deb, TREE + [("./usr/lib/x86_64-linux-gnu/libMIOpen.so.1.0.copy", "hardlink",
+                            "./usr/lib/x86_64-linux-gnu/libMIOpen.so.1.0")])
+    extract.safe_extract(deb, tmp_path / "t", subdir="usr")
+    lib = tmp_path / "t" / "lib" / "x86_64-linux-gnu"
+    assert (lib / "libMIOpen.so.1.0.copy").read_bytes() == LIB
+    assert os.stat(lib / "libMIOpen.so.1.0.copy").st_ino == os.stat(lib / "libMIOpen.so.1.0").st_ino

@@ -94,3 +94,16 @@ def test_the_cudnn_recipe_builds_from_a_local_copy_of_the_real_wheel():
     assert len(names) >= 8  # the whole libcudnn* set
     tree = Path(data["artifact"]) / "tree"
     assert sorted(os.listdir(tree)) == ["include", "lib"]
+
+
+def test_the_example_debian_package_recipe_loads_and_show_names_the_package():
+    """examples/recipes/miopen-3.5.1-deb.toml (the real libmiopen1 7.2.4 .deb by apt:; its build
+    is the real-root tests' to run): parsed offline, and show says what it pins before any fetch."""
+    path = REPO / "examples" / "recipes" / "miopen-3.5.1-deb.toml"
+    r = parse(path.read_text(), path)
+    assert r.build.prebuilt and r.source.archive == "apt:libmiopen1=7.2.4+dfsg-1" and r.source.subdir == "usr"
+    assert r.install.libraries == ("libMIOpen",) and r.verify.version == "3.5.1"
+    out = rb("show", str(path), "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["package"] == {"format": "deb", "name": "libmiopen1", "version": "7.2.4+dfsg-1",
+                                                  "architecture": None}
