@@ -147,8 +147,9 @@ def refuse_needed(artifact: Artifact, t, libdir: Path) -> "needed.Needed":
     a SONAME found nowhere warned about; before anything is written."""
     from rocmbuild.target import needed
 
-    verdict = needed.check(artifact.tree, [lib.file for lib in artifact.manifest.libraries], t.report, libdir,
-                           env=t.activation.extras())
+    libs = artifact.manifest.libraries
+    verdict = needed.check(artifact.tree, [lib.file for lib in libs], t.report, libdir, env=t.activation.extras(),
+                           sonames=[lib.soname for lib in libs])
     if verdict.conflicts:
         raise needed_refusal(verdict, t.prefix)
     for rel, need in verdict.missing:

@@ -143,10 +143,12 @@ def _expand(entry: str, origin: Path) -> str:
 
 
 def check(tree: Path, library_files: Iterable[str], report: ProbeReport, libdir: Path, *,
-          env: Mapping[str, str | None] | None = None, system: dict[str, str] | None = None) -> Needed:
-    """The artifact's libraries (``library_files``, relative to ``tree``) against the target whose
-    probe is ``report``, the library swapped into ``libdir`` (see the module notes). ``env``: the
-    target's activation (its ``LD_LIBRARY_PATH``); ``system``: ``ldconfig -p``'s names (None: asked)."""
+          env: Mapping[str, str | None] | None = None, system: dict[str, str] | None = None,
+          sonames: Iterable[str | None] = ()) -> Needed:
+    """The artifact's libraries (``library_files``, relative to ``tree``; ``sonames``: theirs)
+    against the target whose probe is ``report``, the library swapped into ``libdir`` (see the
+    module notes). ``env``: the target's activation (its ``LD_LIBRARY_PATH``); ``system``:
+    ``ldconfig -p``'s names (None: asked)."""
     files = tuple(library_files)
     mapped: dict[str, LoadedLibrary] = {}
     for lib in report.mapped or report.libraries:
@@ -154,7 +156,8 @@ def check(tree: Path, library_files: Iterable[str], report: ProbeReport, libdir:
     by_stem: dict[str, list[str]] = {}
     for name in mapped:
         by_stem.setdefault(stem(name), []).append(name)
-    own = {soname_from_name(os.path.basename(f)) for f in files} | {os.path.basename(f) for f in files}
+    own = ({soname_from_name(os.path.basename(f)) for f in files} | {os.path.basename(f) for f in files}
+           | {n for n in sonames if n})
     elves: dict[str, Elf] = {}
     skipped = []
     for rel in files:

@@ -177,3 +177,16 @@ def test_the_check_reads_dt_needed_and_the_mapped_sonames(tmp_path, libs):
     assert not ok.conflicts and not ok.missing and ok.checked == ("libMIOpen.so.1.0",)
     assert needed.stem("libboost_filesystem.so.1.90.0") == "libboost_filesystem"
     assert needed.rocm_of("libamdhip64.so.7") == "ROCm 7" and needed.rocm_of("librocblas.so.5") is None
+
+
+def test_ldconfig_names_count_as_found(tmp_path, libs):
+    names = needed.ldconfig_names()
+    if names is not None:  # a machine with an ldconfig: its cache holds the C library
+        assert "libc.so.6" in names and names["libc.so.6"].startswith("/")
+    report = ProbeReport.from_json({})
+    far = tmp_path / "nowhere-lib"
+    missing = needed.check(libs["new-nowhere"], ["libMIOpen.so.1.0"], report, far, system={})
+    assert ("libMIOpen.so.1.0", "libnowhere.so.1") in missing.missing
+    cached = needed.check(libs["new-nowhere"], ["libMIOpen.so.1.0"], report, far,
+                          system={"libnowhere.so.1": "/somewhere/libnowhere.so.1", "libamdhip64.so.6": "/x"})
+    assert not cached.missing and not cached.conflicts
