@@ -314,7 +314,9 @@ def build_plan(name: str, recipes_dirs: Sequence[str] = (), overrides: Overrides
                 "build": cmake.build_argv(r.build, build_dir), "install": cmake.install_argv(build_dir)}
     if r.source.contains:
         notes.append("contains: " + "; ".join(f.name for f in r.source.contains)
-                     + " (checked after the fetch, before configure: a source without one is refused)")
+                     + (" (searched in the artifact's files after the extraction: an archive without one is refused)"
+                        if r.build.prebuilt else " (checked after the fetch, before configure: a source without one "
+                        "is refused; then searched in the built libraries too)"))
     if r.build.prebuilt:
         commands = {}  # nothing runs: the archive's subtree is the install tree
         notes.append(f"prebuilt: '{r.source.subdir or '/'}' of {source.checkout_path(r, home)} is extracted "

@@ -25,7 +25,7 @@ Constraints and decisions:
   second quietly returns the number. Both outcomes are reported (``version_int`` /
   ``version_error`` and ``version_int_retry``).
 * Loaded libraries come from ``/proc/self/maps`` (``libMIOpen*``, ``libamdhip64*``,
-  ``libcudnn*``): the kernel shows the real file (symlinks resolved) with the device
+  ``libcudnn*``; ``mapped``: every shared object, for the DT_NEEDED check): the kernel shows the real file (symlinks resolved) with the device
   (``major:minor`` in hex) and inode it mapped, so identity is exact without hashing. sha256 only
   with ``--hash`` (a real libMIOpen is ~1 GiB); the hashed file's inode is checked against the
   mapped one, and a mismatch is reported instead of a wrong hash.
@@ -60,8 +60,14 @@ def _kind(path):
     return None
 
 
-def read_maps(maps_path="/proc/self/maps"):
-    """Every mapped libMIOpen/libamdhip64/libcudnn file, once each, in first-mapped order."""
+def _shared_object(path):
+    base = os.path.basename(path)
+    return base.endswith(".so") or ".so." in base
+
+
+def read_maps(maps_path="/proc/self/maps", every=False):
+    """Every mapped libMIOpen/libamdhip64/libcudnn file (``every``: every mapped shared object,
+    ``kind`` None for the others), once each, in first-mapped order."""
     seen = {}
     with open(maps_path) as f:
         for line in f:
@@ -76,7 +82,7 @@ def read_maps(maps_path="/proc/self/maps"):
             if not path.startswith("/"):
                 continue
             kind = _kind(path)
-            if kind is None:
+            if kind is None and not (every and _shared_object(path)):
                 continue
             key = (path, dev, inode)
             if key in seen:
@@ -330,6 +336,10 @@ def probe(want_hash=False, smoke=False):
     elif smoke:
         out["smoke"] = {"status": "skipped", "reason": "torch did not import", "node": None}
     out["libraries"] = _libraries(want_hash, errors)
+    try:  # what the process provides to a library swapped in (its SONAMEs are read by rocmbuild)
+        out["mapped"] = read_maps(every=True)
+    except OSError as exc:
+        errors["/proc/self/maps (every shared object)"] = _exc_text(exc)
     return out
 
 
