@@ -34,7 +34,8 @@ ROOT_ENV = "ROCMBUILD_TEST_ROCM7_ROOT"
 SO = "usr/lib/x86_64-linux-gnu/libMIOpen.so.1.0"
 FIX = "gfx115x batch-norm fix"
 CONTAINS = f'contains = [{{ name = "{FIX}", grep = "MIO_BN_GFX115X", path = "lib/x86_64-linux-gnu" }}]'
-HAS_DEB = (Path(__file__).resolve().parents[2] / "rocmbuild" / "build" / "debarchive.py").exists()
+REPO = Path(__file__).resolve().parents[2]
+HAS_DEB = (REPO / "rocmbuild" / "build" / "debarchive.py").exists()
 NO_DEB = "rocmbuild cannot read .deb archives yet (branch wt-deb, issue 24, not merged here)"
 NO_CONTAINS = ("rocmbuild refuses [source] contains on a prebuilt recipe ('does not apply to a prebuilt build'): "
                "fixes found in an artifact's bytes come with branch wt-contains (issue 24), not merged here")
@@ -280,3 +281,24 @@ def test_a_sessions_mounts_go_and_its_dev_is_private(as_root, tmp_path):
     remove_tree(root)
     assert not root.exists() and mounts_below(tmp_path) == []
     assert Path("/dev/null").exists() and Path("/proc/self").exists()
+
+
+def test_a_rocm6_torch_refuses_the_rocm7_library_before_any_swap(rocm7, canaries_stay):
+    """A torch that loads the real HIP 6 (libamdhip64.so.6, as a ROCm 6 wheel does) and the real
+    3.5.1 of ROCm 7.2, which needs libamdhip64.so.7: refused before any swap, naming both. The
+    real HIP 6 is only in the full root."""
+    if not rocm7.full:
+        pytest.skip(f"the real HIP 6 (libamdhip64.so.6) is not in the small root: set {ROOT_ENV}")
+    needs_deb()
+    if not (REPO / "rocmbuild" / "target" / "needed.py").exists():
+        pytest.xfail("rocmbuild does not check an artifact's DT_NEEDED before a swap yet (branch wt-contains, issue 24)")
+    s, f = rocm7, rocm7.facts["3.5.1"]
+    hip6 = "/usr/lib/x86_64-linux-gnu/libamdhip64.so.6"
+    assert s.host(hip6).exists(), f"the full root has no {hip6}"
+    env = s.make_env("rocm6", s.standins["3.5.0"], "3.5.0", extra_libs=(hip6,))
+    before = state(s, env)
+    r = s.rb("apply", recipe(s, "deb-351-on-6", f"file://{f['deb']}", "3.5.1", sha256=f["deb_sha"], fix=False),
+             "--env", env)
+    assert r.returncode == 2, out(r)
+    assert "libamdhip64.so.7" in out(r) and "libamdhip64.so.6" in out(r), out(r)
+    assert state(s, env) == before

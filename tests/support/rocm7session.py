@@ -214,9 +214,10 @@ class RootSession:
         return self.merged / inner.lstrip("/")
 
     # -- fake-torch envs ------------------------------------------------------------------------
-    def make_env(self, name: str, library: Path, compile_version: str) -> str:
+    def make_env(self, name: str, library: Path, compile_version: str, extra_libs: tuple[str, ...] = ()) -> str:
         """A venv ``/envs/NAME`` in the wheel layout: its fake torch loads ``torch/lib/libMIOpen.so``,
-        a copy of ``library`` (a host path). Returns the prefix inside the root."""
+        a copy of ``library`` (a host path), then ``extra_libs`` (paths inside the root). Returns the
+        prefix inside the root."""
         prefix = f"/envs/{name}"
         self.run_checked(["python3", "-m", "venv", "--without-pip", prefix], f"making the venv {prefix}")
         (site,) = self.host(prefix).glob("lib/python3*/site-packages")
@@ -224,7 +225,7 @@ class RootSession:
         lib.parent.mkdir(parents=True)
         shutil.copyfile(library, lib)
         knobs = dict(DEFAULT_KNOBS, compile_version=compile_version, hip="7.0.51831", torch_version="2.9.1+rocm7.0",
-                     load="/" + str(lib.relative_to(self.merged)))
+                     load="/" + str(lib.relative_to(self.merged)), extra_libs=list(extra_libs))
         write_torch(site / "torch", knobs)
         return prefix
 
