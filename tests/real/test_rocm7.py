@@ -2,7 +2,8 @@
 inside a Debian sid root, into venvs whose torch asks the real ``miopenGetVersion``.
 
 The root (tests/support/rocm7root.py) holds the runtime the real MIOpen 3.5.1 needs to load
-(``libmiopen1 7.2.4+dfsg-1`` of experimental: HIP 7, rocBLAS 5) and both ``.deb`` files in
+(``libmiopen1 7.2.4+dfsg-1`` of experimental: HIP 7, rocBLAS 5), sid's HIP 6 runtime (a ROCm 6
+torch's ``libamdhip64.so.6``) and both ``.deb`` files in
 ``/debs``: 7.2.4+dfsg-1 (MIOpen 3.5.1 WITH the gfx115x batch-norm fix, ``MIO_BN_GFX115X`` in its
 bytes) and 6.4.3+dfsg-1+b1 (MIOpen 3.4.0 without it). rocmbuild is installed from this checkout
 into a venv inside (tests/support/rocm7session.py); everything runs through ``chroot``.
@@ -284,17 +285,15 @@ def test_a_sessions_mounts_go_and_its_dev_is_private(as_root, tmp_path):
 
 
 def test_a_rocm6_torch_refuses_the_rocm7_library_before_any_swap(rocm7, canaries_stay):
-    """A torch that loads the real HIP 6 (libamdhip64.so.6, as a ROCm 6 wheel does) and the real
-    3.5.1 of ROCm 7.2, which needs libamdhip64.so.7: refused before any swap, naming both. The
-    real HIP 6 is only in the full root."""
-    if not rocm7.full:
-        pytest.skip(f"the real HIP 6 (libamdhip64.so.6) is not in the small root: set {ROOT_ENV}")
+    """A torch that loads the real HIP 6 (sid's libamdhip64.so.6, as a ROCm 6 wheel does) and the
+    real 3.5.1 of ROCm 7.2, which needs libamdhip64.so.7: refused before any swap, naming both."""
     needs_deb()
     if not (REPO / "rocmbuild" / "target" / "needed.py").exists():
         pytest.xfail("rocmbuild does not check an artifact's DT_NEEDED before a swap yet (branch wt-contains, issue 24)")
     s, f = rocm7, rocm7.facts["3.5.1"]
     hip6 = "/usr/lib/x86_64-linux-gnu/libamdhip64.so.6"
-    assert s.host(hip6).exists(), f"the full root has no {hip6}"
+    if not s.host(hip6).exists():
+        pytest.skip(f"this root has no {hip6} (sid's libamdhip64-6): a small root older than format 3?")
     env = s.make_env("rocm6", s.standins["3.5.0"], "3.5.0", extra_libs=(hip6,))
     before = state(s, env)
     r = s.rb("apply", recipe(s, "deb-351-on-6", f"file://{f['deb']}", "3.5.1", sha256=f["deb_sha"], fix=False),

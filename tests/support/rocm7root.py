@@ -6,8 +6,9 @@ of Debian experimental needs to load (the dependencies of ``libmiopen1 7.2.4+dfs
 rocBLAS 5, comgr; not the package itself, nor its 800 MB ``libmiopen-tests-data``) and both
 ``libmiopen1`` packages as ``.deb`` files in ``/debs``: 7.2.4+dfsg-1 (MIOpen 3.5.1 with the gfx115x
 batch-norm fix) and 6.4.3+dfsg-1+b1 (MIOpen 3.4.0 without it). The runtime of 3.4.0 (sid's rocBLAS
-4, 4 GB) is left out: there the 3.4.0 ``.deb`` serves by its bytes. No MIOpen is installed in the
-root: the only libMIOpen files are the ones the tests place.
+4, 4 GB) is left out: there the 3.4.0 ``.deb`` serves by its bytes; only sid's HIP 6 runtime
+(``libamdhip64-6``, 26 MB) is there, for a torch of ROCm 6. No MIOpen is installed in the root: the
+only libMIOpen files are the ones the tests place.
 
 Decisions:
 * Made with ``mmdebstrap --variant=apt`` (installed with apt-get when missing) from sid and
@@ -52,8 +53,9 @@ MIOPEN_OLD = "6.4.3+dfsg-1+b1"  # MIOpen 3.4.0, without it (sid)
 DEBS = {"3.5.1": f"libmiopen1_{MIOPEN_NEW}_amd64.deb", "3.4.0": f"libmiopen1_{MIOPEN_OLD}_amd64.deb"}
 MIRROR = "http://deb.debian.org/debian"
 PACKAGES = ["ca-certificates", "python3", "python3-venv", "python3-pip"]
+HIP6 = "libamdhip64-6"  # sid's HIP 6 runtime (26 MB): a ROCm 6 torch's libamdhip64.so.6, to refuse a ROCm 7 library
 STAMP = ".rocmbuild-root.json"
-ROOT_FORMAT = 2  # bump when what the root holds changes: the cached one is then made anew
+ROOT_FORMAT = 3  # bump when what the root holds changes: the cached one is then made anew
 PATH = "/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 CA_IN_ROOT = "/etc/ssl/certs/host-ca-bundle.crt"
 DEVICES = (("null", 1, 3), ("zero", 1, 5), ("full", 1, 7), ("random", 1, 8), ("urandom", 1, 9), ("tty", 5, 0))
@@ -234,6 +236,7 @@ def build_root(dest: Path, log=print) -> dict:
         runtime = runtime_of(shown)
         in_root(dest, ["apt-get", "install", "-y", "-q", "--no-install-recommends", "-t", "experimental", *runtime],
                 f"installing the runtime of libmiopen1 {MIOPEN_NEW} from experimental", log=log)
+        in_root(dest, ["apt-get", "install", "-y", "-q", "--no-install-recommends", HIP6], f"installing {HIP6}", log=log)
         (dest / "debs").mkdir(exist_ok=True)
         in_root(dest, ["sh", "-c", 'cd /debs && exec apt-get download "$@"', "sh",
                        f"libmiopen1={MIOPEN_OLD}", f"libmiopen1={MIOPEN_NEW}"], "apt-get download of both libmiopen1", log=log)
@@ -247,7 +250,7 @@ def build_root(dest: Path, log=print) -> dict:
         if loads != "3.5.1":
             raise RootError(f"the libMIOpen of {DEBS['3.5.1']} answers {loads!r}, not 3.5.1")
         py = in_root(dest, ["python3", "-c", "import sys; print(sys.version.split()[0])"], "python3 --version").stdout.strip()
-        q = in_root(dest, ["dpkg-query", "-W", "-f", "${Package} ${Version}\\n", "python3", *runtime], "dpkg-query").stdout.split("\n")
+        q = in_root(dest, ["dpkg-query", "-W", "-f", "${Package} ${Version}\\n", "python3", HIP6, *runtime], "dpkg-query").stdout.split("\n")
     for v, name in DEBS.items():
         if not (dest / "debs" / name).is_file():
             raise RootError(f"apt-get download did not leave {name} (MIOpen {v}) in {dest / 'debs'}")
