@@ -170,6 +170,8 @@ def test_the_real_351_deb_over_a_stock_350_and_back(rocm7, canaries_stay):
         c for c in json.loads(r.stdout)["checks"] if c["name"] == "version").items()
     st = status(s, env)
     assert st["torch"]["version_int"] == 3005001 and st["torch"]["runtime_version"] == "3.5.1"
+    package = st["changes"]["in_effect"][-1]["package"]  # read from the .deb's control file
+    assert (package["name"], package["version"], package["architecture"]) == ("libmiopen1", MIOPEN_NEW, "amd64")
     r = s.rb("rollback", "--env", env)
     assert r.returncode == 0, out(r)
     assert state(s, env) == before  # content, modes, links and the original inodes
