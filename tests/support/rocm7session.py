@@ -8,12 +8,15 @@ Decisions:
   as it was, and two sessions never meet in it.
 * rocmbuild's dependencies (``[project] dependencies`` and the build backend of pyproject.toml) are
   installed once into ``/opt/rocmbuild`` in a cached layer, keyed by the root, its Python and that
-  list (``~/.cache/rocmbuild-tests/rocm7-venv/<key>``, made in a temp dir and renamed); the layer
+  list (``~/.cache/rocmbuild-tests/rocm7-venv/<key>``, made in a temp dir under a lock and
+  renamed; layers of older keys are not removed: another session may have one mounted); the layer
   sits between the root and the session's upper dir. Each session copies this checkout in and
   runs ``pip install --no-deps --no-index --no-build-isolation`` (offline, seconds).
 * The fake torch is tests/support/fake_torch.py, as everywhere else; its ``load`` is the path
   inside the root. The real ``miopenGetVersion`` answers through ctypes, as in
   ``torch.backends.cudnn.version()``.
+* Stand-in "stock" libraries (only ``miopenGetVersion``) are compiled on the host with ``cc``: the
+  small root has no compiler, and they need nothing from libc.
 * The work dir (overlay upper, mount point) is ``$TMPDIR/rocmbuild-rocm7-<pid>-*``, outside
   pytest's basetemp: concurrent pytest sessions rename and remove each other's old basetemps.
 * Teardown kills (by pid) every process whose root is the session's overlay, unmounts in reverse
