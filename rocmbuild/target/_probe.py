@@ -60,11 +60,6 @@ def _kind(path):
     return None
 
 
-def _shared_object(path):
-    base = os.path.basename(path)
-    return base.endswith(".so") or ".so." in base
-
-
 def read_maps(maps_path="/proc/self/maps", every=False):
     """Every mapped libMIOpen/libamdhip64/libcudnn file (``every``: every mapped shared object,
     ``kind`` None for the others), once each, in first-mapped order."""
@@ -82,21 +77,14 @@ def read_maps(maps_path="/proc/self/maps", every=False):
             if not path.startswith("/"):
                 continue
             kind = _kind(path)
-            if kind is None and not (every and _shared_object(path)):
+            if kind is None and not (every and (path.endswith(".so") or ".so." in os.path.basename(path))):
                 continue
             key = (path, dev, inode)
             if key in seen:
                 continue
             major_hex, _, minor_hex = dev.partition(":")
-            seen[key] = {
-                "path": path,
-                "kind": kind,
-                "device": dev,
-                "dev_major": int(major_hex, 16),
-                "dev_minor": int(minor_hex, 16),
-                "inode": int(inode),
-                "deleted": deleted,
-            }
+            seen[key] = {"path": path, "kind": kind, "device": dev, "dev_major": int(major_hex, 16),
+                         "dev_minor": int(minor_hex, 16), "inode": int(inode), "deleted": deleted}
     return list(seen.values())
 
 
@@ -336,10 +324,8 @@ def probe(want_hash=False, smoke=False):
     elif smoke:
         out["smoke"] = {"status": "skipped", "reason": "torch did not import", "node": None}
     out["libraries"] = _libraries(want_hash, errors)
-    try:  # what the process provides to a library swapped in (its SONAMEs are read by rocmbuild)
-        out["mapped"] = read_maps(every=True)
-    except OSError as exc:
-        errors["/proc/self/maps (every shared object)"] = _exc_text(exc)
+    # what the process provides to a library swapped in (rocmbuild reads their SONAMEs)
+    out["mapped"] = _call(errors, "/proc/self/maps (every shared object)", lambda: read_maps(every=True)) or []
     return out
 
 
