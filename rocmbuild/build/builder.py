@@ -20,11 +20,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rocmbuild import progress, runner, stop, ui
-from rocmbuild.build import buildtree, cmake, logs, reproducible, retry, tweak
+from rocmbuild.build import buildtree, cmake, fixes, logs, reproducible, retry, tweak
 from rocmbuild.build.artifact import MANIFEST, TREE, Artifact, Manifest, find_libraries, scan_tree, seal
 from rocmbuild.build.cache import Inputs, key_lock, lookup
 from rocmbuild.build.debarchive import Package, is_deb, read_package
 from rocmbuild.build.extract import safe_extract
+from rocmbuild.build.manifest import FoundFix
 from rocmbuild.disk import atomic_write_json
 from rocmbuild.root import Root
 from rocmbuild.errors import BuildError, RecipeError, RequirementError
@@ -265,6 +266,7 @@ def _manifest(recipe: Recipe, checkout: Checkout, key: str, inp: Inputs, tree: P
     """The manifest of the installed ``tree``: every file, every library, what to verify."""
     files = scan_tree(tree)
     libraries = find_libraries(tree, files, recipe.install.libraries)
+    found = _fixes_found(recipe, checkout, tree, libraries)
     for d in recipe.install.data:
         if not (tree / d).is_dir():
             raise BuildError(
@@ -286,7 +288,8 @@ def _manifest(recipe: Recipe, checkout: Checkout, key: str, inp: Inputs, tree: P
         inputs=inp.to_json(),
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         gpu_targets=arch.build_targets(recipe.build.defines),
-        fixes=checkout.fixes,
+        fixes=tuple(f.name for f in found),
+        fixes_found=found,
         package=_package(recipe, checkout),
     )
 
@@ -296,6 +299,18 @@ def _package(recipe: Recipe, checkout: Checkout) -> Package | None:
     if not recipe.build.prebuilt or not is_deb(checkout.root):
         return None
     return read_package(checkout.root)
+
+
+def _fixes_found(recipe: Recipe, checkout: Checkout, tree: Path, libraries) -> tuple[FoundFix, ...]:
+    """The declared fixes, where found: the artifact's bytes are searched (build/fixes.py); a
+    prebuilt artifact without one is refused (exit 2) before it is published."""
+    if not recipe.source.contains:
+        return ()
+    with progress.phase("fixes", f"searching the artifact of {recipe.name} for its fixes"):
+        found, missing = fixes.search_artifact(recipe, tree, [lib.file for lib in libraries])
+    if recipe.build.prebuilt and missing:
+        raise fixes.artifact_refusal(recipe, missing)
+    return fixes.merged(recipe, checkout.fixes, found)
 
 
 def verify_fields(recipe: Recipe, version: str | None) -> dict:

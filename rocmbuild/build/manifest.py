@@ -62,6 +62,24 @@ class LibraryEntry:
 
 
 @dataclass(frozen=True)
+class FoundFix:
+    """Where a fix of ``[source] contains`` was found: ``found_in`` "source" (``file`` relative to
+    the source directory; None for a commit, found in the history) or "artifact" (``file`` relative
+    to the artifact's tree; ``source_file``: where the source had it too, for a source recipe)."""
+
+    name: str
+    found_in: str  # "source" | "artifact"
+    file: str | None = None
+    source_file: str | None = None
+
+    def where(self) -> str:
+        """``in lib/libMIOpen.so.1.0`` / ``in the source (src/x.h)`` / ``in the source's history``."""
+        if self.found_in == "artifact":
+            return f"in {self.file}" if self.file else "in the artifact"
+        return f"in the source ({self.file})" if self.file else "in the source's history"
+
+
+@dataclass(frozen=True)
 class Manifest:
     recipe: str
     key: str
@@ -80,7 +98,8 @@ class Manifest:
     created: str = ""
     schema: int = SCHEMA
     gpu_targets: tuple[str, ...] | None = None  # GPU_TARGETS built for; None: none named (see recipe.arch)
-    fixes: tuple[str, ...] = ()  # the [source] contains names its source was checked to have (old manifests: none)
+    fixes: tuple[str, ...] = ()  # the [source] contains names it was checked to have (old manifests: none)
+    fixes_found: tuple[FoundFix, ...] = ()  # where each was found (older manifests: none; see found())
     package: Package | None = None  # a prebuilt tree from a Debian package: its control fields (else None)
 
     def to_json(self) -> dict[str, Any]:
@@ -90,6 +109,12 @@ class Manifest:
     def from_json(cls, d: Any, file: object = "manifest.json") -> "Manifest":
         """The manifest ``d`` (JSON), read by its schema (module notes); SchemaError naming ``file``."""
         return s.load(MANIFEST_SPEC, d, file)
+
+    def found(self) -> tuple[FoundFix, ...]:
+        """Every fix of ``fixes`` with where it was found; a name ``fixes_found`` does not place
+        (a manifest older than it) was checked in the source, the only place searched then."""
+        where = {f.name: f for f in self.fixes_found}
+        return tuple(where.get(n) or FoundFix(n, "source") for n in self.fixes)
 
     def library(self, name: str) -> LibraryEntry | None:
         for lib in self.libraries:
@@ -130,11 +155,13 @@ def _file_entry(v: Any, where: str) -> FileEntry:
 
 _SCHEMA = s.obj({"schema": (s.check(s.integer, lambda v: v == SCHEMA, f"{SCHEMA} (the manifest schema this rocmbuild "
                                      "reads: rebuild the artifact, or upgrade rocmbuild)"), s.REQUIRED)})
+_FOUND = s.record(FoundFix, found_in=s.one_of("source", "artifact"), file=s.optional(_PATH),
+                  source_file=s.optional(_PATH))
 _RECORD = s.record(
     Manifest, recipe=s.name("recipe"), key=s.check(s.string, lambda v: bool(KEY_RE.match(v)), "a sha256 (the artifact's key)"),
     version=s.optional(s.name("version")), expect_version=s.optional(s.name("version")),
     encoding=s.one_of(*ENCODINGS), commit=s.optional(s.name("commit")), files=s.list_of(_file_entry),
-    libraries=s.list_of(_LIBRARY), data=s.list_of(_PATH), package=s.optional(_PACKAGE),
+    libraries=s.list_of(_LIBRARY), data=s.list_of(_PATH), fixes_found=s.list_of(_FOUND), package=s.optional(_PACKAGE),
 )
 
 

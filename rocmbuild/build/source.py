@@ -14,7 +14,7 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from rocmbuild import names, ui
 from rocmbuild.build import tarball
@@ -28,6 +28,9 @@ from rocmbuild.locks import LockWait
 from rocmbuild.errors import FetchError, RecipeError
 from rocmbuild.home import src_dir
 from rocmbuild.recipe.model import Recipe
+
+if TYPE_CHECKING:
+    from rocmbuild.build.manifest import FoundFix
 
 #: identity used for cherry-pick commits (the original author is kept)
 COMMITTER = {
@@ -47,7 +50,7 @@ class Checkout:
     patches: tuple[str, ...]
     cherry_picks: tuple[str, ...]
     tarball_sha256: str | None = None
-    fixes: tuple[str, ...] = ()  # the names of [source] contains it was checked to have (build/fixes.py)
+    fixes: tuple["FoundFix", ...] = ()  # the [source] contains it was checked to have, where (build/fixes.py)
 
 
 def resolve_ref(recipe: Recipe, *, timeout: float = 30) -> str:

@@ -59,9 +59,14 @@ def _recipes(r: RecipesResult) -> str:
     return layout.lines(lines) or "no recipes found"
 
 
+def found_text(f) -> str:
+    """``gfx115x fix (in lib/libMIOpen.so.1.0)``: a fix and where it was found (manifest.FoundFix)."""
+    return safe_text(f"{f.name} ({f.where()})")
+
+
 @text.register
 def _show(r: ShowResult) -> str:
-    fixes = [f"fixes: {'; '.join(r.fixes)}"] if r.fixes else []
+    fixes = [f"fixes: {'; '.join(r.fixes)}"] + [f"  {w}" for w in r.fixes_where] if r.fixes else []
     fixes += [f"from {package_words(r.package)}"] if r.package else []
     text = layout.lines([f"{r.name}: {r.description}", f"file: {r.path}", *fixes]) + "\n" + safe_lines(r.toml)
     if not r.overridden:
@@ -121,7 +126,7 @@ def _build(r: BuildResult) -> str:
     if data["package"]:
         out.append(f"from {package_words(data['package'])}")
     if data["fixes"]:
-        out.append(f"fixes: {'; '.join(data['fixes'])}")
+        out.append(f"fixes: {'; '.join(found_text(f) for f in r.artifact.manifest.found())}")
     if data["log"]:
         out.append(f"log: {data['log']}")
     return layout.lines(out)
@@ -167,7 +172,7 @@ def status_changes(c: StatusChanges, prefix: str | None = None) -> str:
         if t.package:
             lines.append(f"    from {package_words(t.package)}")
         if t.fixes:
-            lines.append(f"    fixes: {'; '.join(t.fixes)}")
+            lines.append(f"    fixes: {'; '.join(found_text(f) for f in t.fixes_found) or '; '.join(t.fixes)}")
         if t.redone_by:
             lines.append(f"    undone once, back in effect by the redo txn {short_txn(t.redone_by)}")
     if c.redo is not None:

@@ -170,7 +170,9 @@ def _plan_on(art: Artifact, t: Target, options: ApplyOptions,
     sdir = _plan.state_dir_of(facts, [lib.name for lib in m.libraries])
     if sdir is not None and sdir.is_dir():  # what rocmbuild placed: recognised without hashing
         facts = replace(facts, placed=_txn.placed(sdir))
-    return facts, _replan(art, facts, options, observer)
+    the_plan = _replan(art, facts, options, observer)
+    guards.refuse_needed(art, t, Path(the_plan.libdir))  # DT_NEEDED: libamdhip64.so.7 into a ROCm 6 torch
+    return facts, the_plan
 
 
 def _replan(art: Artifact, facts: _plan.TargetFacts, options: ApplyOptions,

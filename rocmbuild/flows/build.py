@@ -24,6 +24,7 @@ from rocmbuild import ui
 from rocmbuild.build import (builder, cache, cmake, fixes, hints, housekeeping, logs, reproducible, requirements,
                              shims, source, tweak)
 from rocmbuild.build.artifact import Artifact
+from rocmbuild.build.manifest import FoundFix
 from rocmbuild.build.provenance import origin
 from rocmbuild.errors import FetchError, InputError, RequirementError, RocmbuildError
 from rocmbuild.flows import substitute
@@ -173,19 +174,32 @@ def _discard(home: Path, key: str) -> None:
         ui.warn(f"--fresh: the cached artifact {key[:16]} stays: {why}")
 
 
-def _carries(art: Artifact, names: tuple[str, ...]) -> Artifact:
-    """``art`` listing ``names`` among its fixes (in memory; the sealed manifest keeps its own)."""
-    have = art.manifest.fixes
-    more = tuple(n for n in names if n not in have)
-    return replace(art, manifest=replace(art.manifest, fixes=have + more)) if more else art
+def _carries(art: Artifact, found: tuple[FoundFix, ...]) -> Artifact:
+    """``art`` listing ``found`` among its fixes (in memory; the sealed manifest keeps its own)."""
+    m = art.manifest
+    more = tuple(f for f in found if f.name not in m.fixes)
+    if not more:
+        return art
+    return replace(art, manifest=replace(m, fixes=m.fixes + tuple(f.name for f in more),
+                                         fixes_found=m.found() + more))
 
 
 def _with_fixes(art: Artifact, r: Recipe, home: Path, wait: bool | LockWait) -> Artifact:
     """A cache hit as ``r`` serves it: a declared fix its manifest does not list (the recipe
-    gained it after the build; [source] contains is not in the key) is checked on the fetched
-    source first, and refused like a build's (build/fixes.py)."""
-    declared = tuple(f.name for f in r.source.contains)
-    if art.imported or all(n in art.manifest.fixes for n in declared):
+    gained it after the build; [source] contains is not in the key) is searched in the
+    artifact's own bytes first; one not there is, for a source recipe, checked on the fetched
+    source, and refused like a build's; a prebuilt artifact without it is refused (exit 2)."""
+    todo = [f.name for f in r.source.contains if f.name not in art.manifest.fixes]
+    if art.imported or not todo:
+        return art
+    with progress.phase("fixes", f"searching the artifact of {r.name} for its fixes"):
+        found, missing = fixes.search_artifact(r, art.tree, [lib.file for lib in art.manifest.libraries], todo)
+    art = _carries(art, tuple(found))
+    if r.build.prebuilt:
+        if missing:
+            raise fixes.artifact_refusal(r, missing)
+        return art
+    if all(f.name in art.manifest.fixes for f in r.source.contains):
         return art
     with source.source_lock(r, home=home, wait=wait), progress.phase("fetch", f"checking the fixes of {r.name}"):
         checkout = fixes.check(r, source.fetch(r, home=home, locked=True), home=home)
@@ -301,7 +315,9 @@ def build_plan(name: str, recipes_dirs: Sequence[str] = (), overrides: Overrides
                 "build": cmake.build_argv(r.build, build_dir), "install": cmake.install_argv(build_dir)}
     if r.source.contains:
         notes.append("contains: " + "; ".join(f.name for f in r.source.contains)
-                     + " (checked after the fetch, before configure: a source without one is refused)")
+                     + (" (searched in the artifact's files after the extraction: an archive without one is refused)"
+                        if r.build.prebuilt else " (checked after the fetch, before configure: a source without one "
+                        "is refused; then searched in the built libraries too)"))
     if r.build.prebuilt:
         commands = {}  # nothing runs: the archive's subtree is the install tree
         notes.append(f"prebuilt: '{r.source.subdir or '/'}' of {source.checkout_path(r, home)} is extracted "

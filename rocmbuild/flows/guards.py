@@ -13,6 +13,10 @@ Decisions:
   published and whose bytes no longer match: quarantined, exit 3), a lib dir that is not writable, too little free
   space for the bytes that must be copied (every artifact file: the target gets its own copy;
   backups are hardlinks and cost nothing) (:func:`preflight`).
+* The libraries the artifact's libraries need (:func:`refuse_needed`, ``DT_NEEDED``): one that
+  torch's process maps in another version (``libamdhip64.so.7`` needed, ``.so.6`` loaded: ROCm 7
+  against ROCm 6) is refused (exit 2), before anything is written; one found nowhere is a warning
+  (the verification after the swap proves the load: target/needed.py).
 * The GPU architecture (:func:`gpu_arch`): an artifact whose recorded targets do not cover every
   AMD GPU of this machine is refused (exit 2) before anything is recovered, locked or changed,
   unless ``--allow-other-arch`` (a warning; the result records it). A generic target covers its
@@ -135,6 +139,45 @@ def compat_refusal(check: Check, report, encoding: str) -> InputError:
         f"{check.message}",
         hint, details={"check": check.to_json()},
     )
+
+
+def refuse_needed(artifact: Artifact, t, libdir: Path) -> "needed.Needed":
+    """The artifact's libraries' DT_NEEDED against what the target ``t`` provides
+    (:mod:`rocmbuild.target.needed`): a conflict is refused (:func:`needed_refusal`, exit 2),
+    a SONAME found nowhere warned about; before anything is written."""
+    from rocmbuild.target import needed
+
+    libs = artifact.manifest.libraries
+    verdict = needed.check(artifact.tree, [lib.file for lib in libs], t.report, libdir, env=t.activation.extras(),
+                           sonames=[lib.soname for lib in libs])
+    if verdict.conflicts:
+        raise needed_refusal(verdict, t.prefix)
+    for rel, need in verdict.missing:
+        ui.warn(f"the new {os.path.basename(rel)} needs {need}, which torch's process does not load and the loader's "
+                f"dirs do not hold ({libdir}, its RUNPATH, LD_LIBRARY_PATH, ldconfig's cache): the verification "
+                "after the swap shows whether it loads (if not, it is rolled back)")
+    if verdict.skipped:
+        ui.detail("DT_NEEDED not read (not an ELF file here): " + ", ".join(verdict.skipped))
+    return verdict
+
+
+def needed_refusal(verdict, prefix: Path) -> InputError:
+    """The error for an artifact whose library needs another version of a library torch loads."""
+    from rocmbuild.target.needed import rocm_of
+
+    lines = []
+    for c in verdict.conflicts:
+        era = f" ({rocm_of(c.mapped)})" if rocm_of(c.mapped) else ""
+        lines.append(f"the new {os.path.basename(c.library)} needs {c.needed}, but torch in {prefix} loads "
+                     f"{c.mapped}{era} from {c.mapped_path}")
+    first = verdict.conflicts[0]
+    want, have = rocm_of(first.needed), rocm_of(first.mapped)
+    hint = (f"use a build for {have} (built with {have}'s compiler and libraries, or a package made for {have}), "
+            f"or a torch built for {want}" if want and have else
+            f"use a build linked against {first.mapped} (what this torch loads), or a torch that loads {first.needed}")
+    return InputError(
+        "refusing to apply: " + "; ".join(lines) + " (two versions of one library in one process do not work); "
+        "nothing was changed", hint, details={"needed": verdict.to_json()})
 
 
 def writable(d: Path) -> str | None:

@@ -27,7 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from rocmbuild import locks, progress, runner, ui
-from rocmbuild.build.manifest import MANIFEST, read_manifest
+from rocmbuild.build.manifest import MANIFEST, FoundFix, read_manifest
 from rocmbuild.build.provenance import origin as artifact_origin
 from rocmbuild.errors import RocmbuildError, TargetError, VerifyError
 from rocmbuild.home import artifacts_dir, cache_home
@@ -215,7 +215,7 @@ def status_changes(prefix: Path, loaded: dict[tuple[int, int], str | None] | Non
             art = j.data.get("meta", {}).get("artifact_path")
             in_effect.append(InEffect(j.id, j.data["verb"], p.recipe, p.commit, p.version_before, p.version_after,
                                       tuple(p.actions[s["index"]].path for s in j.data["steps"]), art,
-                                      artifact_origin(Path(art)) if art else None, _fixes_of(p.artifact_path),
+                                      artifact_origin(Path(art)) if art else None, *_fixes_of(p.artifact_path),
                                       redone_by=m.redone_by.get(j.id), package=_package_of(p.artifact_path)))
         here = _unfinished(d)
         unfinished += here
@@ -230,18 +230,20 @@ def status_changes(prefix: Path, loaded: dict[tuple[int, int], str | None] | Non
                          tuple(guards.unreadable_state(Path(prefix))), Stock(*first) if first else None, redo)
 
 
-def _fixes_of(artifact_path: str | None) -> tuple[str, ...]:
-    """The fixes the artifact a transaction placed carries (its manifest's ``fixes``): read only
-    from an artifact of this cache (a journal names the path), () when it is gone or unreadable."""
+def _fixes_of(artifact_path: str | None) -> tuple[tuple[str, ...], tuple[FoundFix, ...]]:
+    """The fixes the artifact a transaction placed carries (its manifest's ``fixes``, and where
+    each was found): read only from an artifact of this cache (a journal names the path), empty
+    when it is gone or unreadable."""
     if not artifact_path:
-        return ()
+        return (), ()
     art = Path(artifact_path)
     try:
         if not art.resolve().is_relative_to(artifacts_dir(cache_home()).resolve()):
-            return ()
-        return read_manifest(art / MANIFEST).fixes
+            return (), ()
+        m = read_manifest(art / MANIFEST)
+        return m.fixes, m.found()
     except (OSError, RocmbuildError):
-        return ()
+        return (), ()
 
 
 def _package_of(artifact_path: str | None) -> dict | None:

@@ -207,7 +207,7 @@ def _source_kind(src: Mapping[str, Any], path: Path) -> None:
 
 
 #: keys that only a compile uses: a prebuilt recipe that sets one is told so
-_COMPILE_ONLY = {"source": ("patches", "version", "contains"),
+_COMPILE_ONLY = {"source": ("patches", "version"),
                  "build": ("generator", "build_type", "jobs", "targets", "defines", "env", "install_prefix",
                            "launcher", "reproducible")}
 

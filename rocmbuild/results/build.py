@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from rocmbuild.build.check import NotReproducible
@@ -43,6 +43,7 @@ class ShowResult(VerbResult):
     patch_files: tuple[str, ...]
     toml: str  # the recipe file as written (text output only)
     fixes: tuple[str, ...] = ()  # the names of [source] contains: what an artifact of it carries
+    fixes_where: tuple[str, ...] = ()  # text only: where each is searched (the source, the artifact)
     overridden: tuple[str, ...] = ()  # "key = value" the command line set (text only: the JSON's recipe has them)
     package: Json = None  # a Debian package source: {format, name, version, architecture} (build/debarchive.py)
 
@@ -135,7 +136,8 @@ class BuildResult(VerbResult):
         art, m = self.artifact, self.artifact.manifest
         return {
             "cached": art.cached, "artifact": str(art.path), "key": m.key, "recipe": m.recipe,
-            "commit": m.commit, "version": m.version, "fixes": list(m.fixes), "log": self.log,
+            "commit": m.commit, "version": m.version, "fixes": list(m.fixes),
+            "fixes_found": [asdict(f) for f in m.found()], "log": self.log,
             "package": m.package.to_json() if m.package else None,
             "substituted": self.substituted,
             "duration_s": seconds_json(self.duration_s),

@@ -9,6 +9,7 @@ from rocmbuild.errors import RequirementError, RocmbuildError
 from rocmbuild.results.base import BACKUP_BYTES_NOTE, Json, Record, VerbResult, records_json
 
 if TYPE_CHECKING:
+    from rocmbuild.build.manifest import FoundFix
     from rocmbuild.swap.records import Drift, Unreadable
     from rocmbuild.swap.strays import Stray
     from rocmbuild.target.probe import LoadedLibrary
@@ -27,6 +28,7 @@ class InEffect(Record):
     artifact: str | None = None  # the artifact it applied (its path in the cache)
     substituted: dict | None = None  # that artifact came from a binary cache: {url, bundle_sha256, signer, imported}
     fixes: tuple[str, ...] = ()  # the [source] contains names of the artifact placed (its manifest)
+    fixes_found: tuple["FoundFix", ...] = ()  # the same, each with where it was found (source or artifact)
     redone_by: str | None = None  # undone once, then back in effect by this redo
     package: dict | None = None  # the artifact's tree came from this Debian package: {format, name, version, architecture}
 

@@ -25,7 +25,7 @@ Constraints and decisions:
   second quietly returns the number. Both outcomes are reported (``version_int`` /
   ``version_error`` and ``version_int_retry``).
 * Loaded libraries come from ``/proc/self/maps`` (``libMIOpen*``, ``libamdhip64*``,
-  ``libcudnn*``): the kernel shows the real file (symlinks resolved) with the device
+  ``libcudnn*``; ``mapped``: every shared object, for the DT_NEEDED check): the kernel shows the real file (symlinks resolved) with the device
   (``major:minor`` in hex) and inode it mapped, so identity is exact without hashing. sha256 only
   with ``--hash`` (a real libMIOpen is ~1 GiB); the hashed file's inode is checked against the
   mapped one, and a mismatch is reported instead of a wrong hash.
@@ -60,8 +60,9 @@ def _kind(path):
     return None
 
 
-def read_maps(maps_path="/proc/self/maps"):
-    """Every mapped libMIOpen/libamdhip64/libcudnn file, once each, in first-mapped order."""
+def read_maps(maps_path="/proc/self/maps", every=False):
+    """Every mapped libMIOpen/libamdhip64/libcudnn file (``every``: every mapped shared object,
+    ``kind`` None for the others), once each, in first-mapped order."""
     seen = {}
     with open(maps_path) as f:
         for line in f:
@@ -76,21 +77,14 @@ def read_maps(maps_path="/proc/self/maps"):
             if not path.startswith("/"):
                 continue
             kind = _kind(path)
-            if kind is None:
+            if kind is None and not (every and (path.endswith(".so") or ".so." in os.path.basename(path))):
                 continue
             key = (path, dev, inode)
             if key in seen:
                 continue
             major_hex, _, minor_hex = dev.partition(":")
-            seen[key] = {
-                "path": path,
-                "kind": kind,
-                "device": dev,
-                "dev_major": int(major_hex, 16),
-                "dev_minor": int(minor_hex, 16),
-                "inode": int(inode),
-                "deleted": deleted,
-            }
+            seen[key] = {"path": path, "kind": kind, "device": dev, "dev_major": int(major_hex, 16),
+                         "dev_minor": int(minor_hex, 16), "inode": int(inode), "deleted": deleted}
     return list(seen.values())
 
 
@@ -330,6 +324,8 @@ def probe(want_hash=False, smoke=False):
     elif smoke:
         out["smoke"] = {"status": "skipped", "reason": "torch did not import", "node": None}
     out["libraries"] = _libraries(want_hash, errors)
+    # what the process provides to a library swapped in (rocmbuild reads their SONAMEs)
+    out["mapped"] = _call(errors, "/proc/self/maps (every shared object)", lambda: read_maps(every=True)) or []
     return out
 
 

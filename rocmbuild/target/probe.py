@@ -120,21 +120,17 @@ class ProbeReport:
     smoke: dict | None
     errors: dict[str, str] = field(default_factory=dict)
     raw: dict = field(default_factory=dict, compare=False, repr=False)
+    mapped: tuple[LoadedLibrary, ...] = field(default=(), compare=False, repr=False)  # every shared object (kind "" for others)
 
     @classmethod
     def from_json(cls, raw: dict) -> "ProbeReport":
-        libs = []
-        for lib in raw.get("libraries") or ():
-            libs.append(
-                LoadedLibrary(
-                    path=lib["path"],
-                    kind=lib["kind"],
-                    dev=os.makedev(int(lib["dev_major"]), int(lib["dev_minor"])),
-                    inode=int(lib["inode"]),
-                    sha256=lib.get("sha256"),
-                    deleted=bool(lib.get("deleted", False)),
-                )
-            )
+        def loaded(lib: dict) -> LoadedLibrary:
+            return LoadedLibrary(path=lib["path"], kind=lib.get("kind") or "",
+                                 dev=os.makedev(int(lib["dev_major"]), int(lib["dev_minor"])),
+                                 inode=int(lib["inode"]), sha256=lib.get("sha256"),
+                                 deleted=bool(lib.get("deleted", False)))
+
+        libs = [loaded(lib) for lib in raw.get("libraries") or ()]
 
         def _int(v):
             return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
@@ -159,6 +155,7 @@ class ProbeReport:
             smoke=raw.get("smoke"),
             errors=dict(raw.get("errors") or {}),
             raw=raw,
+            mapped=tuple(loaded(lib) for lib in raw.get("mapped") or ()),
         )
 
     def loaded(self, kind: str = "miopen") -> tuple[LoadedLibrary, ...]:
@@ -202,7 +199,7 @@ class ProbeReport:
 
     def summary(self) -> dict:
         """The report as JSON-friendly data (without ``raw``)."""
-        d = {k: v for k, v in asdict(self).items() if k not in ("raw", "libraries")}
+        d = {k: v for k, v in asdict(self).items() if k not in ("raw", "libraries", "mapped")}
         d["libraries"] = [lib.to_json() for lib in self.libraries]
         return d
 
