@@ -66,7 +66,7 @@ def found_text(f) -> str:
 
 @text.register
 def _show(r: ShowResult) -> str:
-    fixes = [f"fixes: {'; '.join(r.fixes)}"] + [f"  {w}" for w in r.fixes_where] if r.fixes else []
+    fixes = [f"fixes: {'; '.join(r.fixes)}"] + [f"  {safe_text(w)}" for w in r.fixes_where] if r.fixes else []
     fixes += [f"from {package_words(r.package)}"] if r.package else []
     text = layout.lines([f"{r.name}: {r.description}", f"file: {r.path}", *fixes]) + "\n" + safe_lines(r.toml)
     if not r.overridden:
