@@ -35,11 +35,6 @@ ROOT_ENV = "ROCMBUILD_TEST_ROCM7_ROOT"
 SO = "usr/lib/x86_64-linux-gnu/libMIOpen.so.1.0"
 FIX = "gfx115x batch-norm fix"
 CONTAINS = f'contains = [{{ name = "{FIX}", grep = "MIO_BN_GFX115X", path = "lib/x86_64-linux-gnu" }}]'
-REPO = Path(__file__).resolve().parents[2]
-HAS_DEB = (REPO / "rocmbuild" / "build" / "debarchive.py").exists()
-NO_DEB = "rocmbuild cannot read .deb archives yet (branch wt-deb, issue 24, not merged here)"
-NO_CONTAINS = ("rocmbuild refuses [source] contains on a prebuilt recipe ('does not apply to a prebuilt build'): "
-               "fixes found in an artifact's bytes come with branch wt-contains (issue 24), not merged here")
 
 
 def sha(p: Path) -> str:
@@ -135,26 +130,9 @@ def status(s: RootSession, prefix: str) -> dict:
     return json.loads(r.stdout)
 
 
-def needs_deb():
-    if not HAS_DEB:
-        pytest.xfail(NO_DEB)
-
-
-def needs_contains(s: RootSession):
-    """xfail unless this rocmbuild accepts ``contains`` on a prebuilt recipe (asked once: ``show``)."""
-    needs_deb()
-    if "contains" not in s.facts:
-        f = s.facts["3.5.1"]
-        r = s.rb("show", recipe(s, "probe-contains", f"file://{f['deb']}", "3.5.1", sha256=f["deb_sha"], fix=True))
-        s.facts["contains"] = r.returncode == 0 or "does not apply to a prebuilt" not in out(r)
-    if not s.facts["contains"]:
-        pytest.xfail(NO_CONTAINS)
-
-
 def test_the_real_351_deb_over_a_stock_350_and_back(rocm7, canaries_stay):
     """The 3.5.1 .deb applied over a stock 3.5.0: torch's real miopenGetVersion says 3005001 and the
     placed file is Debian's byte for byte; rollback brings back the stand-in byte for byte."""
-    needs_deb()
     s, f = rocm7, rocm7.facts["3.5.1"]
     env = s.make_env("stock350", s.standins["3.5.0"], "3.5.0")
     before = state(s, env)
@@ -182,7 +160,6 @@ def test_the_real_351_deb_over_a_stock_350_and_back(rocm7, canaries_stay):
 def test_the_fix_is_found_in_the_351_bytes(rocm7, canaries_stay):
     """The 3.5.1 .deb declared to carry the gfx115x fix: MIO_BN_GFX115X is in its libMIOpen, so it is
     applied, and status names the fix among what is in effect."""
-    needs_contains(rocm7)
     s, f = rocm7, rocm7.facts["3.5.1"]
     env = s.make_env("fix350", s.standins["3.5.0"], "3.5.0")
     r = s.rb("apply", recipe(s, "deb-351-fix", f"file://{f['deb']}", "3.5.1", sha256=f["deb_sha"], fix=True), "--env", env)
@@ -194,7 +171,6 @@ def test_the_fix_is_found_in_the_351_bytes(rocm7, canaries_stay):
 def test_the_340_deb_declared_to_carry_the_fix_is_refused(rocm7, canaries_stay):
     """MIOpen 3.4.0 has no MIO_BN_GFX115X in its bytes: declared to carry the fix, it is refused
     (exit 2) naming the fix, before anything in the env changes."""
-    needs_contains(rocm7)
     s, f = rocm7, rocm7.facts["3.4.0"]
     env = s.make_env("stock340", s.standins["3.4.0"], "3.4.0")
     before = state(s, env)
@@ -209,7 +185,6 @@ def test_the_340_deb_declared_to_carry_the_fix_is_refused(rocm7, canaries_stay):
 def test_a_torch_compiled_against_34_refuses_the_real_351_before_any_swap(rocm7, canaries_stay):
     """The real 3.5.1 under a torch compiled against MIOpen 3.4: PyTorch for ROCm needs the same
     major.minor, so rocmbuild refuses before any swap, naming both versions."""
-    needs_deb()
     s, f = rocm7, rocm7.facts["3.5.1"]
     env = s.make_env("torch34", s.standins["3.4.0"], "3.4.0")
     before = state(s, env)
@@ -239,7 +214,6 @@ def test_status_of_an_env_holding_the_real_340(rocm7, canaries_stay):
 
 def test_an_apt_archive_inside_the_root(rocm7, canaries_stay):
     """``archive = "apt:libmiopen1=7.2.4+dfsg-1"``: apt-get download from the root's own sources."""
-    needs_deb()
     s, f = rocm7, rocm7.facts["3.5.1"]
     env = s.make_env("apt350", s.standins["3.5.0"], "3.5.0")
     r = s.rb("apply", recipe(s, "apt-351", f"apt:libmiopen1={MIOPEN_NEW}", "3.5.1", sha256=f["deb_sha"], fix=False),
@@ -289,9 +263,6 @@ def test_a_sessions_mounts_go_and_its_dev_is_private(as_root, tmp_path):
 def test_a_rocm6_torch_refuses_the_rocm7_library_before_any_swap(rocm7, canaries_stay):
     """A torch that loads the real HIP 6 (sid's libamdhip64.so.6, as a ROCm 6 wheel does) and the
     real 3.5.1 of ROCm 7.2, which needs libamdhip64.so.7: refused before any swap, naming both."""
-    needs_deb()
-    if not (REPO / "rocmbuild" / "target" / "needed.py").exists():
-        pytest.xfail("rocmbuild does not check an artifact's DT_NEEDED before a swap yet (branch wt-contains, issue 24)")
     s, f = rocm7, rocm7.facts["3.5.1"]
     hip6 = "/usr/lib/x86_64-linux-gnu/libamdhip64.so.6"
     if not s.host(hip6).exists():
