@@ -18,22 +18,21 @@ Decisions: a label, a build tool's line and a phase line are shown through
 ``names.safe_text`` (one line each, control characters escaped: a compiler's colours or a
 recipe's ref cannot move the cursor or fake a line); ``--json`` events keep the exact strings.
 Progress is on stderr only, never in the result; ``--json`` events follow the plain
-cadence (steps of 10 %, heartbeats), not every compile line; the ETA is linear from the phase's
-start (elapsed * what is left / what is done), the same number in every mode. The two cadences
+cadence (steps of 10 %, heartbeats), not every compile line; the ETA is what is left at the rate
+of the recent past (:meth:`Phase.eta`), the same number in every mode. The two cadences
 may be shortened through ``ROCMBUILD_HEARTBEAT_S`` and ``ROCMBUILD_PROGRESS_STEP`` (tests: a
 fixture build sees a heartbeat within seconds).
 """
 
 from __future__ import annotations
 
+import collections
 import json
 import os
-import re
 import sys
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Iterator
 
 from rich.progress import BarColumn, Progress, ProgressColumn, SpinnerColumn
@@ -41,10 +40,8 @@ from rich.table import Column
 from rich.text import Text
 
 from rocmbuild.names import safe_text
+from rocmbuild.steps import Step, parse_step  # noqa: F401 (re-exported: progress.parse_step)
 from rocmbuild.ui import console, silence
-
-_NINJA = re.compile(r"^\[(\d+)/(\d+)\]\s*(.*)$")
-_MAKE = re.compile(r"^\[\s*(\d+)%\]\s*(.*)$")
 
 DONE = {"fetch": "fetched", "download": "downloaded", "configure": "configured", "build": "built", "install": "installed",
         "probe": "probed", "swap": "swapped", "verify": "verified"}
@@ -60,28 +57,6 @@ def _env_float(name: str, default: float) -> float:
 
 HEARTBEAT_S = _env_float("ROCMBUILD_HEARTBEAT_S", 30.0)  # at most this long without a line (plain, json)
 STEP_PERCENT = _env_float("ROCMBUILD_PROGRESS_STEP", 10.0)  # one line per this many percent (plain, json)
-
-
-@dataclass(frozen=True)
-class Step:
-    """One progress line of a build tool: ``done``/``total`` from ninja, only ``percent`` from make."""
-
-    percent: float
-    done: int | None
-    total: int | None
-    target: str
-
-
-def parse_step(line: str) -> Step | None:
-    """The step a ninja (``[12/300] Building ...``) or make (``[ 44%] Building ...``) line reports."""
-    m = _NINJA.match(line)
-    if m:
-        done, total = int(m.group(1)), int(m.group(2))
-        return Step(100.0 * done / total if total else 0.0, done, total, m.group(3).strip())
-    m = _MAKE.match(line)
-    if m:
-        return Step(float(m.group(1)), None, None, m.group(2).strip())
-    return None
 
 
 def size(n: int) -> str:
@@ -149,6 +124,7 @@ class Phase:
         self.name, self.label = name, label
         self.start = time.monotonic()
         self.step: Step | None = None
+        self.seen: collections.deque[tuple[float, float]] = collections.deque(maxlen=4096)  # (when, percent)
         self.said = self.start  # when the last line (plain/json) was written
         self.said_percent = 0.0
         self.task = None  # the rich task (tty)
@@ -159,10 +135,22 @@ class Phase:
         return time.monotonic() - self.start
 
     def eta(self) -> float | None:
-        """Seconds left, linear from the phase's start; None before the first step."""
+        """Seconds left at the rate of the last third of the phase (a minute at least); None before
+        the first step. Not from the phase's start: MIOpen's first 113 of 561 steps (generated
+        sources) take a minute and its compiles hours, and a rate from the start said "ETA 2m36s"
+        for a build of over an hour on the real ROCm 7.2 (docs/miopen.md)."""
         if self.step is None or self.step.percent <= 0:
             return None
-        return max(0.0, self.elapsed * (100.0 - self.step.percent) / self.step.percent)
+        now, p = time.monotonic(), self.step.percent
+        since = now - max(60.0, (now - self.start) / 3)
+        t0, p0 = self.start, 0.0  # the last step seen at or before the window's start
+        for t, q in self.seen:
+            if t > since:
+                break
+            t0, p0 = t, q
+        if p <= p0:  # nothing moved in the window: the rate since the phase's start
+            t0, p0 = self.start, 0.0
+        return max(0.0, (now - t0) * (100.0 - p) / (p - p0))
 
     def line(self, text: str) -> None:
         """A line of the build tool's output: a step moves the bar (and, off a terminal, says so
@@ -179,6 +167,7 @@ class Phase:
 
     def moved(self, step: Step) -> None:
         self.step = step
+        self.seen.append((time.monotonic(), step.percent))
         m = mode()
         if m == "tty":
             _display.update(self)

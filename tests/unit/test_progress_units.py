@@ -32,6 +32,28 @@ def test_the_eta_is_linear_and_unknown_before_the_first_step(monkeypatch):
     assert 299 <= p.eta() <= 301
 
 
+def test_the_eta_follows_the_recent_rate_not_a_fast_start(monkeypatch):
+    """The real MIOpen build's shape on ROCm 7.2 (docs/miopen.md): 113 of 561 steps (generated
+    sources) in the first minute, then one compile every 30 s. 36 minutes in, a rate from the
+    start promised about 1h20m; 448 - 70 = 378 steps at 30 s are left: over 3 hours."""
+    clock = [1000.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(progress, "mode", lambda: "quiet")
+    p = progress.Phase("build", "building MIOpen")
+    for done in range(1, 114):  # the fast first minute
+        clock[0] += 60 / 113
+        p.moved(progress.parse_step(f"[{done}/561] Inlining kernels batch #{done}"))
+    for done in range(114, 184):  # then the compiles, 30 s each
+        clock[0] += 30
+        p.moved(progress.parse_step(f"[{done}/561] Building CXX object src/x{done}.cpp.o"))
+    left = (561 - 183) * 30
+    from_start = (clock[0] - p.start) * (100 - p.step.percent) / p.step.percent
+    assert from_start < left / 2  # what the old ETA said
+    assert 0.9 * left <= p.eta() <= 1.1 * left
+    clock[0] += 600  # ten minutes with no step (a long link): the window has moved, the ETA grows
+    assert p.eta() > left
+
+
 def test_each_attempt_has_its_own_log_named_by_recipe_and_the_link_follows(tmp_path):
     home, key = tmp_path / "home", "c" * 64
     first = logs.start(home, key, "# one", "mini")
