@@ -257,8 +257,7 @@ def _extract_prebuilt(recipe: Recipe, checkout: Checkout, tree: Path) -> None:
     subdir = recipe.source.subdir or ""
     ui.info(f"extracting {subdir or 'the archive'} from {checkout.root.name} into the artifact (prebuilt: "
             "no configure, no compile)")
-    package = safe_extract(checkout.root, tree, subdir=subdir)
-    if package is not None:
+    if (package := safe_extract(checkout.root, tree, subdir=subdir)) is not None:
         ui.info(f"the tree is from {package.describe()}")
 
 
