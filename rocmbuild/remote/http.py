@@ -44,6 +44,17 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def origin(url: str) -> tuple[str, str, int | None]:
+    """``url``'s origin as the web defines it: (scheme, host, port), the default port filled in."""
+    u = urlparse(url)
+    scheme = u.scheme.lower()
+    try:
+        port = u.port
+    except ValueError:  # a port that is not a number: an origin nothing else has
+        return scheme, (u.hostname or "").lower(), -1
+    return scheme, (u.hostname or "").lower(), port or {"http": 80, "https": 443}.get(scheme)
+
+
 def check_plain_http(cfg: CacheConfig, host: str) -> None:
     if not (is_loopback(host) or cfg.insecure):
         raise InputError(f"{cfg.url}: plain HTTP to {host}, which is not this machine",
@@ -113,6 +124,31 @@ def network_error(cfg: CacheConfig, url: str, exc: BaseException) -> FetchError:
     tries = net.retries() + 1
     return FetchError(f"{cfg.url}: cannot reach the cache: {net.why(exc)} (tried {tries} time{'s' if tries > 1 else ''})",
                       RETRY_HINT, details={"url": url, "tries": tries})
+
+
+def read_capped(resp: requests.Response, cap: int, cfg: CacheConfig, action: str) -> bytes:
+    """``resp``'s body (inflated as it streams, when the server compressed it), refused (exit 3) as
+    soon as it passes ``cap`` bytes: a declared or a served length past the cap is never read whole."""
+    try:
+        declared = int(resp.headers.get("Content-Length") or 0)
+    except ValueError:
+        declared = 0
+    buf = bytearray()
+    try:
+        if declared <= cap:
+            for chunk in resp.iter_content(64 << 10):
+                buf += chunk
+                if len(buf) > cap:
+                    break
+    finally:
+        resp.close()
+    if declared > cap or len(buf) > cap:
+        limit = f"{cap >> 20} MiB" if cap >= 1 << 20 else f"{cap} bytes"
+        raise FetchError(f"{cfg.url}: cannot {action}: the answer is larger than {limit} "
+                         f"({max(declared, len(buf))} bytes or more), more than such a file can be",
+                         "the cache serves something else than rocmbuild's files: check its URL, or tell "
+                         "whoever runs it", details={"url": resp.url, "cap": cap})
+    return bytes(buf)
 
 
 class Retry(Exception):

@@ -54,7 +54,9 @@ EMPTY_TYPE = "application/vnd.oci.empty.v1+json"
 EMPTY = b"{}"
 TIMEOUT = (30, 300)
 MAX_SMALL = 64 << 20  # a manifest, a config or a signature blob
+MAX_TOKEN = 1 << 20  # a token service's answer
 _TAG = re.compile(r"^[0-9a-f]{64}$")
+_TOKEN = re.compile(r"^[\x21-\x7e]{1,16384}$")  # what an HTTP header may carry
 
 
 def _descriptor(media_type: str, data_digest: str, size: int) -> dict[str, Any]:
@@ -80,11 +82,36 @@ class Registry:
         self.session = requests.Session()
         if cfg.ca_bundle:
             self.session.verify = cfg.ca_bundle
+        self.origin = http.origin(self.base)
         self.auth: dict[str, str] = {}
         self.creds = http.credentials(cfg, self.host)
 
     def url(self, path: str) -> str:
         return urljoin(self.base, f"{self.repo}/{path}")
+
+    def _realm(self, realm: str) -> str:
+        """The token service a Bearer challenge names, if the credentials may go there: on the
+        registry's own host (https, or http where the registry's plain-HTTP rule allows it), or
+        over https on another host when the registry itself answered over https (the challenge
+        naming it was TLS-authenticated: Docker Hub's auth.docker.io, GitLab's /jwt/auth)."""
+        r, reg = urlparse(realm), urlparse(self.base)
+        shown = realm.split("?")[0][:200]
+        if r.scheme not in ("http", "https") or not r.hostname:
+            raise FetchError(f"{self.cfg.url}: the registry names its token service {shown!r}, which is not an "
+                             "http(s) URL; no credentials were sent", "the registry's auth setup is broken: tell "
+                             "whoever runs it (its token realm)", details={"realm": shown})
+        same_host = r.hostname.lower() == (reg.hostname or "").lower()
+        if r.scheme == "https" and (same_host or reg.scheme == "https"):
+            return realm
+        if r.scheme == "http" and same_host and (http.is_loopback(r.hostname) or self.cfg.insecure):
+            return realm
+        why = ("plain HTTP to another host" if r.scheme == "http" else
+               "another host, named over plain HTTP (anyone on the way could have named it)")
+        raise FetchError(f"{self.cfg.url}: the registry names its token service {shown}: {why}; "
+                         "the registry's credentials were not sent there",
+                         "a token service on another host is used only over https and only when the registry "
+                         "itself is reached over https; tell whoever runs the registry, or use its own host",
+                         details={"realm": shown, "registry": self.base})
 
     def _authenticate(self, resp: requests.Response) -> None:
         scheme, params = _challenge(resp.headers.get("WWW-Authenticate", ""))
@@ -96,17 +123,37 @@ class Registry:
             return
         if scheme != "bearer" or "realm" not in params:
             raise http.auth_error(self.cfg, resp.url, resp.status_code, self.creds is not None)
+        realm = self._realm(params["realm"])
         query = {k: v for k, v in params.items() if k in ("service", "scope")}
         query.setdefault("scope", f"repository:{self.repo}:pull,push")
-        got = self.session.get(params["realm"], params=query, auth=self.creds, timeout=TIMEOUT)
-        token = got.json().get("token") or got.json().get("access_token") if got.ok else None
-        if not token:
-            raise http.auth_error(self.cfg, resp.url, got.status_code if not got.ok else 401, self.creds is not None)
+        try:
+            got = self.session.get(realm, params=query, auth=self.creds, timeout=TIMEOUT, stream=True)
+            body = http.read_capped(got, MAX_TOKEN, self.cfg, "read the registry's token") if got.ok else b""
+        except requests.RequestException as exc:
+            raise Retry(http.network_error(self.cfg, realm.split("?")[0], exc)) from exc
+        if not got.ok:
+            raise http.auth_error(self.cfg, resp.url, got.status_code, self.creds is not None)
+        try:
+            doc = json.loads(body)
+        except (ValueError, RecursionError):
+            doc = None
+        token = (doc.get("token") or doc.get("access_token")) if isinstance(doc, dict) else None
+        if not isinstance(token, str) or not _TOKEN.match(token):
+            raise FetchError(f"{self.cfg.url}: the registry's token service ({realm.split('?')[0][:200]}) answered "
+                             "without a usable token", "the registry's auth setup is broken: tell whoever runs it",
+                             details={"realm": realm.split("?")[0][:200]})
         self.auth = {"Authorization": f"Bearer {token}"}
 
     def request(self, method: str, url: str, *, action: str, ok: tuple[int, ...] = (200,), **kw) -> requests.Response:
         """One request (authenticated on a 401, once); 5xx and dropped connections raise
         :class:`Retry`; any other answer outside ``ok`` (and not 404) raises at once."""
+        if http.origin(url) != self.origin:
+            there = "{}://{}:{}".format(*http.origin(url))
+            raise FetchError(f"{self.cfg.url}: the registry asked rocmbuild to {action} at {there}, another "
+                             f"origin than its own ({self.base}); nothing was sent there, credentials least of all",
+                             "the registry (or a proxy in front of it) names a wrong host in its Location: fix its "
+                             "external URL (distribution: http.host), then run again",
+                             details={"url": there, "registry": self.base})
         kw.setdefault("timeout", TIMEOUT)
         for attempt in (0, 1):
             headers = {**kw.pop("headers", {}), **self.auth}
@@ -156,7 +203,12 @@ class Registry:
 
         def attempt() -> None:
             start = self.request("POST", self.url("blobs/uploads/"), action="start an upload", ok=(202,))
-            loc = urljoin(self.base, start.headers["Location"])
+            if not start.headers.get("Location"):
+                start.close()
+                raise FetchError(f"{self.cfg.url}: the registry started an upload (HTTP {start.status_code}) "
+                                 "without saying where to send it (no Location header)",
+                                 "the registry is not OCI-conformant: tell whoever runs it")
+            loc = urljoin(self.url("blobs/uploads/"), start.headers["Location"])
             sep = "&" if "?" in loc else "?"
             with data_of() as body:
                 self.request("PUT", f"{loc}{sep}digest=sha256:{hexdigest}", action="upload a blob", ok=(201,),
