@@ -60,6 +60,17 @@ class Root:
             os.makedirs(p, mode=mode, exist_ok=True)
         return cls(os.open(p, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), p, what)
 
+    @classmethod
+    def under(cls, base: str | os.PathLike, path: str | os.PathLike, what: str, *, create: bool = False,
+              mode: int = 0o755) -> "Root":
+        """The directory ``path`` -- ``base`` itself or one beneath it -- as a root: ``base`` (a home
+        the user names, followed as named) is opened, then every component after it beneath its fd,
+        no symlink followed (:class:`ConfinementError`, exit 2). The cache home's ``downloads/``,
+        ``artifacts/`` and ``state/`` are opened so. ``create`` makes what is missing."""
+        rel = os.path.relpath(os.fspath(path), os.fspath(base))
+        with cls.open(base, what, create=create, mode=mode) as top:
+            return top.sub("" if rel == "." else rel, what, create=create, mode=mode)
+
     def sub(self, rel: str, what: str | None = None, *, create: bool = False, mode: int = 0o755) -> "Root":
         """The directory ``rel`` beneath this root as a root of its own (made with ``create``)."""
         comps = self._checked(rel)

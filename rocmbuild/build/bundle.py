@@ -333,7 +333,7 @@ def import_bundle(src: str, *, home: Path, sha256: str | None = None, signed: tu
         if signed is not None and (plan.manifest_bytes != signed[1] or manifest.key != signed[0]):
             raise FetchError(f"{src}: the bundle's manifest is not the signed manifest of artifact {signed[0][:16]}: "
                              "nothing was imported", "the cache entry is damaged or forged: push it again from the builder")
-        with Root.open(artifacts_dir(home), "the artifact cache", create=True) as root:
+        with Root.under(home, artifacts_dir(home), "the artifact cache", create=True) as root:
             existing = _reusable(root, manifest)
             if existing is not None:
                 ui.info(f"artifact {manifest.key[:16]} is already in the cache (imported)")

@@ -1,0 +1,115 @@
+"""The cache home is a root like any other (issue 26, class 1): a symbolic link planted in it is
+never followed for a write. Each attack against the real CLI (``python -m rocmbuild``), with a
+directory of canaries outside every root that must keep its entries, their bytes and one link
+each:
+
+* ``downloads/<KEY>.part`` a link to the outside directory, for a pull that succeeds and for one
+  the cache serves a wrong bundle for (which used to empty the outside directory);
+* ``targets`` in the cache home a link to it (the migration moved its entries into ``state/``);
+* ``artifacts/imported`` a link to it and ``cache rm KEY`` (which removed the outside ``KEY``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.support.cli import rb
+from tests.support.recipes import write_fixture_recipe
+
+KEY = "ab" * 32
+
+
+class Canaries:
+    """An outside directory: its entries must stay exactly as made (bytes, one link each)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        (root / KEY).mkdir(parents=True)
+        (root / KEY / "manifest.json").write_text('{"canary": true}\n')
+        (root / "1234567890abcdef").mkdir()
+        (root / "1234567890abcdef" / "lock").write_text("canary lock\n")
+        (root / "canary").write_text("canary\n")
+        self.before = self.snapshot()
+
+    def snapshot(self) -> dict[str, tuple[bytes | None, int]]:
+        out = {}
+        for p in sorted(self.root.rglob("*")):
+            st = os.lstat(p)
+            out[p.relative_to(self.root).as_posix()] = (p.read_bytes() if p.is_file() else None, st.st_nlink)
+        return out
+
+    def intact(self) -> None:
+        now = self.snapshot()
+        assert now == self.before, f"the outside directory changed: {sorted(set(now) ^ set(self.before))}"
+
+
+@pytest.fixture
+def pushed(tmp_path, monorepo):
+    """A pinned recipe built and pushed (signed) by a builder home into ``file://<tmp>/cache``;
+    this test's config trusts the builder's key."""
+    recipe = write_fixture_recipe(tmp_path / "recipes", "mini", url=monorepo.url, ref=monorepo.c_release, jobs=2)
+    secret = tmp_path / "keys" / "lab-1.secret"
+    secret.parent.mkdir()
+    public = json.loads(rb("key", "generate", "lab-1", "--out", str(secret), "--json").stdout)["public_key"]
+    builder = {"ROCMBUILD_HOME": str(tmp_path / "home-builder")}
+    built = json.loads(rb("build", str(recipe), "--no-cache", "--json", env=builder).stdout)
+    assert built["ok"], built
+    cache = tmp_path / "cache"
+    r = rb("push", built["key"][:16], "--to", f"file://{cache}", "--sign-key", str(secret), "--json", env=builder)
+    assert r.returncode == 0, r.stderr
+    from rocmbuild import config
+
+    config.user_file().parent.mkdir(parents=True, exist_ok=True)
+    config.user_file().write_text(f'[trust]\npublic_keys = ["{public}"]\n')
+    return recipe, built["key"], cache
+
+
+@pytest.mark.parametrize("served", ["the right bundle", "a wrong bundle"])
+def test_a_linked_download_dir_is_refused_and_the_outside_is_untouched(pushed, tmp_path, served):
+    recipe, key, cache = pushed
+    if served == "a wrong bundle":
+        bundle = cache / f"{key}.tar.gz"
+        data = bytearray(bundle.read_bytes())
+        data[-1] ^= 0xFF
+        bundle.write_bytes(bytes(data))
+    outside = Canaries(tmp_path / "outside")
+    home = Path(os.environ["ROCMBUILD_HOME"])
+    (home / "downloads").mkdir(parents=True)
+    (home / "downloads" / f"{key}.part").symlink_to(outside.root)
+    r = rb("build", str(recipe), "--cache", f"file://{cache}", "--require-cache", "--json")
+    d = json.loads(r.stdout)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "symbolic link" in d["error"]["message"] and f"{key}.part" in d["error"]["message"]
+    outside.intact()
+    assert os.readlink(home / "downloads" / f"{key}.part") == str(outside.root)  # left as it was
+    assert not (home / "artifacts" / "imported" / key).exists()
+
+
+def test_a_linked_targets_dir_in_the_cache_home_is_not_migrated(tmp_path):
+    outside = Canaries(tmp_path / "outside")
+    home = Path(os.environ["ROCMBUILD_HOME"])
+    home.mkdir(parents=True)
+    (home / "targets").symlink_to(outside.root)
+    r = rb("cache", "dir")
+    assert r.returncode == 0, r.stderr
+    assert "error:" not in r.stderr and "symbolic link" in r.stderr and "warning" in r.stderr
+    outside.intact()
+    state_targets = home / "state" / "targets"
+    assert not state_targets.exists() or list(state_targets.iterdir()) == []
+
+
+def test_cache_rm_through_a_linked_imported_dir_removes_nothing_outside(tmp_path):
+    outside = Canaries(tmp_path / "outside")
+    home = Path(os.environ["ROCMBUILD_HOME"])
+    (home / "artifacts").mkdir(parents=True)
+    (home / "artifacts" / "imported").symlink_to(outside.root)
+    r = rb("cache", "rm", KEY, "--json")
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    outside.intact()
+    r = rb("cache", "gc", "--keep-days", "0", "--json")
+    assert r.returncode in (0, 2), (r.stdout, r.stderr)
+    outside.intact()
