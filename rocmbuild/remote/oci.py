@@ -20,7 +20,9 @@ not check the blob's digest. The API needed here is small (ping, manifests, blob
 uploads, tags list, Basic and Bearer token auth), so it is spoken directly.
 
 Decisions: HTTP for a loopback host or an ``insecure`` cache, else HTTPS (``ca_bundle`` for a
-private CA); every blob read is checked against its digest while it streams; the bundle's
+private CA); every request goes to the registry's own origin (an upload ``Location`` elsewhere
+is refused, nothing sent) and a token realm gets the credentials only on the registry's host or
+over https from an https registry (docs/caches.md, "Where the credentials go"); every blob read is checked against its digest while it streams; the bundle's
 download (:mod:`.download`) resumes with a ``Range`` request, which the distribution API serves
 on blobs; uploads are
 monolithic (POST then PUT), and a blob the registry already has is not sent again.
