@@ -93,7 +93,7 @@ def _gpu_refusal(cache_url: str, key: str, manifest: bytes, opts: CacheOptions) 
 
     try:
         m = Manifest.from_json(json.loads(manifest), f"{cache_url} {key[:16]}")
-    except (ValueError, RocmbuildError) as exc:
+    except (ValueError, RecursionError, RocmbuildError) as exc:
         return f"its manifest is unreadable ({getattr(exc, 'message', exc)})"
     match = guards.gpu_arch(m.gpu_targets, m.encoding, allow_other_arch=opts.allow_other_arch)
     return match.detail if match.refused else None

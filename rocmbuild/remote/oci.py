@@ -55,7 +55,10 @@ SIG_TYPE = "application/vnd.rocmbuild.signature.v1+json"
 EMPTY_TYPE = "application/vnd.oci.empty.v1+json"
 EMPTY = b"{}"
 TIMEOUT = (30, 300)
-MAX_SMALL = 64 << 20  # a manifest, a config or a signature blob
+MAX_SMALL = 64 << 20  # a config blob (the artifact's manifest) or a signature blob
+MAX_MANIFEST = 4 << 20  # an OCI manifest (the distribution registry's own limit)
+MAX_SIG = 64 << 10  # a signature blob (about 400 bytes)
+MAX_BUNDLE = 1 << 40  # a bundle layer: 1 TiB, more than any library set
 MAX_TOKEN = 1 << 20  # a token service's answer
 _TAG = re.compile(r"^[0-9a-f]{64}$")
 _TOKEN = re.compile(r"^[\x21-\x7e]{1,16384}$")  # what an HTTP header may carry
@@ -183,12 +186,21 @@ class Registry:
         return http.retrying(lambda: self.request(method, self.url(path), action=action, ok=ok, **dict(kw)))
 
     # -- blobs -------------------------------------------------------------------------------
-    def small_blob(self, digest: str, action: str) -> bytes:
-        """A manifest's config or the signature, read whole and checked against its digest."""
-        resp = self.call("GET", f"blobs/{digest}", action=action)
+    def read(self, resp: requests.Response, action: str, cap: int = MAX_SMALL) -> bytes:
+        """``resp``'s body, read as it streams and refused past ``cap`` bytes (exit 3)."""
+        try:
+            return http.read_capped(resp, cap, self.cfg, action)
+        except requests.RequestException as exc:
+            raise Retry(http.network_error(self.cfg, resp.url, exc)) from exc
+
+    def small_blob(self, digest: str, action: str, cap: int = MAX_SMALL) -> bytes:
+        """A manifest's config or the signature, read (at most :data:`MAX_SMALL` bytes, as it
+        streams) and checked against its digest."""
+        resp = self.call("GET", f"blobs/{digest}", action=action, stream=True)
         if resp.status_code == 404:
+            resp.close()
             raise FetchError(f"{self.cfg.url}: the registry lost blob {digest[:19]}", "push the artifact again")
-        data = resp.content[: MAX_SMALL + 1]
+        data = self.read(resp, action, cap)
         if hashlib.sha256(data).hexdigest() != digest.removeprefix("sha256:"):
             raise FetchError(f"{self.cfg.url}: blob {digest[:19]}... does not match its digest",
                              "the registry's copy is damaged: push the artifact again")
@@ -220,13 +232,15 @@ class Registry:
         http.retrying(attempt)
 
     def get_manifest(self, tag: str) -> dict[str, Any] | None:
-        resp = self.call("GET", f"manifests/{tag}", action="read a manifest", headers={"Accept": MANIFEST_TYPE})
+        resp = self.call("GET", f"manifests/{tag}", action="read a manifest", headers={"Accept": MANIFEST_TYPE},
+                         stream=True)
         if resp.status_code == 404:
+            resp.close()
             return None
         try:
-            doc = json.loads(resp.content[:MAX_SMALL])
+            doc = json.loads(self.read(resp, "read a manifest", MAX_MANIFEST))
             return doc if isinstance(doc, dict) else None
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
 
     def put_manifest(self, tag: str, doc: dict[str, Any]) -> None:
@@ -261,10 +275,25 @@ class OciCache:
         layer, config = _layer(doc), (doc or {}).get("config")
         if layer is None or not isinstance(config, dict) or not str(config.get("digest", "")).startswith("sha256:"):
             return None
+        size = self._size(key, layer, MAX_BUNDLE, "bundle")
+        self._size(key, config, MAX_SMALL, "manifest")
         manifest = self.reg.small_blob(config["digest"], "read the artifact's manifest")
         sig_layer = _layer(self.reg.get_manifest(f"{key}.sig"))
-        sig = self.reg.small_blob(sig_layer["digest"], "read the signature") if sig_layer else None
-        return Entry(self.url, key, manifest, layer["digest"].removeprefix("sha256:"), int(layer.get("size", 0)), sig)
+        if sig_layer:
+            self._size(key, sig_layer, MAX_SIG, "signature")
+        sig = self.reg.small_blob(sig_layer["digest"], "read the signature", MAX_SIG) if sig_layer else None
+        return Entry(self.url, key, manifest, layer["digest"].removeprefix("sha256:"), size, sig)
+
+    def _size(self, key: str, descriptor: dict[str, Any], cap: int, what: str) -> int:
+        """A descriptor's ``size``: a whole number of bytes up to ``cap``, else refused (exit 3)."""
+        size = descriptor.get("size")
+        if type(size) is not int or not 0 <= size <= cap:
+            shown = json.dumps(size)[:40] if size is None or isinstance(size, (int, float, str, bool)) else type(size).__name__
+            raise FetchError(f"{self.url}: artifact {key[:16]} declares its {what} as {shown} bytes, which is not a "
+                             f"size rocmbuild takes (a whole number up to {cap})",
+                             "the registry's copy is damaged or forged: push the artifact again from the builder",
+                             details={"key": key, "size": shown})
+        return size
 
     def fetch(self, key: str, dest_root: Root) -> Fetched:
         e = self.lookup(key)
@@ -316,10 +345,21 @@ class OciCache:
         out: list[str] = []
         path: str | None = "tags/list?n=1000"
         while path:
-            resp = self.reg.call("GET", path, action="list the tags")
+            resp = self.reg.call("GET", path, action="list the tags", stream=True)
             if resp.status_code == 404:
+                resp.close()
                 return []
-            out += [t for t in (resp.json().get("tags") or []) if isinstance(t, str)]
+            try:
+                doc = json.loads(self.reg.read(resp, "list the tags", MAX_SMALL))
+            except (ValueError, RecursionError):
+                doc = None
+            tags = doc.get("tags") if isinstance(doc, dict) else None
+            if not isinstance(doc, dict) or not isinstance(tags, (list, type(None))):
+                doc = None
+            if doc is None:
+                raise FetchError(f"{self.url}: the registry's tag list is not the JSON object the distribution API "
+                                 "answers", "check the cache URL (is it a registry?), or tell whoever runs it")
+            out += [t for t in (tags or []) if isinstance(t, str)]
             nxt = resp.links.get("next", {}).get("url")
             path = urljoin(self.reg.url("tags/list"), nxt).removeprefix(self.reg.url("")) if nxt else None
         return out

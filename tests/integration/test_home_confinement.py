@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli import rb
-from tests.support.recipes import write_fixture_recipe
+from tests.support.pushed import push_mini
 
 KEY = "ab" * 32
 
@@ -49,23 +49,8 @@ class Canaries:
 
 @pytest.fixture
 def pushed(tmp_path, monorepo):
-    """A pinned recipe built and pushed (signed) by a builder home into ``file://<tmp>/cache``;
-    this test's config trusts the builder's key."""
-    recipe = write_fixture_recipe(tmp_path / "recipes", "mini", url=monorepo.url, ref=monorepo.c_release, jobs=2)
-    secret = tmp_path / "keys" / "lab-1.secret"
-    secret.parent.mkdir()
-    public = json.loads(rb("key", "generate", "lab-1", "--out", str(secret), "--json").stdout)["public_key"]
-    builder = {"ROCMBUILD_HOME": str(tmp_path / "home-builder")}
-    built = json.loads(rb("build", str(recipe), "--no-cache", "--json", env=builder).stdout)
-    assert built["ok"], built
-    cache = tmp_path / "cache"
-    r = rb("push", built["key"][:16], "--to", f"file://{cache}", "--sign-key", str(secret), "--json", env=builder)
-    assert r.returncode == 0, r.stderr
-    from rocmbuild import config
-
-    config.user_file().parent.mkdir(parents=True, exist_ok=True)
-    config.user_file().write_text(f'[trust]\npublic_keys = ["{public}"]\n')
-    return recipe, built["key"], cache
+    p = push_mini(tmp_path, monorepo)
+    return p.recipe, p.key, p.cache
 
 
 @pytest.mark.parametrize("served", ["the right bundle", "a wrong bundle"])

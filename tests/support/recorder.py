@@ -4,7 +4,9 @@
 It either forwards every request (any method, its body too) to an ``upstream`` server (a real
 docker-registry), optionally rewriting the ``Location`` of its answers (``relocate``: a registry
 that names another origin for an upload), or answers with ``answer(method, path, headers)`` ->
-``(status, headers, body)`` (a fake registry or token endpoint). Every request is recorded as a
+``(status, headers, body)`` (a fake registry or token endpoint; a body that is an iterator of
+chunks is sent without a length until the client hangs up, counted in ``streamed``; a
+``Content-Length`` the answer gives is sent as given, whatever the body). Every request is recorded as a
 :class:`Sent` (method, path, its ``Authorization`` header), before anything is answered.
 """
 
@@ -36,6 +38,7 @@ class _State:
     answer: Answer | None
     relocate: Callable[[str], str] | None
     sent: list[Sent] = field(default_factory=list)
+    streamed: int = 0  # bytes of endless bodies written
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -62,14 +65,26 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             headers = {k: resp.headers[k] for k in _BACK if k in resp.headers}
             if "Location" in headers and st.relocate is not None:
                 headers["Location"] = st.relocate(headers["Location"])
-        headers = {**headers, "Content-Length": str(len(data) if self.command != "HEAD" else
-                                                     headers.get("Content-Length", len(data)))}
+        endless = not isinstance(data, bytes)
+        if endless:  # an iterator of chunks: no length, the body ends when the connection does
+            headers = {**headers, "Connection": "close"}
+            self.close_connection = True
+        else:
+            headers = {"Content-Length": str(len(data) if self.command != "HEAD" else
+                                             headers.get("Content-Length", len(data))), **headers}
         self.send_response(status)
         for k, v in headers.items():
             self.send_header(k, v)
         self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(data)
+        if self.command == "HEAD":
+            return
+        try:
+            for chunk in (data if endless else [data]):
+                self.wfile.write(chunk)
+                if endless:
+                    self.server.state.streamed += len(chunk)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
 
     do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = _any
 
