@@ -21,6 +21,7 @@ import ipaddress
 import json
 import os
 import time
+import zlib
 from pathlib import Path
 from typing import Callable, TypeVar
 from urllib.parse import urlparse
@@ -32,6 +33,7 @@ from rocmbuild.config import CacheConfig
 from rocmbuild.errors import FetchError, InputError
 
 T = TypeVar("T")
+ACCEPT_ENCODING = "gzip, deflate"  # what read_capped inflates (bounded); never br or zstd
 RETRY_HINT = "the cache or the network failed: run the command again later (requests are retried with backoff)"
 
 
@@ -64,6 +66,7 @@ def check_plain_http(cfg: CacheConfig, host: str) -> None:
 
 def session(cfg: CacheConfig) -> requests.Session:
     s = net.session()
+    s.headers["Accept-Encoding"] = ACCEPT_ENCODING
     if cfg.ca_bundle:
         s.verify = cfg.ca_bundle
     return s
@@ -127,19 +130,31 @@ def network_error(cfg: CacheConfig, url: str, exc: BaseException) -> FetchError:
 
 
 def read_capped(resp: requests.Response, cap: int, cfg: CacheConfig, action: str) -> bytes:
-    """``resp``'s body (inflated as it streams, when the server compressed it), refused (exit 3) as
-    soon as it passes ``cap`` bytes: a declared or a served length past the cap is never read whole."""
+    """``resp``'s body (a gzip or deflate one inflated piece by piece with zlib's ``max_length``,
+    never further than the cap: a bomb costs ``cap`` bytes), refused (exit 3) as soon as it passes
+    ``cap`` bytes: a declared or a served length past the cap is never read whole."""
     try:
         declared = int(resp.headers.get("Content-Length") or 0)
     except ValueError:
         declared = 0
+    encoding = resp.headers.get("Content-Encoding", "").strip().lower()
+    if encoding not in ("", "identity", "gzip", "x-gzip", "deflate"):
+        resp.close()
+        raise FetchError(f"{cfg.url}: cannot {action}: the answer is encoded as {encoding[:40]!r}, which rocmbuild "
+                         "did not ask for", "tell whoever runs the cache", details={"url": resp.url})
+    inflate = zlib.decompressobj(zlib.MAX_WBITS | 32) if encoding not in ("", "identity") else None
     buf = bytearray()
     try:
         if declared <= cap:
-            for chunk in resp.iter_content(64 << 10):
-                buf += chunk
+            for chunk in resp.raw.stream(64 << 10, decode_content=False):
+                while chunk and len(buf) <= cap:  # inflated no further than the cap, piece by piece
+                    buf += inflate.decompress(chunk, cap + 1 - len(buf)) if inflate else chunk
+                    chunk = inflate.unconsumed_tail if inflate else b""
                 if len(buf) > cap:
                     break
+    except zlib.error as exc:
+        raise FetchError(f"{cfg.url}: cannot {action}: the answer's {encoding} encoding is damaged ({exc})",
+                         RETRY_HINT, details={"url": resp.url}) from None
     finally:
         resp.close()
     if declared > cap or len(buf) > cap:

@@ -85,6 +85,7 @@ class Registry:
         self.cfg, self.host = cfg, u.netloc
         self.base = f"{'http' if plain else 'https'}://{u.netloc}/v2/"
         self.session = requests.Session()
+        self.session.headers["Accept-Encoding"] = http.ACCEPT_ENCODING
         if cfg.ca_bundle:
             self.session.verify = cfg.ca_bundle
         self.origin = http.origin(self.base)

@@ -204,3 +204,26 @@ def test_a_hostile_cache_entry_falls_back_to_building_here_said_once(tmp_path, m
     assert "internal error" not in r.stderr
     said = [line for line in r.stderr.splitlines() if f"file://{p.cache}" in line and "building here" in line]
     assert len(said) == 1, r.stderr
+
+
+def test_a_gzip_bomb_is_inflated_only_to_the_cap(tmp_path):
+    import resource
+    import zlib
+
+    z, zeros = zlib.compressobj(9, zlib.DEFLATED, zlib.MAX_WBITS | 16), b"\0" * (1 << 20)
+    bomb = b"".join(z.compress(zeros) for _ in range(512)) + z.flush()  # 512 MiB of gzip in about 0.5 MiB
+
+    def answer(method: str, path: str, headers: dict):
+        if path.split("?")[0] == f"/v2/{REPO}/tags/list":
+            return 200, {"Content-Type": "application/json", "Content-Encoding": "gzip"}, bomb
+        return 404, {}, b"{}"
+
+    server = recorder.start(answer=answer)
+    try:
+        r = rb("cache", "list", "--remote", _url(server), "--json")
+        assert r.returncode == 3, (r.stdout, r.stderr)
+        assert "larger than 64 MiB" in json.loads(r.stdout)["error"]["message"]
+        peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        assert peak_mib < 400, f"a child reached {peak_mib:.0f} MiB"
+    finally:
+        server.stop()
