@@ -135,3 +135,33 @@ def test_a_token_service_answering_nonsense_is_one_clear_line(body):
     finally:
         fake.stop()
         tokens.stop()
+
+
+def test_a_token_service_that_refuses_the_connection_is_one_line(monkeypatch):
+    closed = registry.free_port()  # nothing listens there
+    fake = recorder.start(answer=_fake_registry(f"http://127.0.0.1:{closed}/token"))
+    try:
+        url = f"oci://{fake.host}/rocmbuild/cache"
+        _config(url)
+        r = rb("cache", "list", "--remote", url, "--json", env={**CREDS, "ROCMBUILD_DOWNLOAD_RETRIES": "0"})
+        assert r.returncode == 3, (r.stdout, r.stderr)
+        assert "cannot reach" in json.loads(r.stdout)["error"]["message"] and "internal error" not in r.stderr
+    finally:
+        fake.stop()
+
+
+def test_an_upload_started_without_a_location_is_one_line(txn_home, secret):
+    def answer(method: str, path: str, headers: dict):
+        if method == "POST" and path.endswith("/blobs/uploads/"):
+            return 202, {}, b""
+        return 404, {}, b'{"errors": []}'
+
+    fake = recorder.start(answer=answer)
+    try:
+        url = f"oci://{fake.host}/rocmbuild/cache"
+        key = txn_home.artifacts["mini"].key
+        r = rb("push", key[:16], "--to", url, "--sign-key", str(secret[0]), "--json")
+        assert r.returncode == 3, (r.stdout, r.stderr)
+        assert "no Location header" in json.loads(r.stdout)["error"]["message"] and "internal error" not in r.stderr
+    finally:
+        fake.stop()
