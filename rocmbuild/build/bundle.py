@@ -269,7 +269,7 @@ def _fetch(src: str, home: Path, sha256: str | None) -> tuple[Path, str | None]:
             )
         dest = downloads_dir(home) / f"bundle-{expected}.tar.gz"
         if not (dest.is_file() and sha256_file(dest) == expected):
-            download(src, dest, expected, hint=BUNDLE_HINT)
+            download(src, dest, expected, hint=BUNDLE_HINT, home=home)
         touch_download(dest)  # its last use, for `cache gc`
         return dest, expected
     path = Path(urllib.parse.unquote(parsed.path) if parsed.scheme == "file" else src).expanduser()

@@ -98,3 +98,27 @@ def test_cache_rm_through_a_linked_imported_dir_removes_nothing_outside(tmp_path
     r = rb("cache", "gc", "--keep-days", "0", "--json")
     assert r.returncode in (0, 2), (r.stdout, r.stderr)
     outside.intact()
+
+
+def test_a_download_into_the_cache_never_writes_through_a_planted_link(tmp_path):
+    from rocmbuild.build.archive import download
+    from rocmbuild.root import ConfinementError
+
+    src = tmp_path / "source.tar.gz"
+    src.write_bytes(b"the source archive\n")
+    sha = __import__("hashlib").sha256(src.read_bytes()).hexdigest()
+    outside = Canaries(tmp_path / "outside")
+    home = Path(os.environ["ROCMBUILD_HOME"])
+    (home / "downloads").mkdir(parents=True)
+    (home / "downloads" / f"{sha}.part").symlink_to(outside.root / "canary")
+    download(src.as_uri(), home / "downloads" / sha, sha)
+    outside.intact()  # the planted link was removed as a link, the file made in its place (O_EXCL)
+    assert (home / "downloads" / sha).read_bytes() == src.read_bytes()
+    assert not (home / "downloads" / sha).is_symlink()
+
+    other = tmp_path / "home2"
+    other.mkdir()
+    (other / "downloads").symlink_to(outside.root)
+    with pytest.raises(ConfinementError):
+        download(src.as_uri(), other / "downloads" / sha, sha, home=other)
+    outside.intact()
