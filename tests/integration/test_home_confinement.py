@@ -122,3 +122,17 @@ def test_a_download_into_the_cache_never_writes_through_a_planted_link(tmp_path)
     with pytest.raises(ConfinementError):
         download(src.as_uri(), other / "downloads" / sha, sha, home=other)
     outside.intact()
+
+
+def test_a_linked_targets_dir_in_the_state_home_is_refused(tmp_path):
+    from rocmbuild.errors import StatePathError
+    from rocmbuild.home import state_home, targets_dir
+    from rocmbuild.swap.roots import open_state
+
+    outside = Canaries(tmp_path / "outside")
+    state_home().mkdir(parents=True)
+    targets_dir(state_home()).symlink_to(outside.root)
+    with pytest.raises(StatePathError) as err:
+        open_state(targets_dir(state_home()) / "0123456789abcdef", create=True)
+    assert "symbolic link" in err.value.message and err.value.exit_code == 2
+    outside.intact()
