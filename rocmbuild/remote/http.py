@@ -158,7 +158,8 @@ def read_capped(resp: requests.Response, cap: int, cfg: CacheConfig, action: str
     finally:
         resp.close()
     if declared > cap or len(buf) > cap:
-        limit = f"{cap >> 20} MiB" if cap >= 1 << 20 else f"{cap} bytes"
+        limit = (f"{cap >> 20} MiB" if cap >= 1 << 20 and not cap % (1 << 20) else
+                 f"{cap >> 10} KiB" if cap >= 1 << 10 and not cap % (1 << 10) else f"{cap} bytes")
         raise FetchError(f"{cfg.url}: cannot {action}: the answer is larger than {limit} "
                          f"({max(declared, len(buf))} bytes or more), more than such a file can be",
                          "the cache serves something else than rocmbuild's files: check its URL, or tell "
