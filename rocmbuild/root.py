@@ -1,25 +1,21 @@
 """The one way to touch a root: a directory fd, and every path resolved beneath it at the moment
 of use (DESIGN.md, Confinement).
 
-A :class:`Root` holds an open directory (a target prefix, a state dir, the cache, an export
-destination). Each operation takes a path *relative* to it and resolves that path beneath the
-fd when it acts: ``openat2(2)`` with ``RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
-RESOLVE_NO_MAGICLINKS`` where the kernel has it (Linux 5.6+, through ctypes), else a walk of
-``O_NOFOLLOW | O_DIRECTORY`` opens, one component at a time. The final component is then acted
-on with the ``*at`` calls on its directory's fd (``renameat``, ``linkat``, ``unlinkat``,
-``mkdirat``, ``symlinkat``, ``readlinkat``, ``fstatat`` without following). A path string
-checked earlier is never trusted later: a symlink planted in any directory component between a
-check and a write makes the write fail (:class:`ConfinementError`, exit 2), never land elsewhere.
+A :class:`Root` holds an open directory (a target prefix, a state dir, the cache home and its
+dirs, an export destination). Each operation takes a path *relative* to it, resolved beneath
+the fd when it acts (:mod:`rocmbuild.beneath`: ``openat2`` with ``RESOLVE_BENEATH |
+RESOLVE_NO_SYMLINKS``, else an ``O_NOFOLLOW`` walk); the final component is acted on with the
+``*at`` calls on its directory's fd. A path string checked earlier is never trusted later: a
+symlink planted in any directory component between a check and a write makes the write fail
+(:class:`ConfinementError`, exit 2), never land elsewhere.
 
 Decisions:
 * a relative path is a clean one: no ``..``, no empty, ``.`` or absolute component (refused
   before any system call); the root itself is opened once, by the path the caller names (the
   user's own choice of prefix, followed as the user named it), with ``O_DIRECTORY``;
 * modes never depend on the umask: a directory created here is 0755 and a file's mode is set
-  with ``fchmod`` (callers pass 0644 or 0755); when rocmbuild runs as root, a new file or
-  directory takes the owner and group of its parent directory, and a replacing file those of
-  the file it replaces (:meth:`Root.own_like`), so a root provisioning run leaves a user's env
-  wholly the user's;
+  with ``fchmod``; run as root, a new file or directory takes the owner and group of its parent
+  directory, a replacing file those of the file it replaces (:meth:`Root.own_like`);
 * every new or removed directory entry is followed by an fsync of its directory (the only
   place the name is recorded), before the caller records the step as done;
 * copies go kernel-side: a reflink (``FICLONE``) where the filesystem can, else
@@ -40,7 +36,6 @@ from rocmbuild.errors import TargetError
 __all__ = ["Root", "ConfinementError", "ContentMismatch", "has_openat2", "parts", "file_mode"]
 
 
-
 class ConfinementError(TargetError):
     """A path did not resolve beneath its root without a symlink: nothing was written there."""
 
@@ -59,6 +54,14 @@ class Root:
         if create:
             os.makedirs(p, mode=mode, exist_ok=True)
         return cls(os.open(p, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), p, what)
+
+    @classmethod
+    def under(cls, base: str | os.PathLike, path: str | os.PathLike, what: str, *, create: bool = False) -> "Root":
+        """The directory ``path`` (``base`` or beneath it) as a root: ``base``, a home the user names,
+        opened as named, the rest beneath its fd with no symlink followed (the cache home's dirs)."""
+        rel = os.path.relpath(os.fspath(path), os.fspath(base))
+        with cls.open(base, what, create=create) as top:
+            return top.sub("" if rel == "." else rel, what, create=create)
 
     def sub(self, rel: str, what: str | None = None, *, create: bool = False, mode: int = 0o755) -> "Root":
         """The directory ``rel`` beneath this root as a root of its own (made with ``create``)."""

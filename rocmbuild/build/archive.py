@@ -15,6 +15,7 @@ Used for source tarballs (:mod:`rocmbuild.build.tarball`) and artifact bundles (
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -28,6 +29,7 @@ from pathlib import Path, PurePosixPath
 from rocmbuild import progress, runner
 from rocmbuild.disk import CHUNK
 from rocmbuild.errors import FetchError
+from rocmbuild.root import Root
 
 def _copy(chunks, out, h, what: str, total: int | None) -> None:
     done = 0
@@ -177,34 +179,41 @@ def inside(path: str | PurePosixPath) -> bool:
     return True
 
 
-def download(url: str, dest: Path, expected: str, *, hint: str = SOURCE_HINT) -> None:
+def download(url: str, dest: Path, expected: str, *, hint: str = SOURCE_HINT, home: Path | None = None) -> None:
     """Fetch ``url`` (http/https/file/path, ``pypi:NAME==VERSION`` or ``apt:NAME=VERSION``) to ``dest`` via
-    ``dest.part``, checking sha256. ``hint``: what to do when the network fails (fits the verb)."""
-    part = dest.with_name(dest.name + ".part")
-    part.parent.mkdir(parents=True, exist_ok=True)
-    h = hashlib.sha256()
-    parsed = urllib.parse.urlparse(url)
-    try:
-        with open(part, "wb") as out:
-            if parsed.scheme in ("http", "https"):
-                _fetch_http(url, out, h, hint)
-            elif parsed.scheme == "pypi":
-                _fetch_pypi(url[len("pypi:"):], part.parent, out, h)
-            elif parsed.scheme == "apt":
-                _fetch_apt(url[len("apt:"):], part.parent, out, h)
-            else:
-                _fetch_local(url, parsed, out, h)
-            out.flush()
-            os.fsync(out.fileno())
-    except BaseException:
-        part.unlink(missing_ok=True)
-        raise
-    got = h.hexdigest()
-    if got != expected:
-        part.unlink(missing_ok=True)
-        raise FetchError(
-            f"sha256 mismatch for {url}: expected {expected}, got {got}; the download was deleted",
-            "the file changed upstream or is corrupt: check source.sha256 (sha256sum FILE) and the URL",
-            details={"url": url, "expected": expected, "actual": got},
-        )
-    os.replace(part, dest)
+    ``dest.part``, checking sha256. ``hint``: what to do when the network fails (fits the verb).
+    Written through a :class:`Root` of ``dest``'s directory (beneath the cache ``home``'s fd when
+    given): a link planted as ``dest.part``, or at a directory on the way, is never written through."""
+    name, part = dest.name, dest.name + ".part"
+    root = Root.under(home, dest.parent, "the cache", create=True) if home else \
+        Root.open(dest.parent, "the download directory", create=True)
+    with root:
+        h = hashlib.sha256()
+        parsed = urllib.parse.urlparse(url)
+        try:
+            root.unlink(part, sync=False)  # a leftover (or a link planted there) goes as itself
+            fd = root.open_file(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            with os.fdopen(fd, "wb") as out:
+                if parsed.scheme in ("http", "https"):
+                    _fetch_http(url, out, h, hint)
+                elif parsed.scheme == "pypi":
+                    _fetch_pypi(url[len("pypi:"):], dest.parent, out, h)
+                elif parsed.scheme == "apt":
+                    _fetch_apt(url[len("apt:"):], dest.parent, out, h)
+                else:
+                    _fetch_local(url, parsed, out, h)
+                out.flush()
+                os.fsync(out.fileno())
+        except BaseException:
+            with contextlib.suppress(OSError):
+                root.unlink(part)
+            raise
+        got = h.hexdigest()
+        if got != expected:
+            root.unlink(part)
+            raise FetchError(
+                f"sha256 mismatch for {url}: expected {expected}, got {got}; the download was deleted",
+                "the file changed upstream or is corrupt: check source.sha256 (sha256sum FILE) and the URL",
+                details={"url": url, "expected": expected, "actual": got},
+            )
+        root.replace(part, name)

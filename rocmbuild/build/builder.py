@@ -163,7 +163,7 @@ def build(recipe: Recipe, checkout: Checkout, *, home: Path, key: str, inp: Inpu
             manifest = _manifest(recipe, checkout, key, inp, tree)
             seal(tmp, manifest.files)  # read-only, fsynced, identities recorded
             atomic_write_json(tmp / MANIFEST, manifest.to_json())
-            with Root.open(adir, "the artifact cache") as root:  # published by renameat beneath its fd
+            with Root.under(home, adir, "the artifact cache") as root:  # published by renameat beneath its fd
                 root.replace(tmp.name, key)
         except BaseException as exc:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -269,7 +269,7 @@ def _fetch(src: str, home: Path, sha256: str | None) -> tuple[Path, str | None]:
             )
         dest = downloads_dir(home) / f"bundle-{expected}.tar.gz"
         if not (dest.is_file() and sha256_file(dest) == expected):
-            download(src, dest, expected, hint=BUNDLE_HINT)
+            download(src, dest, expected, hint=BUNDLE_HINT, home=home)
         touch_download(dest)  # its last use, for `cache gc`
         return dest, expected
     path = Path(urllib.parse.unquote(parsed.path) if parsed.scheme == "file" else src).expanduser()
@@ -333,7 +333,7 @@ def import_bundle(src: str, *, home: Path, sha256: str | None = None, signed: tu
         if signed is not None and (plan.manifest_bytes != signed[1] or manifest.key != signed[0]):
             raise FetchError(f"{src}: the bundle's manifest is not the signed manifest of artifact {signed[0][:16]}: "
                              "nothing was imported", "the cache entry is damaged or forged: push it again from the builder")
-        with Root.open(artifacts_dir(home), "the artifact cache", create=True) as root:
+        with Root.under(home, artifacts_dir(home), "the artifact cache", create=True) as root:
             existing = _reusable(root, manifest)
             if existing is not None:
                 ui.info(f"artifact {manifest.key[:16]} is already in the cache (imported)")

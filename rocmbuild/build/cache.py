@@ -273,8 +273,9 @@ _KEY = re.compile(r"^[0-9a-f]{64}$")
 def entries(home: Path) -> list[Path]:
     """Every artifact directory in the cache: the built ones, then the imported ones (sorted)."""
     out = []
-    for d in (artifacts_dir(home), imported_dir(home)):
-        if d.is_dir():
+    adir = artifacts_dir(home)
+    for d in (adir, imported_dir(home)):
+        if d.is_dir() and not d.is_symlink() and not adir.is_symlink():  # what a link points to is not the cache's
             out += sorted(p for p in d.iterdir() if _KEY.match(p.name) and p.is_dir() and not p.is_symlink())
     return out
 
@@ -287,7 +288,7 @@ def quarantine(path: Path) -> Path:
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
     kind = "imported-" if path.parent.name == "imported" else ""
     name = f"{kind}{path.name}-{stamp}-{os.getpid()}"
-    with Root.open(adir, "the artifact cache") as root:  # never through a symlink
+    with Root.under(adir.parent, adir, "the artifact cache") as root:  # never through a symlink
         root.makedirs(".quarantine")
         root.replace(os.path.relpath(path, adir), f".quarantine/{name}")
     return adir / ".quarantine" / name
@@ -368,7 +369,9 @@ def _discard(path: Path) -> None:
     """Move a bad artifact aside (renamed, so a process still using it is not disturbed)."""
     aside = f".bad-{path.name}-{os.getpid()}"
     try:
-        with Root.open(path.parent, "the artifact cache") as root:
+        adir = path.parent
+        with Root.under(adir.parent.parent if adir.name == "imported" else adir.parent, adir,
+                        "the artifact cache") as root:
             root.replace(path.name, aside)
             root.rmtree(aside)
     except OSError:
@@ -380,6 +383,6 @@ def key_lock(home: Path, key: str, wait: bool | LockWait = True) -> Iterator[Non
     """Serialize builds of the same key (a second one, told to wait, then finds the cache hit;
     ``wait`` is the lock policy, see :class:`rocmbuild.disk.FileLock`)."""
     d = artifacts_dir(home)
-    Root.open(d, "the artifact cache", create=True).close()
+    Root.under(home, d, "the artifact cache", create=True).close()
     with FileLock(d / f".{key}.lock", wait=wait, what=f"the build of artifact {key[:16]}"):
         yield

@@ -37,7 +37,7 @@ from rocmbuild.build.retry import ATTEMPT, AttemptRecord, read_attempt  # noqa: 
 from rocmbuild.build.artifact import MANIFEST, Manifest
 from rocmbuild.build.provenance import origin
 from rocmbuild.build.cache import entries, imported_dir, key_lock
-from rocmbuild.root import Root
+from rocmbuild.root import ConfinementError, Root
 from rocmbuild.disk import read_json
 from rocmbuild.errors import InputError, LockedError
 from rocmbuild.home import artifacts_dir, build_dir, downloads_dir
@@ -61,14 +61,14 @@ def touch(home: Path, path: Path) -> None:
     path = Path(path)
     stamp = _stamp(home, path.name, path.parent.name == "imported")
     try:
-        with Root.open(stamp.parent.parent, "the artifact cache") as root:
+        with Root.under(home, stamp.parent.parent, "the artifact cache") as root:
             root.makedirs(stamp.parent.name)
             fd = root.open_file(f"{stamp.parent.name}/{stamp.name}", os.O_WRONLY | os.O_CREAT, 0o644)
             try:
                 os.utime(fd)
             finally:
                 os.close(fd)
-    except OSError:
+    except (OSError, ConfinementError):  # best effort: the use is recorded where it may be
         pass
 
 
@@ -252,12 +252,13 @@ def quarantined(home: Path, cutoff: float) -> list[Candidate]:
     return out
 
 
-def remove(path: Path) -> None:
+def remove(path: Path, home: Path) -> None:
     """Rename ``path`` aside, then remove it (files or trees; read-only files are fine), through
-    its directory's fd: nothing beneath it is followed."""
+    its directory's fd, opened beneath the cache ``home``'s: no link on the way nor beneath it is
+    followed (a symlinked ``artifacts/imported``: ConfinementError, exit 2, nothing removed)."""
     path = Path(path)
     aside = f".gc-{path.name}-{os.getpid()}"
-    with Root.open(path.parent, "the cache") as root:
+    with Root.under(home, path.parent, "the cache") as root:
         root.replace(path.name, aside)
         root.rmtree(aside)
 
@@ -285,11 +286,11 @@ def take(home: Path, c: Candidate, *, dry_run: bool, still=None) -> str | None:
 
 
 def _remove(home: Path, c: Candidate) -> None:
-    remove(Path(c.path))
+    remove(Path(c.path), home)
     if c.kind == "artifact" and c.key:
         stamp = _stamp(home, c.key, Path(c.path).parent.name == "imported")
         try:
-            with Root.open(stamp.parent, "the artifact cache") as root:
+            with Root.under(home, stamp.parent, "the artifact cache") as root:
                 root.unlink(stamp.name)
         except FileNotFoundError:  # never used: no stamp
             pass

@@ -86,7 +86,7 @@ def fetch(url: str, sha256: str, home: Path) -> Path:
             archive.unlink()
     if not archive.is_file():
         ui.info(f"downloading {url}")
-        download(url, archive, sha)
+        download(url, archive, sha, home=home)
     return archive
 
 

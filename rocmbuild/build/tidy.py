@@ -59,7 +59,7 @@ def sources(home: Path, cutoff: float) -> list[Candidate]:
     return out
 
 
-def take_source(c: Candidate, *, dry_run: bool) -> str | None:
+def take_source(c: Candidate, home: Path, *, dry_run: bool) -> str | None:
     """Remove a source under its lock; why it was kept, or None."""
     if dry_run:
         return None
@@ -67,7 +67,7 @@ def take_source(c: Candidate, *, dry_run: bool) -> str | None:
         with FileLock(_lock_of(Path(c.path)), wait=False, what="the source cache"):
             if not Path(c.path).exists():
                 return "gone meanwhile"
-            remove(Path(c.path))
+            remove(Path(c.path), home)
     except LockedError:
         return "a fetch or a build is using it"
     return None

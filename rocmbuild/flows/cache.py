@@ -138,18 +138,18 @@ def _take(home: Path, c: Candidate, dry_run: bool, out: dict, still=None) -> Non
 def _gc_sources_and_logs(home: Path, cutoff: float, dry_run: bool, out: dict) -> None:
     """Source clones not fetched in ``keep_days``, and logs past the newest few (build/tidy.py)."""
     for c in tidy.sources(home, cutoff):
-        why = tidy.take_source(c, dry_run=dry_run)
+        why = tidy.take_source(c, home, dry_run=dry_run)
         if why is None:
             out["removed"].append(c)
         else:
             out["kept"].append(Kept(c.kind, c.path, None, why))
     for c in tidy.old_logs(home, cutoff):
         if not dry_run:
-            housekeeping.remove(Path(c.path))
+            housekeeping.remove(Path(c.path), home)
         out["removed"].append(c)
     if not dry_run:
         for link in tidy.dangling_links(home):
-            housekeeping.remove(link)
+            housekeeping.remove(link, home)
 
 
 def gc(keep_days: float = housekeeping.DEFAULT_KEEP_DAYS, *, dry_run: bool = False,

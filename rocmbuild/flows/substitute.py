@@ -35,7 +35,6 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,7 +46,7 @@ from rocmbuild.build.provenance import SUBSTITUTED, Provenance
 from rocmbuild.errors import FetchError, LockedError, RocmbuildError
 from rocmbuild.home import downloads_dir
 from rocmbuild.locks import LockWait
-from rocmbuild.root import Root
+from rocmbuild.root import ConfinementError, Root
 
 
 @dataclass(frozen=True)
@@ -94,7 +93,7 @@ def _gpu_refusal(cache_url: str, key: str, manifest: bytes, opts: CacheOptions) 
 
     try:
         m = Manifest.from_json(json.loads(manifest), f"{cache_url} {key[:16]}")
-    except (ValueError, RocmbuildError) as exc:
+    except (ValueError, RecursionError, RocmbuildError) as exc:
         return f"its manifest is unreadable ({getattr(exc, 'message', exc)})"
     match = guards.gpu_arch(m.gpu_targets, m.encoding, allow_other_arch=opts.allow_other_arch)
     return match.detail if match.refused else None
@@ -127,7 +126,7 @@ def _import(cand: Candidate, key: str, home: Path) -> Artifact:
     tmp = downloads_dir(home) / f"{key}.part"
     ok = False
     try:
-        with Root.open(tmp, "the download directory", create=True) as root:
+        with Root.under(home, tmp, "the cache", create=True) as root:  # no link in the cache home followed
             fetched = open_cache(cand.cache).fetch(key, root)
         origin = Provenance(source=cand.cache.url, kind=SUBSTITUTED, bundle_sha256=entry.bundle_sha256,  # type: ignore[attr-defined]
                             sha256_checked=True, cache=cand.cache.url, signer=cand.signer,
@@ -137,21 +136,26 @@ def _import(cand: Candidate, key: str, home: Path) -> Artifact:
         ok = True
         return art
     finally:
-        _tidy(tmp, keep_partial=not ok)
+        _tidy(home, tmp, keep_partial=not ok)
 
 
-def _tidy(tmp: Path, *, keep_partial: bool) -> None:
-    """Remove the download directory, or all of it but a partial download (``.part``)."""
-    if not keep_partial:
-        shutil.rmtree(tmp, ignore_errors=True)
-        return
+def _tidy(home: Path, tmp: Path, *, keep_partial: bool) -> None:
+    """Remove the download directory, or all of it but a partial download (``.part``), through
+    the cache home's fd: a link in its place is removed as a link, never followed."""
+    rel = os.path.relpath(tmp, home)
     try:
-        with Root.open(tmp, "the download directory") as root:
-            for name in root.listdir():
-                if not name.endswith(".part"):
-                    root.rmtree(name)
-            if not root.listdir():
-                os.rmdir(tmp)
+        with Root.under(home, tmp.parent, "the cache") as downloads:
+            name = os.path.basename(rel)
+            if not keep_partial:
+                downloads.rmtree(name)
+                return
+            with downloads.sub(name) as root:
+                for entry in root.listdir():
+                    if not entry.endswith(".part"):
+                        root.rmtree(entry)
+                empty = not root.listdir()
+            if empty:
+                downloads.rmdir(name)
     except (OSError, RocmbuildError):
         pass
 
@@ -178,8 +182,8 @@ def substitute(name: str, key: str, home: Path, opts: CacheOptions, *, wait: boo
                 reasons.append(f"{c.url}: not there")
                 continue
             art = _pull(cand, name, key, home, wait)
-        except LockedError:
-            raise  # another rocmbuild pulls (or builds) this key here: exit 5, naming it
+        except (LockedError, ConfinementError):
+            raise  # another rocmbuild pulls (or builds) this key here: exit 5, naming it; a link in the home: exit 2
         except RocmbuildError as exc:
             ui.warn(f"{exc.message}; {'not building (--require-cache)' if opts.require else 'trying the next cache or building here'}")
             reasons.append(exc.message)

@@ -49,7 +49,7 @@ class Entry:
         """recipe, version, gpu_targets from the manifest (None when it cannot be read)."""
         try:
             d = json.loads(self.manifest)
-        except ValueError:
+        except (ValueError, RecursionError):
             d = {}
         d = d if isinstance(d, dict) else {}
         targets = d.get("gpu_targets")

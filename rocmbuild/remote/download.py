@@ -23,6 +23,12 @@ Decisions:
   once when a run resumes them). A mismatch after a resumed download starts over once from zero
   (the kept bytes may be what was wrong); a mismatch of a whole fresh download removes the
   partial and raises (exit 3): nothing is renamed, nothing half-imported.
+* **Bounded**: a blob whose size is declared (an OCI layer's, a ``file://`` file's) is read to
+  that size and no further; a server that offers another size or sends more is refused at once
+  (exit 3) and the partial removed. Else the size the server declares (``Content-Length``,
+  ``Content-Range``) bounds it the same way.
+* **A full disk** (``ENOSPC``, ``EDQUOT``) mid-download is exit 3 (``BuildFilesystemError``:
+  "no space left on the device", with the free space), and the partial is removed.
 * The partial is ``flock``-ed while written; a second pull of the same blob into the same root
   while the first runs (callers hold the artifact's key lock, so only a direct caller can) writes
   a partial of its own, named by its pid, and resumes nothing.
@@ -43,12 +49,18 @@ import urllib3
 
 from rocmbuild import progress
 from rocmbuild.build import net
-from rocmbuild.errors import FetchError
+from rocmbuild.errors import NO_SPACE, FetchError, from_os_error
 from rocmbuild.remote import http
 from rocmbuild.remote.http import Retry
 from rocmbuild.root import Root
 
 CHUNK = 1 << 20
+OVERSIZE_HINT = "the cache serves something else than the artifact's bundle: push it again, or tell whoever runs it"
+
+
+class Oversize(FetchError):
+    """The server sent (or offers) more bytes than the blob's declared size: the partial goes (exit 3)."""
+
 _RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
 
 
@@ -209,13 +221,23 @@ def pull(dest_root: Root, name: str, open_body: Callable[[int], Body], sha256: s
     part = _open_partial(dest_root, name, sha256)
     try:
         with progress.phase("download", label or f"downloading {key[:16]} from {url}") as p:
-            state = {"total": size, "restarted": False, "sha256": sha256}
+            state = {"total": size, "declared": size, "restarted": False, "sha256": sha256}
             http.retrying(lambda: _attempt(part, open_body, p, state, url=url, key=key))
             os.fsync(part.fd)
             got = part.h.hexdigest()
             if sha256 is not None and got != sha256:
                 dest_root.unlink(part.name)
                 raise digest_mismatch(url, key, sha256, got)
+    except Oversize:
+        dest_root.unlink(part.name)
+        raise
+    except OSError as exc:
+        err = from_os_error(exc, "build", where=dest_root.show(part.name)) if exc.errno in NO_SPACE else None
+        if err is None:
+            raise
+        dest_root.unlink(part.name)  # a partial a full disk cut is worth nothing to a resume
+        err.message = f"{err.message}; the partial download of {key[:16]} was removed"
+        raise err from exc
     finally:
         os.close(part.fd)
     dest_root.replace(part.name, name)
@@ -235,9 +257,16 @@ def _attempt(part: _Partial, open_body: Callable[[int], Body], p: progress.Phase
             if body.start != offset:
                 part.restart()
             os.lseek(part.fd, part.n, os.SEEK_SET)
-            total = state["total"] = body.total if body.total is not None else total
+            declared = state["declared"]
+            if declared is not None and body.total is not None and body.total != declared:
+                raise Oversize(f"{url}: the server offers {body.total} bytes for the bundle of {key[:16]}, which is "
+                               f"declared as {declared}: nothing was kept", OVERSIZE_HINT)
+            total = state["total"] = body.total if declared is None and body.total is not None else total
             p.bytes(part.n, total)
             for chunk in _chunks(body.chunks, part, total, url, key):
+                if total is not None and part.n + len(chunk) > total:
+                    raise Oversize(f"{url}: the server sent more than the {total} bytes of the bundle of {key[:16]}: "
+                                   "stopped there, nothing was kept", OVERSIZE_HINT)
                 part.write(chunk)
                 p.bytes(part.n, total)
         finally:

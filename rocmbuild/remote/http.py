@@ -21,6 +21,7 @@ import ipaddress
 import json
 import os
 import time
+import zlib
 from pathlib import Path
 from typing import Callable, TypeVar
 from urllib.parse import urlparse
@@ -32,6 +33,7 @@ from rocmbuild.config import CacheConfig
 from rocmbuild.errors import FetchError, InputError
 
 T = TypeVar("T")
+ACCEPT_ENCODING = "gzip, deflate"  # what read_capped inflates (bounded); never br or zstd
 RETRY_HINT = "the cache or the network failed: run the command again later (requests are retried with backoff)"
 
 
@@ -44,6 +46,17 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def origin(url: str) -> tuple[str, str, int | None]:
+    """``url``'s origin as the web defines it: (scheme, host, port), the default port filled in."""
+    u = urlparse(url)
+    scheme = u.scheme.lower()
+    try:
+        port = u.port
+    except ValueError:  # a port that is not a number: an origin nothing else has
+        return scheme, (u.hostname or "").lower(), -1
+    return scheme, (u.hostname or "").lower(), port or {"http": 80, "https": 443}.get(scheme)
+
+
 def check_plain_http(cfg: CacheConfig, host: str) -> None:
     if not (is_loopback(host) or cfg.insecure):
         raise InputError(f"{cfg.url}: plain HTTP to {host}, which is not this machine",
@@ -53,6 +66,7 @@ def check_plain_http(cfg: CacheConfig, host: str) -> None:
 
 def session(cfg: CacheConfig) -> requests.Session:
     s = net.session()
+    s.headers["Accept-Encoding"] = ACCEPT_ENCODING
     if cfg.ca_bundle:
         s.verify = cfg.ca_bundle
     return s
@@ -113,6 +127,44 @@ def network_error(cfg: CacheConfig, url: str, exc: BaseException) -> FetchError:
     tries = net.retries() + 1
     return FetchError(f"{cfg.url}: cannot reach the cache: {net.why(exc)} (tried {tries} time{'s' if tries > 1 else ''})",
                       RETRY_HINT, details={"url": url, "tries": tries})
+
+
+def read_capped(resp: requests.Response, cap: int, cfg: CacheConfig, action: str) -> bytes:
+    """``resp``'s body (a gzip or deflate one inflated piece by piece with zlib's ``max_length``,
+    never further than the cap: a bomb costs ``cap`` bytes), refused (exit 3) as soon as it passes
+    ``cap`` bytes: a declared or a served length past the cap is never read whole."""
+    try:
+        declared = int(resp.headers.get("Content-Length") or 0)
+    except ValueError:
+        declared = 0
+    encoding = resp.headers.get("Content-Encoding", "").strip().lower()
+    if encoding not in ("", "identity", "gzip", "x-gzip", "deflate"):
+        resp.close()
+        raise FetchError(f"{cfg.url}: cannot {action}: the answer is encoded as {encoding[:40]!r}, which rocmbuild "
+                         "did not ask for", "tell whoever runs the cache", details={"url": resp.url})
+    inflate = zlib.decompressobj(zlib.MAX_WBITS | 32) if encoding not in ("", "identity") else None
+    buf = bytearray()
+    try:
+        if declared <= cap:
+            for chunk in resp.raw.stream(64 << 10, decode_content=False):
+                while chunk and len(buf) <= cap:  # inflated no further than the cap, piece by piece
+                    buf += inflate.decompress(chunk, cap + 1 - len(buf)) if inflate else chunk
+                    chunk = inflate.unconsumed_tail if inflate else b""
+                if len(buf) > cap:
+                    break
+    except zlib.error as exc:
+        raise FetchError(f"{cfg.url}: cannot {action}: the answer's {encoding} encoding is damaged ({exc})",
+                         RETRY_HINT, details={"url": resp.url}) from None
+    finally:
+        resp.close()
+    if declared > cap or len(buf) > cap:
+        limit = (f"{cap >> 20} MiB" if cap >= 1 << 20 and not cap % (1 << 20) else
+                 f"{cap >> 10} KiB" if cap >= 1 << 10 and not cap % (1 << 10) else f"{cap} bytes")
+        raise FetchError(f"{cfg.url}: cannot {action}: the answer is larger than {limit} "
+                         f"({max(declared, len(buf))} bytes or more), more than such a file can be",
+                         "the cache serves something else than rocmbuild's files: check its URL, or tell "
+                         "whoever runs it", details={"url": resp.url, "cap": cap})
+    return bytes(buf)
 
 
 class Retry(Exception):

@@ -20,7 +20,9 @@ not check the blob's digest. The API needed here is small (ping, manifests, blob
 uploads, tags list, Basic and Bearer token auth), so it is spoken directly.
 
 Decisions: HTTP for a loopback host or an ``insecure`` cache, else HTTPS (``ca_bundle`` for a
-private CA); every blob read is checked against its digest while it streams; the bundle's
+private CA); every request goes to the registry's own origin (an upload ``Location`` elsewhere
+is refused, nothing sent) and a token realm gets the credentials only on the registry's host or
+over https from an https registry (docs/caches.md, "Where the credentials go"); every blob read is checked against its digest while it streams; the bundle's
 download (:mod:`.download`) resumes with a ``Range`` request, which the distribution API serves
 on blobs; uploads are
 monolithic (POST then PUT), and a blob the registry already has is not sent again.
@@ -53,8 +55,13 @@ SIG_TYPE = "application/vnd.rocmbuild.signature.v1+json"
 EMPTY_TYPE = "application/vnd.oci.empty.v1+json"
 EMPTY = b"{}"
 TIMEOUT = (30, 300)
-MAX_SMALL = 64 << 20  # a manifest, a config or a signature blob
+MAX_SMALL = 64 << 20  # a config blob (the artifact's manifest) or a signature blob
+MAX_MANIFEST = 4 << 20  # an OCI manifest (the distribution registry's own limit)
+MAX_SIG = 64 << 10  # a signature blob (about 400 bytes)
+MAX_BUNDLE = 1 << 40  # a bundle layer: 1 TiB, more than any library set
+MAX_TOKEN = 1 << 20  # a token service's answer
 _TAG = re.compile(r"^[0-9a-f]{64}$")
+_TOKEN = re.compile(r"^[\x21-\x7e]{1,16384}$")  # what an HTTP header may carry
 
 
 def _descriptor(media_type: str, data_digest: str, size: int) -> dict[str, Any]:
@@ -78,13 +85,39 @@ class Registry:
         self.cfg, self.host = cfg, u.netloc
         self.base = f"{'http' if plain else 'https'}://{u.netloc}/v2/"
         self.session = requests.Session()
+        self.session.headers["Accept-Encoding"] = http.ACCEPT_ENCODING
         if cfg.ca_bundle:
             self.session.verify = cfg.ca_bundle
+        self.origin = http.origin(self.base)
         self.auth: dict[str, str] = {}
         self.creds = http.credentials(cfg, self.host)
 
     def url(self, path: str) -> str:
         return urljoin(self.base, f"{self.repo}/{path}")
+
+    def _realm(self, realm: str) -> str:
+        """The token service a Bearer challenge names, if the credentials may go there: on the
+        registry's own host (https, or http where the registry's plain-HTTP rule allows it), or
+        over https on another host when the registry itself answered over https (the challenge
+        naming it was TLS-authenticated: Docker Hub's auth.docker.io, GitLab's /jwt/auth)."""
+        r, reg = urlparse(realm), urlparse(self.base)
+        shown = realm.split("?")[0][:200]
+        if r.scheme not in ("http", "https") or not r.hostname:
+            raise FetchError(f"{self.cfg.url}: the registry names its token service {shown!r}, which is not an "
+                             "http(s) URL; no credentials were sent", "the registry's auth setup is broken: tell "
+                             "whoever runs it (its token realm)", details={"realm": shown})
+        same_host = r.hostname.lower() == (reg.hostname or "").lower()
+        if r.scheme == "https" and (same_host or reg.scheme == "https"):
+            return realm
+        if r.scheme == "http" and same_host and (http.is_loopback(r.hostname) or self.cfg.insecure):
+            return realm
+        why = ("plain HTTP to another host" if r.scheme == "http" else
+               "another host, named over plain HTTP (anyone on the way could have named it)")
+        raise FetchError(f"{self.cfg.url}: the registry names its token service {shown}: {why}; "
+                         "the registry's credentials were not sent there",
+                         "a token service on another host is used only over https and only when the registry "
+                         "itself is reached over https; tell whoever runs the registry, or use its own host",
+                         details={"realm": shown, "registry": self.base})
 
     def _authenticate(self, resp: requests.Response) -> None:
         scheme, params = _challenge(resp.headers.get("WWW-Authenticate", ""))
@@ -96,17 +129,37 @@ class Registry:
             return
         if scheme != "bearer" or "realm" not in params:
             raise http.auth_error(self.cfg, resp.url, resp.status_code, self.creds is not None)
+        realm = self._realm(params["realm"])
         query = {k: v for k, v in params.items() if k in ("service", "scope")}
         query.setdefault("scope", f"repository:{self.repo}:pull,push")
-        got = self.session.get(params["realm"], params=query, auth=self.creds, timeout=TIMEOUT)
-        token = got.json().get("token") or got.json().get("access_token") if got.ok else None
-        if not token:
-            raise http.auth_error(self.cfg, resp.url, got.status_code if not got.ok else 401, self.creds is not None)
+        try:
+            got = self.session.get(realm, params=query, auth=self.creds, timeout=TIMEOUT, stream=True)
+            body = http.read_capped(got, MAX_TOKEN, self.cfg, "read the registry's token") if got.ok else b""
+        except requests.RequestException as exc:
+            raise Retry(http.network_error(self.cfg, realm.split("?")[0], exc)) from exc
+        if not got.ok:
+            raise http.auth_error(self.cfg, resp.url, got.status_code, self.creds is not None)
+        try:
+            doc = json.loads(body)
+        except (ValueError, RecursionError):
+            doc = None
+        token = (doc.get("token") or doc.get("access_token")) if isinstance(doc, dict) else None
+        if not isinstance(token, str) or not _TOKEN.match(token):
+            raise FetchError(f"{self.cfg.url}: the registry's token service ({realm.split('?')[0][:200]}) answered "
+                             "without a usable token", "the registry's auth setup is broken: tell whoever runs it",
+                             details={"realm": realm.split("?")[0][:200]})
         self.auth = {"Authorization": f"Bearer {token}"}
 
     def request(self, method: str, url: str, *, action: str, ok: tuple[int, ...] = (200,), **kw) -> requests.Response:
         """One request (authenticated on a 401, once); 5xx and dropped connections raise
         :class:`Retry`; any other answer outside ``ok`` (and not 404) raises at once."""
+        if http.origin(url) != self.origin:
+            there = "{}://{}:{}".format(*http.origin(url))
+            raise FetchError(f"{self.cfg.url}: the registry asked rocmbuild to {action} at {there}, another "
+                             f"origin than its own ({self.base}); nothing was sent there, credentials least of all",
+                             "the registry (or a proxy in front of it) names a wrong host in its Location: fix its "
+                             "external URL (distribution: http.host), then run again",
+                             details={"url": there, "registry": self.base})
         kw.setdefault("timeout", TIMEOUT)
         for attempt in (0, 1):
             headers = {**kw.pop("headers", {}), **self.auth}
@@ -134,12 +187,21 @@ class Registry:
         return http.retrying(lambda: self.request(method, self.url(path), action=action, ok=ok, **dict(kw)))
 
     # -- blobs -------------------------------------------------------------------------------
-    def small_blob(self, digest: str, action: str) -> bytes:
-        """A manifest's config or the signature, read whole and checked against its digest."""
-        resp = self.call("GET", f"blobs/{digest}", action=action)
+    def read(self, resp: requests.Response, action: str, cap: int = MAX_SMALL) -> bytes:
+        """``resp``'s body, read as it streams and refused past ``cap`` bytes (exit 3)."""
+        try:
+            return http.read_capped(resp, cap, self.cfg, action)
+        except requests.RequestException as exc:
+            raise Retry(http.network_error(self.cfg, resp.url, exc)) from exc
+
+    def small_blob(self, digest: str, action: str, cap: int = MAX_SMALL) -> bytes:
+        """A manifest's config or the signature, read (at most :data:`MAX_SMALL` bytes, as it
+        streams) and checked against its digest."""
+        resp = self.call("GET", f"blobs/{digest}", action=action, stream=True)
         if resp.status_code == 404:
+            resp.close()
             raise FetchError(f"{self.cfg.url}: the registry lost blob {digest[:19]}", "push the artifact again")
-        data = resp.content[: MAX_SMALL + 1]
+        data = self.read(resp, action, cap)
         if hashlib.sha256(data).hexdigest() != digest.removeprefix("sha256:"):
             raise FetchError(f"{self.cfg.url}: blob {digest[:19]}... does not match its digest",
                              "the registry's copy is damaged: push the artifact again")
@@ -156,7 +218,12 @@ class Registry:
 
         def attempt() -> None:
             start = self.request("POST", self.url("blobs/uploads/"), action="start an upload", ok=(202,))
-            loc = urljoin(self.base, start.headers["Location"])
+            if not start.headers.get("Location"):
+                start.close()
+                raise FetchError(f"{self.cfg.url}: the registry started an upload (HTTP {start.status_code}) "
+                                 "without saying where to send it (no Location header)",
+                                 "the registry is not OCI-conformant: tell whoever runs it")
+            loc = urljoin(self.url("blobs/uploads/"), start.headers["Location"])
             sep = "&" if "?" in loc else "?"
             with data_of() as body:
                 self.request("PUT", f"{loc}{sep}digest=sha256:{hexdigest}", action="upload a blob", ok=(201,),
@@ -166,13 +233,15 @@ class Registry:
         http.retrying(attempt)
 
     def get_manifest(self, tag: str) -> dict[str, Any] | None:
-        resp = self.call("GET", f"manifests/{tag}", action="read a manifest", headers={"Accept": MANIFEST_TYPE})
+        resp = self.call("GET", f"manifests/{tag}", action="read a manifest", headers={"Accept": MANIFEST_TYPE},
+                         stream=True)
         if resp.status_code == 404:
+            resp.close()
             return None
         try:
-            doc = json.loads(resp.content[:MAX_SMALL])
+            doc = json.loads(self.read(resp, "read a manifest", MAX_MANIFEST))
             return doc if isinstance(doc, dict) else None
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
 
     def put_manifest(self, tag: str, doc: dict[str, Any]) -> None:
@@ -207,10 +276,25 @@ class OciCache:
         layer, config = _layer(doc), (doc or {}).get("config")
         if layer is None or not isinstance(config, dict) or not str(config.get("digest", "")).startswith("sha256:"):
             return None
+        size = self._size(key, layer, MAX_BUNDLE, "bundle")
+        self._size(key, config, MAX_SMALL, "manifest")
         manifest = self.reg.small_blob(config["digest"], "read the artifact's manifest")
         sig_layer = _layer(self.reg.get_manifest(f"{key}.sig"))
-        sig = self.reg.small_blob(sig_layer["digest"], "read the signature") if sig_layer else None
-        return Entry(self.url, key, manifest, layer["digest"].removeprefix("sha256:"), int(layer.get("size", 0)), sig)
+        if sig_layer:
+            self._size(key, sig_layer, MAX_SIG, "signature")
+        sig = self.reg.small_blob(sig_layer["digest"], "read the signature", MAX_SIG) if sig_layer else None
+        return Entry(self.url, key, manifest, layer["digest"].removeprefix("sha256:"), size, sig)
+
+    def _size(self, key: str, descriptor: dict[str, Any], cap: int, what: str) -> int:
+        """A descriptor's ``size``: a whole number of bytes up to ``cap``, else refused (exit 3)."""
+        size = descriptor.get("size")
+        if type(size) is not int or not 0 <= size <= cap:
+            shown = json.dumps(size)[:40] if size is None or isinstance(size, (int, float, str, bool)) else type(size).__name__
+            raise FetchError(f"{self.url}: artifact {key[:16]} declares its {what} as {shown} bytes, which is not a "
+                             f"size rocmbuild takes (a whole number up to {cap})",
+                             "the registry's copy is damaged or forged: push the artifact again from the builder",
+                             details={"key": key, "size": shown})
+        return size
 
     def fetch(self, key: str, dest_root: Root) -> Fetched:
         e = self.lookup(key)
@@ -262,10 +346,21 @@ class OciCache:
         out: list[str] = []
         path: str | None = "tags/list?n=1000"
         while path:
-            resp = self.reg.call("GET", path, action="list the tags")
+            resp = self.reg.call("GET", path, action="list the tags", stream=True)
             if resp.status_code == 404:
+                resp.close()
                 return []
-            out += [t for t in (resp.json().get("tags") or []) if isinstance(t, str)]
+            try:
+                doc = json.loads(self.reg.read(resp, "list the tags", MAX_SMALL))
+            except (ValueError, RecursionError):
+                doc = None
+            tags = doc.get("tags") if isinstance(doc, dict) else None
+            if not isinstance(doc, dict) or not isinstance(tags, (list, type(None))):
+                doc = None
+            if doc is None:
+                raise FetchError(f"{self.url}: the registry's tag list is not the JSON object the distribution API "
+                                 "answers", "check the cache URL (is it a registry?), or tell whoever runs it")
+            out += [t for t in (tags or []) if isinstance(t, str)]
             nxt = resp.links.get("next", {}).get("url")
             path = urljoin(self.reg.url("tags/list"), nxt).removeprefix(self.reg.url("")) if nxt else None
         return out

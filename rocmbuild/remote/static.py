@@ -20,6 +20,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import stat
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -27,14 +28,17 @@ import requests
 
 from rocmbuild.build import net
 from rocmbuild.config import CacheConfig
-from rocmbuild.errors import InputError
+from rocmbuild.errors import FetchError, InputError
 from rocmbuild.remote import Entry, Fetched, bundle_manifest, check_key, side_files
 from rocmbuild.remote import download, http
 from rocmbuild.root import Root
 
 _SHA = re.compile(r"\s*([0-9a-fA-F]{64})\b")
 _LISTED = re.compile(r"([0-9a-f]{64})\.tar\.gz\.sha256")
-MAX_SIDE = 64 << 20
+MAX_SIDE = 64 << 20  # a manifest's exact bytes
+MAX_SHA = 4096  # a ``.sha256`` file: one line
+MAX_SIG = 64 << 10  # a signature file (about 400 bytes; trust.py reads at most 4 KiB of it)
+CAPS = {"manifest": MAX_SIDE, "sha256": MAX_SHA, "sig": MAX_SIG}
 
 
 def names(key: str) -> dict[str, str]:
@@ -59,23 +63,51 @@ class FileCache:
             raise InputError(f"{self.url}: no such directory {self.dir}", "check the cache URL (a push creates it)")
         return Root.open(self.dir, f"cache {self.url}", create=create)
 
-    @staticmethod
-    def _read(root: Root, name: str) -> bytes | None:
-        st = root.lstat(name)
-        if st is None:
+    def _open(self, root: Root, name: str) -> int | None:
+        """An fd of the regular file ``name`` (None: absent). Opened without following a link and
+        without blocking (a FIFO planted there would hang a plain open), then checked with
+        ``fstat``: a link, a FIFO, a device or a directory is refused (exit 3)."""
+        try:
+            fd = root.open_file(name, os.O_RDONLY | os.O_NONBLOCK)
+        except FileNotFoundError:
             return None
-        if st.st_size > MAX_SIDE:
-            raise InputError(f"{root.show(name)} is {st.st_size} bytes: not a cache file", "remove it")
-        return root.read_bytes(name)
+        except OSError as exc:
+            what = "a symbolic link" if exc.errno == errno.ELOOP else (exc.strerror or str(exc))
+            raise self._refused(root, name, what) from None
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            raise self._refused(root, name, "not a regular file (a FIFO, a device or a directory)")
+        return fd
+
+    def _refused(self, root: Root, name: str, what: str) -> FetchError:
+        return FetchError(f"{self.url}: {root.show(name)} is {what}, not a cache file; nothing was read from it",
+                          "remove it from the cache directory (a push writes regular files only), then push again",
+                          details={"path": root.show(name)})
+
+    def _read(self, root: Root, name: str, cap: int = MAX_SIDE) -> bytes | None:
+        fd = self._open(root, name)
+        if fd is None:
+            return None
+        with os.fdopen(fd, "rb") as f:
+            data = f.read(cap + 1)
+        if len(data) > cap:
+            raise self._refused(root, name, f"more than {cap} bytes")
+        return data
 
     def _entry(self, root: Root, key: str) -> Entry | None:
         n = names(key)
-        side, manifest = self._read(root, n["sha256"]), self._read(root, n["manifest"])
+        side = self._read(root, n["sha256"], MAX_SHA)
+        manifest = self._read(root, n["manifest"], MAX_SIDE)
         sha = parse_sha(side.decode(errors="replace")) if side is not None else None
-        st = root.lstat(n["bundle"])
-        if sha is None or manifest is None or st is None:
+        fd = self._open(root, n["bundle"])
+        if fd is None:
             return None
-        return Entry(self.url, key, manifest, sha, st.st_size, self._read(root, n["sig"]))
+        size = os.fstat(fd).st_size
+        os.close(fd)
+        if sha is None or manifest is None:
+            return None
+        return Entry(self.url, key, manifest, sha, size, self._read(root, n["sig"], MAX_SIG))
 
     def lookup(self, key: str) -> Entry | None:
         if not os.path.isdir(self.dir):
@@ -88,7 +120,9 @@ class FileCache:
             e = self._entry(root, check_key(key))
             if e is None:
                 raise InputError(f"{self.url}: no artifact {key[:16]}", "see `rocmbuild cache list --remote URL`")
-            fd = root.open_file(names(key)["bundle"])
+            fd = self._open(root, names(key)["bundle"])
+            if fd is None:
+                raise FetchError(f"{self.url}: the bundle of {key[:16]} went away", "run the command again")
             try:
                 bundle = download.pull(dest_root, names(key)["bundle"], lambda offset: download.file_body(fd, offset),
                                        e.bundle_sha256, url=self.url, key=key, size=e.size)
@@ -123,7 +157,7 @@ class FileCache:
         except OSError as exc:
             if exc.errno != errno.EEXIST:
                 raise
-            return root.sha256(final) == sha256 and self._read(root, names(key)["sha256"]) is None
+            return root.sha256(final) == sha256 and self._read(root, names(key)["sha256"], MAX_SHA) is None
         finally:
             root.unlink(tmp)
 
@@ -140,10 +174,10 @@ class HttpCache:
             http.check_plain_http(cfg, u.hostname or "")
         self.cfg, self.url, self.base = cfg, cfg.url, cfg.url.rstrip("/") + "/"
 
-    def _get(self, s: requests.Session, name: str) -> bytes | None:
+    def _get(self, s: requests.Session, name: str, cap: int) -> bytes | None:
         url = self.base + name
         try:
-            resp = s.get(url, timeout=(30, 60), auth=self._auth())
+            resp = s.get(url, timeout=(30, 60), auth=self._auth(), stream=True)
         except requests.RequestException as exc:
             raise http.network_error(self.cfg, url, exc) from exc
         if resp.status_code in (404, 410):
@@ -152,7 +186,10 @@ class HttpCache:
             raise http.auth_error(self.cfg, url, resp.status_code, self._auth() is not None)
         if not resp.ok:
             raise http.status_error(self.cfg, url, resp, "read the cache")
-        return resp.content
+        try:
+            return http.read_capped(resp, cap, self.cfg, f"read {name}")
+        except requests.RequestException as exc:
+            raise http.network_error(self.cfg, url, exc) from exc
 
     def _stream(self, s: requests.Session, url: str, headers: dict[str, str]) -> requests.Response:
         """A streamed GET of ``url`` (200, 206 or 416). The session already retried a refused
@@ -173,12 +210,12 @@ class HttpCache:
 
     def _entry(self, s: requests.Session, key: str) -> Entry | None:
         n = names(key)
-        side = self._get(s, n["sha256"])
+        side = self._get(s, n["sha256"], MAX_SHA)
         sha = parse_sha(side.decode(errors="replace")) if side is not None else None
-        manifest = self._get(s, n["manifest"]) if sha else None
+        manifest = self._get(s, n["manifest"], MAX_SIDE) if sha else None
         if sha is None or manifest is None:
             return None
-        return Entry(self.url, key, manifest, sha, None, self._get(s, n["sig"]))
+        return Entry(self.url, key, manifest, sha, None, self._get(s, n["sig"], MAX_SIG))
 
     def lookup(self, key: str) -> Entry | None:
         with http.session(self.cfg) as s:
@@ -201,7 +238,7 @@ class HttpCache:
 
     def list(self) -> list[Entry]:
         with http.session(self.cfg) as s:
-            index = self._get(s, "")
+            index = self._get(s, "", MAX_SIDE)
             keys = sorted(set(_LISTED.findall((index or b"").decode(errors="replace"))))
             return [e for k in keys if (e := self._entry(s, k)) is not None]
 

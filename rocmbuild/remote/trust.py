@@ -169,7 +169,7 @@ def signer_of(sig_file: bytes | None) -> str | None:
     """The name a signature file gives its signer (None: no usable signature file)."""
     try:
         doc = json.loads(sig_file) if sig_file and len(sig_file) <= MAX_SIG else None
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     name = doc.get("signer") if isinstance(doc, dict) else None
     return name if isinstance(name, str) and _NAME.match(name) else None
@@ -191,7 +191,7 @@ def _signature_bytes(sig_file: bytes) -> bytes | None:
         doc = json.loads(sig_file)
         sig = base64.b64decode(doc["signature"], validate=True)
         return sig if doc.get("format") == FORMAT and len(sig) == 64 else None
-    except (ValueError, KeyError, TypeError, binascii.Error):
+    except (ValueError, KeyError, TypeError, binascii.Error, RecursionError):
         return None
 
 

@@ -7,6 +7,8 @@ home (``home.state_home()``); :func:`migrate`, run by the CLI before every verb,
 still in the old place.
 
 Decisions:
+* The old ``targets/`` and ``known-targets/`` are opened beneath the cache home's fd: one that is
+  a symbolic link is not followed (nothing it points to is moved); a warning names it.
 * Each entry moves on its own, by one ``renameat`` through the roots of the two directories
   (nothing is copied, no symlink is followed, the backups keep their inodes), so an interrupted
   migration leaves every entry whole in one place or the other, and the next run moves the rest.
@@ -30,6 +32,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import stat
 from pathlib import Path
 
 from rocmbuild import ui
@@ -73,8 +76,12 @@ def migrate(cache: Path | None = None, state: Path | None = None) -> int:
 
 def _move_dir(old: Path, new: Path, tally: _Tally, move) -> None:
     try:
-        old_root = Root.open(old, "the old state in the cache")
+        old_root = Root.under(old.parent, old, "the old state in the cache")  # a link there is not followed
     except (FileNotFoundError, NotADirectoryError):
+        return
+    except ConfinementError:
+        tally.left.append(f"{old} is a symbolic link (or not a directory): rocmbuild follows no link in its cache "
+                          "home, so no state was moved from there; remove it (what it points to is not touched)")
         return
     with old_root, Root.open(new.parent, "rocmbuild's state home", create=True) as home:
         with home.sub(new.name, "rocmbuild's state home", create=True) as new_root:
@@ -91,6 +98,12 @@ def _move_dir(old: Path, new: Path, tally: _Tally, move) -> None:
 
 def _move_state_dir(old_root: Root, new_root: Root, name: str, tally: _Tally) -> None:
     where = Path(old_root.path) / name
+    st = old_root.lstat(name)
+    if st is None:
+        return
+    if not stat.S_ISDIR(st.st_mode):  # a link (or a stray file) is no state dir: not followed, not moved
+        tally.left.append(f"{where} was not moved: it is not a directory (a symbolic link is never followed)")
+        return
     if new_root.lstat(name) is not None:
         tally.left.append(f"{where} was not moved: {Path(new_root.path) / name} exists already (two states of one "
                           "target); look at both and keep one")

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rocmbuild.errors import StatePathError
-from rocmbuild.home import STATE_DIRNAME
+from rocmbuild.home import STATE_DIRNAME, state_home, targets_dir
 from rocmbuild.root import ConfinementError, Root
 from rocmbuild.swap.paths import under
 
@@ -39,8 +39,12 @@ def open_state(state_dir: str | os.PathLike, *, create: bool) -> Root | None:
     sdir = Path(state_dir)
     own = sdir.name == STATE_DIRNAME
     try:
-        parent = Root.open(sdir.parent, "the environment" if own else "rocmbuild's targets dir",
-                           create=create)
+        home = state_home()
+        if not own and sdir.parent == targets_dir(home):  # beneath the state home's fd: no link followed
+            parent = Root.under(home, sdir.parent, "rocmbuild's targets dir", create=create)
+        else:
+            parent = Root.open(sdir.parent, "the environment" if own else "rocmbuild's targets dir",
+                               create=create)
         with parent:
             return parent.sub(sdir.name, "rocmbuild's state dir", create=create)
     except FileNotFoundError:

@@ -291,6 +291,19 @@ def _not_utf8(changes) -> tuple[str, ...]:
     return tuple(c.var for c in changes if c.after is not None and "\ufffd" in c.after)
 
 
+def _dumped(stdout: str) -> dict | None:
+    """The environment the dump printed: the last line that is a JSON object (the tool may print
+    lines of its own after it, ``{not json`` among them: skipped, never a traceback)."""
+    for ln in reversed(stdout.splitlines()):
+        try:
+            doc = json.loads(ln) if ln.startswith("{") else None
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(doc, dict):
+            return doc
+    return None
+
+
 def _through_tool(tool: Path, prefix: Path, python: Path, emulated: Activation) -> Activation | None:
     """``TOOL run -p PREFIX`` dumps the activated environment; None (use the emulation) when it fails."""
     argv = [str(tool), "run", "-p", str(prefix), str(python), "-c", _DUMP]
@@ -299,7 +312,7 @@ def _through_tool(tool: Path, prefix: Path, python: Path, emulated: Activation) 
     except (RequirementError, subprocess.TimeoutExpired, OSError) as exc:
         ui.warn(f"`{tool.name} run -p {prefix}` did not run ({exc}); rocmbuild applies the activation itself")
         return None
-    final = next((json.loads(ln) for ln in reversed(done.stdout.splitlines()) if ln.startswith("{")), None)
+    final = _dumped(done.stdout)
     if done.returncode != 0 or not isinstance(final, dict):
         ui.warn(f"`{tool.name} run -p {prefix}` failed (exit code {done.returncode}); rocmbuild applies the "
                 "activation itself")
