@@ -49,13 +49,13 @@ def heaviest_imports(n: int = 10) -> list[tuple[int, str]]:
     """The ``n`` largest cumulative import times (us, module) of ``import rocmbuild.cli.app``."""
     done = subprocess.run([sys.executable, "-X", "importtime", "-c", "import rocmbuild.cli.app"], cwd=ROOT,
                           capture_output=True, text=True, check=True)
-    rows = []
+    rows: dict[str, int] = {}  # a package and its submodule of the same name appear twice: the larger
     for line in done.stderr.splitlines():
         if not line.startswith("import time:") or "cumulative" in line:
             continue
         _self, cumulative, name = line.removeprefix("import time:").split("|")
-        rows.append((int(cumulative), name.strip()))
-    return sorted(rows, reverse=True)[:n]
+        rows[name.strip()] = max(rows.get(name.strip(), 0), int(cumulative))
+    return sorted(((us, name) for name, us in rows.items()), reverse=True)[:n]
 
 
 def main() -> int:
