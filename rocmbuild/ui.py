@@ -19,6 +19,10 @@ Decision: a reader that leaves (``rocmbuild apply ... 2>&1 | head -2``) ends our
 work. rich's default answer to a closed pipe is ``SystemExit(1)``, which would abort (and roll
 back) a transaction half way; :class:`_Console` instead points the stream at ``/dev/null`` and
 carries on, so a committed outcome stays committed and exits 0.
+
+Decision: rich is imported when the first line is printed (``console`` is made on first use,
+PEP 562), not when this module is: every module imports ``ui``, and ``rocmbuild --version``,
+``--help`` and the shell's Tab print nothing through it.
 """
 
 from __future__ import annotations
@@ -29,16 +33,7 @@ import os
 import sys
 from typing import Any
 
-from rich.console import Console
-from rich.text import Text
-
 from rocmbuild.names import safe_lines, safe_text
-
-
-class _Console(Console):
-    def on_broken_pipe(self) -> None:
-        self.quiet = True
-        silence(self.file)
 
 
 def silence(stream) -> None:
@@ -52,7 +47,28 @@ def silence(stream) -> None:
         pass
 
 
-console = _Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
+_console = None
+
+
+def _make_console():
+    from rich.console import Console
+
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            silence(self.file)
+
+    return _Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
+
+
+def __getattr__(name: str):
+    """``ui.console``: the one rich Console (stderr), made on first use."""
+    global _console
+    if name == "console":
+        if _console is None:
+            _console = _make_console()
+        return _console
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 _quiet = False
 _verbose = 0
@@ -109,8 +125,10 @@ def debug_logging(on: bool) -> None:
 def say(label: str, style: str, text: str, *, lines: bool = False) -> None:
     """Print ``label`` (styled) then ``text``, never parsed as markup, its control characters
     escaped (``lines``: its line breaks kept)."""
+    from rich.text import Text
+
     text = safe_lines(text) if lines else safe_text(text)
-    console.print(Text.assemble((label, style), " ", text) if label else Text(text))
+    __getattr__("console").print(Text.assemble((label, style), " ", text) if label else Text(text))
 
 
 def info(text: str) -> None:

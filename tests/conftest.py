@@ -198,3 +198,26 @@ def static_http(tmp_path):
         yield server
     finally:
         server.stop()
+
+
+# --------------------------------------------------------------------------------------------
+# the fast lane (docs/testing.md "The fast lane"): `python -m pytest -m "not slow"`
+
+#: integration modules whose tests each build the fixture project with CMake, start several
+#: `python -m rocmbuild` processes, or start servers (measured with --durations, docs/testing.md);
+#: their modules that set ``pytestmark = pytest.mark.slow`` themselves need no entry here
+SLOW_MODULES = frozenset({
+    "test_bundle", "test_cache_immutable", "test_cache_key", "test_changed", "test_cli_build", "test_demo",
+    "test_envs_and_tab", "test_first_contact", "test_fixes", "test_fleet", "test_gpu_targets", "test_housekeeping",
+    "test_json_contract", "test_leak_check", "test_messages", "test_packaging", "test_playbooks", "test_progress",
+    "test_pull", "test_remote_cache", "test_reproducible", "test_retry", "test_safe_text", "test_source",
+    "test_substitution", "test_words",
+})
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark every test of :data:`SLOW_MODULES` (under tests/integration) ``slow``."""
+    for item in items:
+        path = Path(str(item.fspath))
+        if path.parent.name == "integration" and path.stem in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)

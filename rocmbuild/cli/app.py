@@ -18,17 +18,18 @@ from __future__ import annotations
 import argparse
 import sys
 import traceback
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from rocmbuild import progress, stop, ui
+from rocmbuild import stop, ui
 from rocmbuild.names import safe_lines
 from rocmbuild.cli import args as a
-from rocmbuild.cli import brief, completion, help, render
+from rocmbuild.cli import completion, help
 from rocmbuild.cli.args import Parser, UsageError
 from rocmbuild.cli.verbs import VERBS
 from rocmbuild.errors import EXIT_INPUT, EXIT_INTERNAL, EXIT_OK, InputError, RocmbuildError, from_os_error
-from rocmbuild.results import VerbResult
-from rocmbuild.swap import migrate
+
+if TYPE_CHECKING:  # progress (rich), the results and swap trees, the renderers: imported once a verb runs, so
+    from rocmbuild.results import VerbResult  # --version, --help and the shell's Tab stay cheap (docs/architecture.md)
 
 
 
@@ -69,6 +70,9 @@ def _run(argv: list[str], want_json: bool, debug: bool) -> tuple[str | None, Ver
         a.resolve_env_name(args)
         a.check_target_paths(args)
         a.config_defaults(args)
+        from rocmbuild import progress
+        from rocmbuild.swap import migrate
+
         progress.configure(json=args.json, quiet=args.quiet)
         if verb != "completion":
             migrate.migrate()  # state left in the cache home by an older release (a note when it moves)
@@ -96,6 +100,8 @@ def _run(argv: list[str], want_json: bool, debug: bool) -> tuple[str | None, Ver
 
 def _text(result: VerbResult, quiet: bool) -> str:
     """The text of ``result``: with ``-q`` its one line per result (brief.py), else render.py's."""
+    from rocmbuild.cli import brief, render
+
     if quiet:
         short = brief.brief(result)
         if short is not None:

@@ -13,10 +13,13 @@ from __future__ import annotations
 import argparse
 import difflib
 import re
+from typing import TYPE_CHECKING
 
 from rocmbuild.errors import InputError
 from rocmbuild.locks import LockWait
-from rocmbuild.recipe import Overrides
+
+if TYPE_CHECKING:  # the recipe package is imported by the verbs that read one
+    from rocmbuild.recipe import Overrides
 
 
 def positive_float(text: str) -> float:
@@ -231,6 +234,8 @@ def lock_wait(args: argparse.Namespace) -> LockWait:
 
 
 def overrides_from(args: argparse.Namespace) -> Overrides:
+    from rocmbuild.recipe import Overrides
+
     return Overrides(
         ref=getattr(args, "ref", None),
         source=getattr(args, "source", None),

@@ -4,11 +4,12 @@ pair each, like verbs.py, whose :data:`~rocmbuild.cli.verbs.VERBS` lists them in
 from __future__ import annotations
 
 import argparse
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from rocmbuild.cli import args as a
 from rocmbuild.cli import fleetverbs
-from rocmbuild.results import VerbResult
+if TYPE_CHECKING:  # imported by the verb that makes one (cli/verbs.py)
+    from rocmbuild.results import VerbResult
 
 
 def _add_cache(sub) -> None:

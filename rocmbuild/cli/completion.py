@@ -17,9 +17,10 @@ Decisions:
 from __future__ import annotations
 
 import argparse
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
-from rocmbuild.results import CompletionResult
+if TYPE_CHECKING:  # imported when the verb runs, not on every Tab
+    from rocmbuild.results import CompletionResult
 
 SHELLS = ("bash", "zsh", "fish")
 HELP = """\
@@ -37,6 +38,8 @@ def add(sub) -> None:
 
 
 def command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> CompletionResult:
+    from rocmbuild.results import CompletionResult
+
     return CompletionResult(args.shell, script(args.shell))
 
 

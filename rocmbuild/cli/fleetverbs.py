@@ -5,10 +5,11 @@ each, like verbs.py, whose :data:`~rocmbuild.cli.verbs.VERBS` lists them after i
 from __future__ import annotations
 
 import argparse
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from rocmbuild.cli import args as a
-from rocmbuild.results import VerbResult
+if TYPE_CHECKING:  # imported by the verb that makes one (cli/verbs.py)
+    from rocmbuild.results import VerbResult
 
 
 def _add_config(sub) -> None:

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from rocmbuild.cli import args as a
 from rocmbuild.cli import cacheverbs, fleetverbs
 from rocmbuild.errors import InputError, RocmbuildError
-from rocmbuild.results import DoctorResult, RecipeEntry, RecipesResult, ShowResult, VerbResult
+if TYPE_CHECKING:  # the results tree is imported by the verb that makes one (a cheap --version/--help/Tab)
+    from rocmbuild.results import VerbResult
 
 
 def _add_recipes(sub) -> None:
@@ -25,6 +26,7 @@ def _add_recipes(sub) -> None:
 
 def _cmd_recipes(args) -> VerbResult:
     from rocmbuild import recipe
+    from rocmbuild.results import RecipeEntry, RecipesResult
 
     rows = []
     for name, path in recipe.available(args.recipes_dir):
@@ -48,6 +50,7 @@ def _cmd_show(args) -> VerbResult:
     ov = a.overrides_from(args)
     from rocmbuild.build.tarball import source_package
     from rocmbuild.home import cache_home
+    from rocmbuild.results import ShowResult
 
     r = recipe.apply_overrides(recipe.load(args.recipe, args.recipes_dir), ov)
     package = source_package(r.source.archive, r.source.sha256, cache_home()) if r.build.prebuilt else None
@@ -187,6 +190,7 @@ def _add_doctor(sub) -> None:
 def _cmd_doctor(args) -> VerbResult:
     from rocmbuild import doctor
     from rocmbuild import recipe
+    from rocmbuild.results import DoctorResult
 
     ov = a.overrides_from(args)
     if not args.recipe and ov.as_dict():

@@ -4,7 +4,8 @@ stopped before its first write.
     source: recipe loaded | lock read (-> its recipe) | bundle imported into the cache
     target: resolved -> recovered (each state dir under its lock) -> discovered (probed)
     recipe: built (cached), refusing before anything is compiled a source version this torch
-            cannot load; after a real build the target is probed again (an hour may have passed)
+            cannot load; after a real build the target is probed again only if what decides what
+            loads changed meanwhile (an hour may have passed: ``target_fingerprint``)
     plan:   refuse an artifact the torch cannot load -> plan the swap (pure)   <- a dry run stops here
     swap:   preflight -> already applied? -> lock -> recovery guard, re-plan -> transaction
 
@@ -23,6 +24,13 @@ Decisions (docs/json.md fixes what the result holds):
   probed; the result carries the verdict (``gpu_arch``), the dry run too.
 * Every apply (also "already applied") records the target in the state home (``known-targets/``) and the
   artifact's use, so ``cache gc`` keeps what the target needs; a dry run records nothing.
+* One probe before, one after: the plan's probe and the verification probe are all an apply
+  starts of the target's Python (the unactivated probe beside the first only when the activation
+  sets a variable that decides what loads). A real build does not re-probe a target whose
+  ``target_fingerprint`` (the interpreter, torch's package and lib dirs, every library the probe
+  saw loaded and its directory, the conda activation scripts: identity, size, mtime, ctime) is
+  unchanged: the probe's answer is proven unchanged. Under the lock the libraries are checked again
+  (a change re-probes), as before.
 * ``--allow-outside-prefix``: the state lives in the state home's targets/<hash>/ (home.state_home) with a target.json
   naming the prefix, so history/recover/rollback given only --env find it again.
 """
@@ -130,13 +138,34 @@ def apply(source: Source, where: TargetSpec, options: ApplyOptions = ApplyOption
     t = target.discover_at(prefix, python, timeout=options.probe_timeout)
     log = None
     if recipe is not None:
+        seen = target_fingerprint(t)
         art = build.build_recipe(recipe, before_build=_source_check(recipe, t), wait=options.wait, caches=options.caches)
         log = build.log_of(art)
-        if not art.cached:
+        if not art.cached and target_fingerprint(t) != seen:  # changed during the build: probe again
             t = target.discover_at(prefix, python, timeout=options.probe_timeout)
     assert art is not None
     return replace(_swap(art, t, recovered, options), gpu_arch=gpu_arch, duration_s=time.monotonic() - start, log=log,
                    substituted=origin(art.path))
+
+
+def target_fingerprint(t: Target) -> tuple:
+    """What decides what the target's probe finds, as file identities (dev, inode, size, mtime,
+    ctime; None when missing): equal before and after a build means the probe's answer holds."""
+    paths = [Path(t.python), t.prefix / "etc" / "conda" / "activate.d"]
+    torch_file = t.report.raw.get("torch_file")
+    if torch_file:
+        paths += [Path(torch_file).parent, Path(torch_file).parent / "lib"]
+    for lib in t.report.libraries:
+        paths += [Path(lib.path), Path(lib.path).parent]
+    return tuple((str(p), _identity(p)) for p in paths)
+
+
+def _identity(path: Path) -> tuple[int, int, int, int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
 def _source_check(r: Recipe, t: Target):

@@ -1,0 +1,127 @@
+"""Time the fixed costs of one rocmbuild process (benchmarks only: put this directory first on
+PYTHONPATH and set ROCMBUILD_BENCH_COSTS to a file; benchmarks/_whole_apply.py does, for one
+untimed apply). At exit it appends one JSON line to that file:
+
+* ``entered``/``left``: wall-clock times (``time.time()``) at which ``rocmbuild.flows.apply.apply``
+  was entered and returned: start-up is ``entered`` minus the parent's spawn time (interpreter,
+  imports, parsing, up to the flow), ``left`` to the process's end is the output and exit;
+* ``probes``: the seconds of each start of the target's Python for the probe
+  (``rocmbuild.target.probe._capture``, which every probe goes through);
+* ``journal``: count and seconds of ``Journal.save`` (atomic write, its fsyncs included);
+* ``fsyncs``: count and seconds of ``os.fsync``/``os.fdatasync`` outside a journal save;
+* ``copies``: seconds and bytes of each ``rocmbuild.disk.copy_fd`` (the library's bytes).
+
+Nothing of rocmbuild is imported here (that would move import time out of start-up): a finder on
+``sys.meta_path`` wraps each function right after its module is first executed.
+"""
+
+import atexit
+import functools
+import importlib.abc
+import json
+import os
+import sys
+import time
+
+_OUT = os.environ.get("ROCMBUILD_BENCH_COSTS")
+_seen = {"pid": os.getpid(), "entered": None, "left": None, "probes": [], "journal": [0, 0.0], "fsyncs": [0, 0.0],
+         "copies": []}
+_in_journal = [0]
+
+
+def _timed(fn, record):
+    @functools.wraps(fn)
+    def wrapper(*a, **kw):
+        t = time.perf_counter()
+        try:
+            return fn(*a, **kw)
+        finally:
+            record(time.perf_counter() - t, a, kw)
+    return wrapper
+
+
+def _probe(dt, a, kw):
+    _seen["probes"].append(dt)
+
+
+def _journal_save(fn):
+    @functools.wraps(fn)
+    def wrapper(*a, **kw):
+        _in_journal[0] += 1
+        t = time.perf_counter()
+        try:
+            return fn(*a, **kw)
+        finally:
+            _in_journal[0] -= 1
+            _seen["journal"][0] += 1
+            _seen["journal"][1] += time.perf_counter() - t
+    return wrapper
+
+
+def _fsync(dt, a, kw):
+    if not _in_journal[0]:
+        _seen["fsyncs"][0] += 1
+        _seen["fsyncs"][1] += dt
+
+
+def _copy(dt, a, kw):
+    try:
+        size = os.fstat(a[0]).st_size
+    except (OSError, IndexError, TypeError):
+        size = 0
+    _seen["copies"].append({"seconds": dt, "bytes": size})
+
+
+def _apply(fn):
+    @functools.wraps(fn)
+    def wrapper(*a, **kw):
+        _seen["entered"] = time.time()
+        try:
+            return fn(*a, **kw)
+        finally:
+            _seen["left"] = time.time()
+    return wrapper
+
+
+def _patch(name, module):
+    if name == "rocmbuild.target.probe":
+        module._capture = _timed(module._capture, _probe)
+    elif name == "rocmbuild.swap.journal":
+        module.Journal.save = _journal_save(module.Journal.save)
+    elif name == "rocmbuild.disk":
+        module.copy_fd = _timed(module.copy_fd, _copy)
+    elif name == "rocmbuild.flows.apply":
+        module.apply = _apply(module.apply)
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    NAMES = ("rocmbuild.target.probe", "rocmbuild.swap.journal", "rocmbuild.disk", "rocmbuild.flows.apply")
+
+    def find_spec(self, name, path, target=None):
+        if name not in self.NAMES:
+            return None
+        for finder in sys.meta_path:
+            if finder is self:
+                continue
+            spec = finder.find_spec(name, path, target) if hasattr(finder, "find_spec") else None
+            if spec is not None and spec.loader is not None:
+                exec_module = spec.loader.exec_module
+
+                def patched(module, _exec=exec_module, _name=name):
+                    _exec(module)
+                    _patch(_name, module)
+
+                spec.loader.exec_module = patched
+                return spec
+        return None
+
+
+if _OUT:
+    os.fsync = _timed(os.fsync, _fsync)
+    os.fdatasync = _timed(os.fdatasync, _fsync)
+    sys.meta_path.insert(0, _AfterImport())
+
+    @atexit.register
+    def _report():
+        with open(_OUT, "a") as f:
+            f.write(json.dumps(_seen) + "\n")
