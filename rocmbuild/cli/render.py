@@ -175,6 +175,10 @@ def _status(r: StatusResult) -> str:
     """The summary line first, then what is loaded, then rocmbuild's changes grouped per transaction."""
     prefix = str(r.target.prefix)
     body = safe_text(r.summary) + "\n" + _loaded(r.to_json()) + "\n" + status_changes(r.changes, prefix)
+    gate = r.drift_check
+    if gate is not None and not gate.ok and r.error is None:  # with --check the error says it, once
+        body += "\n" + layout.lines([f"what to do: {gate.message} (`rocmbuild status --check` and `rocmbuild verify` "
+                                     "exit 4 until then)"])
     return layout.short_keys(body + databases_text(r.databases))
 
 

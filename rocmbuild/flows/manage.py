@@ -46,6 +46,8 @@ from rocmbuild.results import (
     VerifyResult,
     txn_order,
 )
+from rocmbuild.results.drift import drift_check
+from rocmbuild.results.state import dotted
 from rocmbuild.swap import dbreport, state, strays
 from rocmbuild.swap.mapping import layout_of
 from rocmbuild.swap.observe import observe
@@ -262,12 +264,27 @@ def _library_status(t, lib) -> LibraryStatus:
 
 
 def status(*, env: str | None = None, python: str | None = None, probe_timeout: float = 300.0,
-           want_hash: bool = False) -> StatusResult:
-    """``rocmbuild status``: what the target loads now, and what rocmbuild changed there."""
+           want_hash: bool = False, check: bool = False) -> StatusResult:
+    """``rocmbuild status``: what the target loads now, and what rocmbuild changed there; ``check``
+    (``--check``): DRIFT is the result's error (exit 4), the report is still printed."""
     t = target.discover(env, python, timeout=probe_timeout, want_hash=want_hash)
     libs = tuple(_library_status(t, lib) for lib in t.report.libraries)
     loaded = {(s.library.dev, s.library.inode): s.version for s in libs if not s.library.deleted}
-    return StatusResult(t, libs, status_changes(t.prefix, loaded), databases(t))
+    changes = status_changes(t.prefix, loaded)
+    gate = drift_check(changes, dotted(t.report.runtime_version), str(t.prefix))
+    return StatusResult(t, libs, changes, databases(t), drift_check=gate, gate=check)
+
+
+def _with_drift(t, verdict):
+    """``verdict`` with the drift check (results/drift.py) appended: what torch loads must be what
+    rocmbuild's history says is in place. Only when rocmbuild changed this target."""
+    libs = (_library_status(t, x) for x in t.report.libraries if not x.deleted)
+    loaded = {(s.library.dev, s.library.inode): s.version for s in libs}
+    check = drift_check(status_changes(t.prefix, loaded), dotted(t.report.runtime_version), str(t.prefix))
+    if check is None:
+        return verdict
+    checks = (*verdict.checks, check)
+    return replace(verdict, checks=checks, ok=verdict.ok and check.ok)
 
 
 def databases(t) -> "dbreport.DbReport | None":
@@ -286,8 +303,8 @@ def verify(*, env: str | None = None, python: str | None = None, probe_timeout: 
     t = target.discover(env, python, timeout=probe_timeout, want_hash=want_hash, smoke=smoke)
     library, encoding = verify_mod.choose(t.report, library, encoding)
     files = [expect_file] if isinstance(expect_file, str) else list(expect_file or ())
-    verdict = verify_mod.judge(t.report, library=library, encoding=encoding, expect=expect,
-                               expected_file=[Path(f) for f in files] if files else None, smoke=smoke)
+    verdict = _with_drift(t, verify_mod.judge(t.report, library=library, encoding=encoding, expect=expect,
+                                              expected_file=[Path(f) for f in files] if files else None, smoke=smoke))
     if not verdict.ok:
         bad = verdict.failures()
         raise VerifyError(
