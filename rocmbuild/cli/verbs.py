@@ -167,6 +167,9 @@ def _add_doctor(sub) -> None:
     a.common(p)
     a.recipe_dirs(p)
     a.target(p)
+    p.add_argument("--require-cache", action="store_true",
+                   help="judge a host that never compiles (it only takes built artifacts from a cache, as "
+                        "`apply --require-cache`): compilers, cmake and ROCm are not needed there")
 
 
 def _cmd_doctor(args) -> VerbResult:
@@ -174,7 +177,8 @@ def _cmd_doctor(args) -> VerbResult:
     from rocmbuild import recipe
 
     r = recipe.load(args.recipe, args.recipes_dir) if args.recipe else None
-    return DoctorResult(tuple(doctor.run(r, args.env, args.python, timeout=args.probe_timeout)))
+    return DoctorResult(tuple(doctor.run(r, args.env, args.python, timeout=args.probe_timeout,
+                                         cache_only=args.require_cache)))
 
 
 # --------------------------------------------------------------------------------------------
