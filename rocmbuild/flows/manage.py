@@ -311,7 +311,7 @@ def verify(*, env: str | None = None, python: str | None = None, probe_timeout: 
             f"verification failed in {t.prefix}: " + "; ".join(f"{c.shown_name}: expected {c.expected}, found {c.found}"
                                                                for c in bad)
             + (f"\n{t.difference.text()}" if t.difference is not None else ""),
-            " ".join(c.message for c in bad if c.message) or "see the checks above",
+            " ".join(dict.fromkeys(c.message for c in bad if c.message)) or "see the checks above",  # each once
             details={"checks": [c.to_json() for c in verdict.checks], "failures": [c.name for c in bad],
                      "target": t.to_json()},
         )
