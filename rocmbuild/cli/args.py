@@ -57,6 +57,7 @@ class Parser(argparse.ArgumentParser):
 
     def __init__(self, *args, **kwargs) -> None:
         kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        kwargs.setdefault("allow_abbrev", False)  # `--t 0` is not `--to 0`: a script's typo is an error
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
@@ -76,6 +77,24 @@ def did_you_mean(message: str) -> str:
     near = difflib.get_close_matches(m.group(1), choices, n=1, cutoff=0.6)
     return message[:m.start()] + f"invalid choice: '{m.group(1)}'" + (
         f": did you mean {near[0]}?" if near else "") + f" (choose from {', '.join(choices)})"
+
+
+_UNKNOWN = re.compile(r"^unrecognized arguments: (.*)$")
+
+
+def suggest_option(message: str, parser: argparse.ArgumentParser) -> str:
+    """argparse's "unrecognized arguments: --envv /x" with the nearest option of ``parser`` (the
+    verb's) named: ``(--envv: did you mean --env?)``; any other message as it is."""
+    m = _UNKNOWN.match(message)
+    if not m:
+        return message
+    known = [s for act in parser._actions for s in act.option_strings if s.startswith("--")]
+    said = []
+    for word in m.group(1).split(" "):
+        flag = word.split("=", 1)[0]
+        near = difflib.get_close_matches(flag, known, n=1, cutoff=0.75) if flag.startswith("--") else []
+        said += [f"{flag}: did you mean {near[0]}?"] if near else []
+    return message + (f" ({'; '.join(said)})" if said else "")
 
 
 # --------------------------------------------------------------------------------------------

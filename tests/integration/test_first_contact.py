@@ -78,6 +78,35 @@ def test_version_names_python_and_the_install_path():
     assert lines[2] == f"installed at {REPO / 'rocmbuild'}"
 
 
+def test_dash_V_is_the_version():
+    assert rb("-V").stdout == rb("--version").stdout != ""
+
+
+@pytest.mark.parametrize("argv,near", [(("status", "--envv", "/x"), "--env"),
+                                       (("rollback", "--undoo", "3"), "--undo"),
+                                       (("cache", "list", "--remot", "oci://h/r"), "--remote"),
+                                       (("--json", "history", "--limt=3"), "--limit")])
+def test_a_mistyped_option_gets_a_did_you_mean_and_the_verbs_usage(argv, near):
+    """Issue 27, item 9: options like the verbs: the nearest option of that verb, its usage."""
+    r = rb(*argv, "--json")
+    err = json.loads(r.stdout)["error"]
+    assert r.returncode == 2 and f"did you mean {near}?" in err["message"], err
+    assert err["hint"].startswith(f"usage: rocmbuild {argv[1] if argv[0] == '--json' else argv[0]}"), err
+
+
+@pytest.mark.parametrize("argv", [("rollback", "--t", "0"), ("history", "--lim", "2"), ("status", "--hash"[:4]),
+                                  ("apply", "x", "--dry")])
+def test_abbreviated_options_are_refused_not_guessed(argv):
+    """``--t 0`` was taken as ``--to 0`` (argparse's abbreviations): in a script a typo must fail."""
+    r = rb(*argv, "--json")
+    assert r.returncode == 2 and "unrecognized arguments" in json.loads(r.stdout)["error"]["message"], r.stdout
+
+
+def test_counted_and_combined_short_flags_still_work():
+    r = rb("-vv", "recipes", "-qv", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["verb"] == "recipes", r.stderr
+
+
 # --------------------------------------------------------------------------------------------
 # global flags
 
