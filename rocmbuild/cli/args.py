@@ -266,12 +266,35 @@ def config_defaults(args: argparse.Namespace) -> None:
     from rocmbuild import config
 
     cfg = config.load()
+    used = config_keys_used(args)
+    cfg.require(*used)  # a bad value of a key this verb uses: exit 2; any other: a warning
+    config.warn_unused(cfg, used)
     if not getattr(args, "from_lock", None):
         for name in ("jobs", "gpu_targets", "launcher"):
             if hasattr(args, name) and getattr(args, name) is None:
                 setattr(args, name, getattr(cfg, name))
     if getattr(args, "verb", None) in ("apply", "rollback", "redo") and args.keep is None:
         args.keep = cfg.keep or 5
+
+
+def config_keys_used(args: argparse.Namespace) -> tuple[str, ...]:
+    """The config keys this command reads (a bad value of one of them refuses it, exit 2): the
+    build overrides it has no flag for, ``keep`` (apply, rollback, redo), the binary caches and
+    trusted keys (a lookup: not with --no-cache or --offline), ``push``'s caches and signing key;
+    ``config list`` shows them all."""
+    verb = getattr(args, "verb", None)
+    if verb == "config":
+        return ("jobs", "gpu_targets", "launcher", "keep", "caches", "trust.public_keys", "sign.key")
+    used = [] if getattr(args, "from_lock", None) else [
+        n for n in ("jobs", "gpu_targets", "launcher") if hasattr(args, n) and getattr(args, n) is None]
+    used += ["keep"] if verb in ("apply", "rollback", "redo") and getattr(args, "keep", None) is None else []
+    if hasattr(args, "caches") and not getattr(args, "no_cache", False) and not getattr(args, "offline", False):
+        used += ["caches", "trust.public_keys"]
+    if verb == "push":
+        used += ["caches", "sign.key"]
+    if getattr(args, "remote", None):
+        used += ["caches", "trust.public_keys"]
+    return tuple(dict.fromkeys(used))
 
 
 def check_one_source(args: argparse.Namespace) -> None:

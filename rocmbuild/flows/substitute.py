@@ -80,7 +80,7 @@ def caches(opts: CacheOptions) -> list[config.CacheConfig]:
     """The caches to ask, in order: ``--cache`` first, then the config's; each URL once."""
     if not opts.lookup:
         return []
-    cfg = config.load()
+    cfg = config.load().require("caches")
     out: list[config.CacheConfig] = []
     for c in [cfg.cache(u) for u in opts.urls] + list(cfg.caches):
         if all(c.url.rstrip("/") != o.url.rstrip("/") for o in out):
@@ -108,7 +108,8 @@ def candidate(c: config.CacheConfig, key: str, opts: CacheOptions) -> Candidate 
     if entry is None:
         return None
     signer = trust.check(c.url, key, entry.manifest, entry.bundle_sha256, entry.signature,
-                         trust.trusted_keys(config.load().public_keys), allow_unsigned=opts.allow_unsigned)
+                         trust.trusted_keys(config.load().require("trust.public_keys").public_keys),
+                         allow_unsigned=opts.allow_unsigned)
     if signer is None:
         ui.warn(f"{c.url}: artifact {key[:16]} is not signed by a trusted key: used anyway (--allow-unsigned)")
     why = _gpu_refusal(c.url, key, entry.manifest, opts)
