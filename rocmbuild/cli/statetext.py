@@ -75,11 +75,14 @@ def _history_state(r) -> tuple[str, ...]:
     return tuple(facts)
 
 
-def history_row(r) -> tuple[layout.Cell, ...]:
-    """The cells of a history line (the table escapes each)."""
+def history_row(r, built: str = "") -> tuple[layout.Cell, ...]:
+    """The cells of a history line (the table escapes each); ``built``: what tells its build apart
+    from the other builds of its recipe listed (build/differs.py)."""
     what = r.get("recipe") or "-"
     if r.get("commit"):
         what += f" @ {r['commit'][:12]}"
+    if built:
+        what += f" ({built})"
     to = r.get("restores_to")
     if r.get("redoes"):
         what = f"undoes rollback {short_txn(r['redoes'])}"

@@ -27,6 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from rocmbuild import locks, progress, runner, ui
+from rocmbuild.build import differs
 from rocmbuild.build.manifest import MANIFEST, read_manifest
 from rocmbuild.build.provenance import origin as artifact_origin
 from rocmbuild.errors import RocmbuildError, TargetError, VerifyError
@@ -172,6 +173,7 @@ def history(*, env: str | None = None, python: str | None = None, limit: int | N
     """``rocmbuild history``: every transaction (read-only; unfinished ones are listed, not recovered);
     ``limit``: only the newest N (still oldest first in the JSON; ``total`` counts them all)."""
     prefix, _py = target.resolve(env, python)
+    home = cache_home()
     rows: list[dict] = []
     unfinished: list[Unfinished] = []
     origins: list[dict] = []
@@ -182,7 +184,8 @@ def history(*, env: str | None = None, python: str | None = None, limit: int | N
         lines, _bad = state.history_lines(d)
         for rec in lines:
             rows.append({**rec, **_effect_of(m, rec), "backups_pruned": rec["id"] in pruned,
-                         "state_dir": str(d), "origin": origin(rec.get("prefix_identity"), prefix)})
+                         "state_dir": str(d), "origin": origin(rec.get("prefix_identity"), prefix),
+                         "build": differs.of_key(home, rec.get("artifact")) if rec.get("artifact") else {}})
         unfinished += _unfinished(d)
         origins += [{"state_dir": str(d), "relation": rel, "from": where} for rel, where in _txn.foreign(d)]
         total += _txn.backup_bytes(d)
@@ -215,10 +218,13 @@ def status_changes(prefix: Path, loaded: dict[tuple[int, int], str | None] | Non
         for j in m.in_effect:
             p = j.plan
             art = j.data.get("meta", {}).get("artifact_path")
+            man = _manifest_of(p.artifact_path)
+            built = differs.facts(man.inputs) if man else {}
             in_effect.append(InEffect(j.id, j.data["verb"], p.recipe, p.commit, p.version_before, p.version_after,
                                       tuple(p.actions[s["index"]].path for s in j.data["steps"]), art,
-                                      artifact_origin(Path(art)) if art else None, _fixes_of(p.artifact_path),
-                                      redone_by=m.redone_by.get(j.id)))
+                                      artifact_origin(Path(art)) if art else None, man.fixes if man else (),
+                                      redone_by=m.redone_by.get(j.id), build=built,
+                                      differs=_apart(man, built)))
         here = _unfinished(d)
         unfinished += here
         busy = {p for j in _txn.pending(d) if any(u.id == j.id and u.running_pid for u in here) for p in j.files}
@@ -232,18 +238,27 @@ def status_changes(prefix: Path, loaded: dict[tuple[int, int], str | None] | Non
                          tuple(guards.unreadable_state(Path(prefix))), Stock(*first) if first else None, redo)
 
 
-def _fixes_of(artifact_path: str | None) -> tuple[str, ...]:
-    """The fixes the artifact a transaction placed carries (its manifest's ``fixes``): read only
-    from an artifact of this cache (a journal names the path), () when it is gone or unreadable."""
+def _manifest_of(artifact_path: str | None):
+    """The manifest of the artifact a transaction placed (its fixes, what it was built with): read
+    only from an artifact of this cache (a journal names the path), None when gone or unreadable."""
     if not artifact_path:
-        return ()
+        return None
     art = Path(artifact_path)
     try:
         if not art.resolve().is_relative_to(artifacts_dir(cache_home()).resolve()):
-            return ()
-        return read_manifest(art / MANIFEST).fixes
+            return None
+        return read_manifest(art / MANIFEST)
     except (OSError, RocmbuildError):
-        return ()
+        return None
+
+
+def _apart(man, built: dict[str, str]) -> dict[str, str | None]:
+    """What tells the build in effect apart from the other builds of its recipe in this cache
+    (build/differs.py); {} when there is no other."""
+    if man is None or not built:
+        return {}
+    others = [f for key, f in differs.cached(cache_home(), man.recipe) if key != man.key and f]
+    return differs.differing([built, *others])[0] if others else {}
 
 
 def _found_version(d: Drift, loaded: dict[tuple[int, int], str | None]) -> Drift:

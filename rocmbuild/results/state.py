@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
 from rocmbuild.errors import RequirementError, RocmbuildError, VerifyError
@@ -28,6 +28,8 @@ class InEffect(Record):
     substituted: dict | None = None  # that artifact came from a binary cache: {url, bundle_sha256, signer, imported}
     fixes: tuple[str, ...] = ()  # the [source] contains names of the artifact placed (its manifest)
     redone_by: str | None = None  # undone once, then back in effect by this redo
+    build: dict = field(default_factory=dict)  # what the artifact was built with (build/differs.py)
+    differs: dict = field(default_factory=dict)  # ... where it differs from the other builds of its recipe cached
 
 
 @dataclass(frozen=True)
