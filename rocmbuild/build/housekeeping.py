@@ -237,7 +237,7 @@ def downloads(home: Path, cutoff: float) -> list[Candidate]:
         partial = p.name.endswith(".part") or p.name.startswith(".pip-download-")
         if partial and since > now - PART_GRACE:
             continue
-        out.append(Candidate("download", str(p), "an unfinished download" if partial else "not used since",
+        out.append(Candidate("download", str(p), "an unfinished download" if partial else f"not used since {iso(since)}",
                              disk_bytes(p), iso(since)))
     return out
 
