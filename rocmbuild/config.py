@@ -283,6 +283,17 @@ def load(system: Path = SYSTEM_FILE) -> Config:
                   sources=sources, files=tuple(files), problems=problems)
 
 
+#: what is in effect when no file sets a key (``config list`` says it instead of "not set")
+DEFAULTS = {
+    "jobs": "the recipe's [build] jobs, else all cores",
+    "gpu_targets": "the recipe's GPU_TARGETS (the bundled recipes: \"auto\", this machine's GPUs)",
+    "launcher": "the recipe's [build] launcher, else auto (ccache when installed)",
+    "keep": "5 (apply, rollback and redo keep the backups of the newest 5 transactions)",
+    "caches": "none: no binary cache is asked (--cache URL asks one)",
+    "trust.public_keys": "none: no signer is trusted (a cache's artifacts are refused unless --allow-unsigned)",
+    "sign.key": "none: push needs --sign-key FILE",
+}
+
 #: the setting names ``config list`` shows, in order, with the attribute holding each
 SETTINGS = (("jobs", "jobs"), ("gpu_targets", "gpu_targets"), ("launcher", "launcher"), ("keep", "keep"),
             ("caches", "caches"), ("trust.public_keys", "public_keys"), ("sign.key", "sign_key"))

@@ -43,7 +43,7 @@ def config_list() -> ConfigListResult:
             value = [c.to_json() for c in value]
         elif isinstance(value, tuple):
             value = list(value)
-        settings.append(Setting(name, value, cfg.sources.get(name)))
+        settings.append(Setting(name, value, cfg.sources.get(name), config.DEFAULTS.get(name, "")))
     return ConfigListResult(cfg.files, tuple(str(p) for p, _ in config.candidates()), tuple(settings))
 
 

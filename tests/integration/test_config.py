@@ -98,6 +98,9 @@ def test_config_list_shows_values_and_sources_and_a_bad_file_exits_2(tmp_path):
     assert got["caches"][0][0]["username_env"] == "U" and str(user) in d["files"]
     text = rb("config", "list").stdout
     assert "jobs" in text and str(user) in text
+    keep = text.split("\nkeep", 1)[1].splitlines()[0]  # unset: the default in effect, not "(not set)" (issue 27)
+    assert "5" in keep and "not set" not in text, text
+    assert {s["name"]: s["default"] for s in d["settings"]}["keep"].startswith("5 ")
     _write(user, 'jbos = 6\n')
     r = rb("config", "list", "--json")  # an unknown key: a warning, and every verb goes on
     assert r.returncode == 0 and "unknown key 'jbos' ignored; did you mean 'jobs'?" in r.stderr, r.stderr
