@@ -51,8 +51,11 @@ def test_help_names_every_ROCMBUILD_variable_the_code_reads():
     # the variables only the tests set are named in their own note, not among what users set
     env, note = out.split("environment variables:", 1)[1].split("\n\nfor tests only", 1)
     for test_only in ("ROCMBUILD_FAILPOINTS", "ROCMBUILD_PAUSEPOINTS", "ROCMBUILD_PAUSE_SECONDS",
-                      "ROCMBUILD_SYSFS_ROOT", "ROCMBUILD_NO_OPENAT2", "ROCMBUILD_ROOT", "ROCMBUILD_SMOKE_DEVICE"):
+                      "ROCMBUILD_SYSFS_ROOT", "ROCMBUILD_NO_OPENAT2", "ROCMBUILD_ROOT"):
         assert test_only not in env and test_only in note, test_only
+    # the README tells users to set this one (the CPU smoke test): explained among theirs (issue 27)
+    assert re.search(r"^  ROCMBUILD_SMOKE_DEVICE\s+cpu: run the --smoke suite on the CPU", env, re.M)
+    assert "ROCMBUILD_SMOKE_DEVICE" not in note
     explained = set(re.findall(r"^  (ROCMBUILD_[A-Z_]+[A-Z])\s", env, re.M))
     assert read <= explained | set(re.findall(r"ROCMBUILD_[A-Z_]+[A-Z]", note)), sorted(read - explained)
 
@@ -344,3 +347,11 @@ def test_completion_json_is_one_object_and_an_unknown_shell_is_refused():
     assert "__complete" in data["script"]  # it asks rocmbuild at Tab time
     bad = rb("completion", "tcsh")
     assert bad.returncode == 2 and "invalid choice: 'tcsh'" in bad.stderr
+
+
+def test_cache_help_says_where_the_state_dir_is_printed():
+    """``cache dir`` prints the cache dir alone (like ``pip cache dir``); the state dir is in --json."""
+    assert "--json: also the state dir" in rb("cache", "--help").stdout
+    r = rb("cache", "dir")
+    assert r.returncode == 0 and len(r.stdout.splitlines()) == 1 and r.stderr == ""
+    assert json.loads(rb("cache", "dir", "--json").stdout)["state"]
