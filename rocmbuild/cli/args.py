@@ -280,7 +280,8 @@ def config_defaults(args: argparse.Namespace) -> None:
 def config_keys_used(args: argparse.Namespace) -> tuple[str, ...]:
     """The config keys this command reads (a bad value of one of them refuses it, exit 2): the
     build overrides it has no flag for, ``keep`` (apply, rollback, redo), the binary caches and
-    trusted keys (a lookup: not with --no-cache or --offline), ``push``'s caches and signing key;
+    trusted keys (a lookup: not with --no-cache, --offline or apply --artifact), ``push``'s caches
+    and signing key;
     ``config list`` shows them all."""
     verb = getattr(args, "verb", None)
     if verb == "config":
@@ -288,7 +289,7 @@ def config_keys_used(args: argparse.Namespace) -> tuple[str, ...]:
     used = [] if getattr(args, "from_lock", None) else [
         n for n in ("jobs", "gpu_targets", "launcher") if hasattr(args, n) and getattr(args, n) is None]
     used += ["keep"] if verb in ("apply", "rollback", "redo") and getattr(args, "keep", None) is None else []
-    if hasattr(args, "caches") and not getattr(args, "no_cache", False) and not getattr(args, "offline", False):
+    if hasattr(args, "caches") and not any(getattr(args, n, None) for n in ("no_cache", "offline", "artifact")):
         used += ["caches", "trust.public_keys"]
     if verb == "push":
         used += ["caches", "sign.key"]
