@@ -6,7 +6,7 @@ user), then the file ``$ROCMBUILD_CONFIG`` names (a run, a CI job). The command 
 all of them. A file that does not exist is skipped; ``$ROCMBUILD_CONFIG`` naming a missing file is
 an error (it was asked for).
 
-Keys (everything else is refused, with a "did you mean" for a near miss)::
+Keys (anything else is ignored with a warning and a "did you mean" for a near miss)::
 
     jobs = 8                       # build --jobs
     gpu_targets = "gfx1151"        # --gpu-targets (a string, as on the command line)
@@ -28,9 +28,14 @@ Decisions:
 * ``[[caches]]`` and ``[trust] public_keys`` are lists: a later file *replaces* an earlier file's
   list (it does not add to it), so a user's file can narrow what the machine trusts and the
   source of each value stays one file.
-* A wrong type is refused naming the file, the key and the type expected (exit 2); so is a
-  relative ``ca_bundle`` or ``[sign] key`` (relative to what?). ``allow_unsigned`` is never a
-  config key: trusting unsigned artifacts is a per-command decision (``--allow-unsigned``).
+* An unknown key (a typo, a key of a newer release) is a warning, said once per run, and
+  ignored: one bad line pushed to a fleet must not stop every rocmbuild there (``status`` above
+  all). A wrong type or value of a known key (also a relative ``ca_bundle`` or ``[sign] key``:
+  relative to what?), and a file that is not valid TOML (all its keys), are kept as
+  :attr:`Config.problems`: a verb that uses that key refuses (exit 2, naming the file, the key and
+  what is expected) when it asks for it (:meth:`Config.require`); a verb that does not use it runs,
+  after one warning. ``allow_unsigned`` is never a config key: trusting unsigned artifacts is a
+  per-command decision (``--allow-unsigned``).
 * :class:`Config` is frozen; ``sources`` names, per key, the file that set it.
 """
 
@@ -87,6 +92,16 @@ class Config:
     #: key ("jobs", "caches", "trust.public_keys", "sign.key", ...) -> the file that set it
     sources: Mapping[str, str] = field(default_factory=dict)
     files: tuple[str, ...] = ()  # the files read, in order
+    #: key -> why its value cannot be used (``""``: a whole file that is not valid TOML)
+    problems: Mapping[str, InputError] = field(default_factory=dict)
+
+    def require(self, *names: str) -> "Config":
+        """This config, when none of ``names`` (``jobs``, ``caches``, ``trust.public_keys``, ``sign.key``,
+        ...) has a bad value (nor is in a file that cannot be parsed); else that InputError (exit 2)."""
+        for name in ("", *names):
+            if name in self.problems and (name or names):
+                raise self.problems[name]
+        return self
 
     def cache(self, url: str) -> CacheConfig:
         """The configured entry for ``url`` (its credentials, CA...), else a bare one."""
@@ -119,9 +134,31 @@ def _bad(path: Path, key: str, message: str, hint: str) -> InputError:
     return InputError(f"{path}: {message}", hint, details={"file": str(path), "key": key})
 
 
-def _unknown(path: Path, key: str, choices) -> InputError:
-    return _bad(path, key, f"unknown key '{key}'", f"{_suggest(key.rsplit('.', 1)[-1], choices)} "
-                "(`rocmbuild config list` shows every key and its value)")
+_warned: set[tuple[str, str]] = set()  # (file, key) said already in this run
+
+
+def _unknown(path: Path, key: str, choices) -> None:
+    """An unknown key: a warning (once per run), the key ignored."""
+    if (str(path), key) in _warned:
+        return
+    _warned.add((str(path), key))
+    from rocmbuild import ui
+
+    ui.warn(f"{path}: unknown key '{key}' ignored; {_suggest(key.rsplit('.', 1)[-1], choices)} "
+            "(`rocmbuild config list` shows every key and its value)")
+
+
+def warn_unused(cfg: "Config", used: tuple[str, ...]) -> None:
+    """The problems of the keys a verb does not use (``used``: those it required): a warning each,
+    once per run; the verb goes on."""
+    for name, problem in cfg.problems.items():
+        where = (problem.details.get("file", ""), "bad:" + name)
+        if (name and name in used) or where in _warned:
+            continue
+        _warned.add(where)
+        from rocmbuild import ui
+
+        ui.warn(f"{problem.message}; not used by this command, so it goes on ({problem.hint})")
 
 
 def _typed(path: Path, key: str, value: Any, spec: tuple[type, str]) -> Any:
@@ -141,7 +178,8 @@ def _table(path: Path, name: str, value: Any, spec: Mapping[str, tuple[type, str
     out = {}
     for k, v in value.items():
         if k not in spec:
-            raise _unknown(path, f"{name}.{k}", spec)
+            _unknown(path, f"{name}.{k}", spec)
+            continue
         out[k] = _typed(path, f"{name}.{k}", v, spec[k])
     return out
 
@@ -175,33 +213,57 @@ def _check_values(path: Path, values: dict[str, Any]) -> None:
 
 
 def parse_file(path: Path) -> dict[str, Any]:
-    """One file's settings, flattened: ``jobs``, ``caches``, ``trust.public_keys``, ``sign.key``."""
+    """One file's settings, flattened: ``jobs``, ``caches``, ``trust.public_keys``, ``sign.key``;
+    the first bad value raised (:func:`read_file` keeps each key's problem instead)."""
+    values, problems = read_file(path)
+    if problems:
+        raise next(iter(problems.values()))
+    return values
+
+
+def _one(path: Path, k: str, v: Any) -> dict[str, Any]:
+    if k in SCALARS:
+        return {k: _typed(path, k, v, SCALARS[k])}
+    if k == "caches":
+        return {"caches": _caches(path, v)}
+    if k == "trust":
+        return {f"trust.{n}": tuple(x) for n, x in _table(path, "trust", v, TRUST_KEYS).items()}
+    if k == "sign":
+        return {f"sign.{n}": x for n, x in _table(path, "sign", v, SIGN_KEYS).items()}
+    _unknown(path, k, [*SCALARS, *TABLES])
+    return {}
+
+
+# a problem under a table stands for the setting a verb asks for
+_SETTING = {"trust": "trust.public_keys", "sign": "sign.key"}
+
+
+def read_file(path: Path) -> tuple[dict[str, Any], dict[str, InputError]]:
+    """One file's settings, flattened, and the problem of each key whose value is bad (``""``:
+    the whole file cannot be read). Unknown keys warn and are ignored."""
     try:
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
-        raise _bad(path, "", f"not valid TOML: {exc}", "fix the syntax (https://toml.io)") from exc
+        return {}, {"": _bad(path, "", f"not valid TOML: {exc}", "fix the syntax (https://toml.io)")}
     except (OSError, UnicodeDecodeError) as exc:
-        raise _bad(path, "", f"cannot read the config file: {exc}", "fix its permissions or remove it") from exc
+        return {}, {"": _bad(path, "", f"cannot read the config file: {exc}", "fix its permissions or remove it")}
     values: dict[str, Any] = {}
+    problems: dict[str, InputError] = {}
     for k, v in data.items():
-        if k in SCALARS:
-            values[k] = _typed(path, k, v, SCALARS[k])
-        elif k == "caches":
-            values["caches"] = _caches(path, v)
-        elif k == "trust":
-            values.update({f"trust.{n}": tuple(x) for n, x in _table(path, "trust", v, TRUST_KEYS).items()})
-        elif k == "sign":
-            values.update({f"sign.{n}": x for n, x in _table(path, "sign", v, SIGN_KEYS).items()})
-        else:
-            raise _unknown(path, k, [*SCALARS, *TABLES])
-    _check_values(path, values)
-    return values
+        try:
+            got = _one(path, k, v)
+            _check_values(path, got)
+            values.update(got)
+        except InputError as exc:
+            problems[_SETTING.get(k, k)] = exc
+    return values, problems
 
 
 def load(system: Path = SYSTEM_FILE) -> Config:
     """The effective config from every file that exists (see the module notes)."""
     merged: dict[str, Any] = {}
     sources: dict[str, str] = {}
+    problems: dict[str, InputError] = {}
     files = []
     for path, required in candidates(system):
         if not path.is_file():
@@ -210,13 +272,27 @@ def load(system: Path = SYSTEM_FILE) -> Config:
                                  "point ROCMBUILD_CONFIG at a config.toml, or unset it")
             continue
         files.append(str(path))
-        for k, v in parse_file(path).items():
+        values, bad = read_file(path)
+        for k, v in values.items():
             merged[k], sources[k] = v, str(path)
+            problems.pop(k, None)  # a later file's good value replaces an earlier bad one
+        problems.update(bad)
     return Config(jobs=merged.get("jobs"), gpu_targets=merged.get("gpu_targets"), launcher=merged.get("launcher"),
                   keep=merged.get("keep"), caches=merged.get("caches", ()),
                   public_keys=merged.get("trust.public_keys", ()), sign_key=merged.get("sign.key"),
-                  sources=sources, files=tuple(files))
+                  sources=sources, files=tuple(files), problems=problems)
 
+
+#: what is in effect when no file sets a key (``config list`` says it instead of "not set")
+DEFAULTS = {
+    "jobs": "the recipe's [build] jobs, else all cores",
+    "gpu_targets": "the recipe's GPU_TARGETS (the bundled recipes: \"auto\", this machine's GPUs)",
+    "launcher": "the recipe's [build] launcher, else auto (ccache when installed)",
+    "keep": "5 (apply, rollback and redo keep the backups of the newest 5 transactions)",
+    "caches": "none: no binary cache is asked (--cache URL asks one)",
+    "trust.public_keys": "none: no signer is trusted (a cache's artifacts are refused unless --allow-unsigned)",
+    "sign.key": "none: push needs --sign-key FILE",
+}
 
 #: the setting names ``config list`` shows, in order, with the attribute holding each
 SETTINGS = (("jobs", "jobs"), ("gpu_targets", "gpu_targets"), ("launcher", "launcher"), ("keep", "keep"),

@@ -11,6 +11,10 @@ Decisions:
   without them; the fix names AMD's packages for a ROCm tree, Debian's for a Debian-like ``/usr``:
   build/hints.py). Only for a ROCm target or none: a CUDA target (the backend the probe found) gets
   its CUDA facts (cuDNN versions, the cuDNN set loaded, one file per SONAME) instead, and no AMD GPU check.
+* A host that builds nothing: ``doctor --require-cache`` (a fleet host that only pulls) or a
+  prebuilt recipe (``[build] system = "prebuilt"``): git, cmake, make/ninja, the compilers and
+  ROCm are not needed, so a missing one **warns** (saying why it is not needed), never fails. A
+  cuDNN recipe without a target is judged like a CUDA target: no ROCm, no AMD GPU check.
 * No GPU found: **warn** (building works with ``--gpu-targets``; only ``GPU_TARGETS = "auto"``
   and the smoke test need one).
 * GPU targets: a recipe's ``GPU_TARGETS`` (``"auto"``: this machine's GPUs) against the GPUs found:
@@ -44,6 +48,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 from rocmbuild import runner
@@ -325,21 +330,47 @@ def check_launcher_for(recipe) -> DoctorCheck | None:
                        "install ccache (apt install ccache); rocmbuild uses it by itself ([build] launcher = \"auto\")")
 
 
-def run(recipe=None, env: str | None = None, python: str | None = None, *, timeout: float = 300) -> list[DoctorCheck]:
-    """Every check, in a stable order; ROCm and the AMD GPU only for a ROCm target (or none)."""
+def no_build_reason(recipe, cache_only: bool) -> str | None:
+    """Why this host compiles nothing (None: it may build): a cache-only host, a prebuilt recipe."""
+    if cache_only:
+        return "--require-cache: this host only takes built artifacts from a cache, it never compiles"
+    if recipe is not None and recipe.build.prebuilt:
+        return f"recipe '{recipe.name}' is prebuilt: its archive is unpacked, nothing is compiled"
+    return None
+
+
+def not_needed(checks: list[DoctorCheck], why: str) -> list[DoctorCheck]:
+    """The build-only checks of a host that builds nothing: a missing tool warns (never fails),
+    saying why it is not needed; what is there stays ok."""
+    return [replace(c, status=WARN, detail=f"{c.detail} (not needed: {why})",
+                    fix=f"only to build here: {c.fix}" if c.fix else "") if c.status == FAIL else c for c in checks]
+
+
+def run(recipe=None, env: str | None = None, python: str | None = None, *, timeout: float = 300,
+        cache_only: bool = False) -> list[DoctorCheck]:
+    """Every check, in a stable order; ROCm and the AMD GPU only for a ROCm target (or none) and a
+    recipe that is not cuDNN's. A host that builds nothing (``cache_only``, a prebuilt recipe) needs
+    no compiler, cmake or ROCm: their failures are warnings (:func:`not_needed`)."""
     tchecks, t = _discover(env, python, timeout)
-    cuda = t is not None and t.report.backend == "cudnn"
+    cuda = (t is not None and t.report.backend == "cudnn") or (
+        t is None and recipe is not None and recipe.verify.encoding == "cudnn")
     checks = [check_git(), check_cmake(), check_build_tool(), *check_compilers()]
     archs = [] if cuda else gpu.detect()
     values = variables.resolve()
-    checks += check_cuda(t) if cuda else [*check_rocm(), check_gpu(archs), *check_gpu_targets(recipe, archs)]
+    checks += (check_cuda(t) if t is not None else [DoctorCheck("ROCm", OK, f"not needed: recipe '{recipe.name}' "
+                                                                "is a cuDNN (CUDA) library")]) if cuda else \
+        [*check_rocm(), check_gpu(archs), *check_gpu_targets(recipe, archs)]
+    why = no_build_reason(recipe, cache_only)
+    checks = not_needed(checks, why) if why else checks
     checks += [check_disk("cache disk", cache_home(), CACHE_FAIL, CACHE_WARN, "source clones and build trees")]
     checks += tchecks
     if not cuda:  # every recipe variable, as the recipe's build would resolve it here
-        checks += variable_checks(values, list(variables.NAMES), build_variables(recipe) if recipe else set())
-    if recipe is not None:
-        checks += check_requirements(recipe, values, with_variables=cuda)
-        checks += [c for c in (check_launcher_for(recipe),) if c is not None]
+        found = variable_checks(values, list(variables.NAMES), build_variables(recipe) if recipe else set())
+        checks += not_needed(found, why) if why else found
+    if recipe is not None:  # [requires]: what building it needs (the build checks them before fetching)
+        required = check_requirements(recipe, values, with_variables=cuda)
+        checks += not_needed(required, why) if why else required
+        checks += [c for c in (check_launcher_for(recipe),) if c is not None and why is None]
     return checks
 
 

@@ -10,7 +10,7 @@ code   meaning
 1      anything else (an internal error: a bug, please report it)
 2      bad input: usage, recipe, target, requirement, incompatible artifact, another GPU; nothing in the target was changed
 3      fetch or build failed; the target was not touched
-4      verification failed; every change was rolled back
+4      verification failed; every change was rolled back (verify, status --check: DRIFT; nothing changed)
 5      a lock (target, source cache, artifact key) is held by another run
 128+n  stopped by signal n (130 SIGINT, 143 SIGTERM, 129 SIGHUP); what was half done is undone
 =====  =====================================================================
@@ -42,7 +42,8 @@ EXIT_CODES: tuple[tuple[str, str], ...] = (
     (str(EXIT_INTERNAL), "anything else: an internal error (a bug, please report it)"),
     (str(EXIT_INPUT), "bad input: usage, recipe, target, requirement, incompatible artifact, another GPU; nothing in the target was changed"),
     (str(EXIT_BUILD), "fetch or build failed; the target was not touched"),
-    (str(EXIT_VERIFY), "verification failed; every change was rolled back"),
+    (str(EXIT_VERIFY), "verification failed; every change was rolled back (verify, status --check: also on DRIFT "
+                      "from what rocmbuild placed; nothing was changed)"),
     (str(EXIT_LOCKED), "a lock (target, source cache, artifact key) is held by another run"),
     ("128+n", "stopped by signal n (130 SIGINT, 143 SIGTERM, 129 SIGHUP); what was half done is undone"),
 )

@@ -89,6 +89,11 @@ def set_verbose(verbose: int) -> None:
     debug_logging(_verbose >= 2 and not _quiet)
 
 
+def verbosity() -> int:
+    """How many ``-v`` were given (0 with ``-q`` or ``--json``)."""
+    return 0 if _quiet else _verbose
+
+
 def streaming() -> bool:
     """Whether a command's output lines are shown as they come (``-v``, not quiet, not ``--json``)."""
     return _verbose >= 1 and not _quiet

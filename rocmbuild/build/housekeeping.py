@@ -29,10 +29,11 @@ import os
 import re
 import stat as _stat
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Mapping
 
-from rocmbuild.build import buildtree
+from rocmbuild.build import buildtree, differs
 from rocmbuild.build.retry import ATTEMPT, AttemptRecord, read_attempt  # noqa: F401 - ATTEMPT: the record's name, for callers
 from rocmbuild.build.artifact import MANIFEST, Manifest
 from rocmbuild.build.provenance import origin
@@ -117,6 +118,7 @@ class ArtifactInfo:
     last_used: str | None
     last_used_ts: float | None
     substituted: dict | None = None  # from a binary cache: {url, bundle_sha256, signer, imported}
+    build: Mapping[str, str] = field(default_factory=dict)  # what it was built with (build/differs.py)
 
 
 def artifact_info(home: Path, path: Path, seen: set | None = None) -> ArtifactInfo:
@@ -128,7 +130,8 @@ def artifact_info(home: Path, path: Path, seen: set | None = None) -> ArtifactIn
     used = last_use(home, path)
     return ArtifactInfo(path.name, "imported" if path.parent == imported_dir(home) else "built", str(path),
                         m.recipe if m else None, m.version if m else None, m.commit if m else None,
-                        disk_bytes(path, seen), iso(created), iso(used), used, origin(path))
+                        disk_bytes(path, seen), iso(created), iso(used), used, origin(path),
+                        differs.facts(m.inputs) if m else {})
 
 
 def artifacts(home: Path) -> list[ArtifactInfo]:
@@ -234,7 +237,7 @@ def downloads(home: Path, cutoff: float) -> list[Candidate]:
         partial = p.name.endswith(".part") or p.name.startswith(".pip-download-")
         if partial and since > now - PART_GRACE:
             continue
-        out.append(Candidate("download", str(p), "an unfinished download" if partial else "not used since",
+        out.append(Candidate("download", str(p), "an unfinished download" if partial else f"not used since {iso(since)}",
                              disk_bytes(p), iso(since)))
     return out
 

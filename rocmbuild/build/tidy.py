@@ -55,7 +55,7 @@ def sources(home: Path, cutoff: float) -> list[Candidate]:
             continue
         since = last_fetch(p)
         if since is not None and since <= cutoff:
-            out.append(Candidate("source", str(p), "not fetched since", disk_bytes(p), iso(since)))
+            out.append(Candidate("source", str(p), f"not fetched since {iso(since)}", disk_bytes(p), iso(since)))
     return out
 
 

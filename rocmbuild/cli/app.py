@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # progress (rich), the results and swap trees, the renderers:
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Callable]]:
     parser = Parser(prog="rocmbuild", description=help.DESCRIPTION, epilog=help.epilog())
-    parser.add_argument("--version", action="version", version=help.version_text())
+    parser.add_argument("-V", "--version", action="version", version=help.version_text())
     a.common(parser, top=True)
     sub = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=Parser)
     handlers: dict[str, Callable] = {}
@@ -79,7 +79,10 @@ def _run(argv: list[str], want_json: bool, debug: bool) -> tuple[str | None, Ver
         result = handlers[verb](args)
         return verb, result, (result.to_json() if want_json else _text(result, args.quiet))
     except UsageError as exc:
-        return verb, _fail(verb, want_json, InputError(str(exc), exc.usage), EXIT_INPUT), None
+        mine = _verb_parser(parser, argv)  # an unknown option is reported by the top parser: the verb's usage
+        message = a.suggest_option(str(exc), mine)
+        usage = mine.format_usage().strip() if message != str(exc) or str(exc).startswith("unrecognized") else exc.usage
+        return verb, _fail(verb, want_json, InputError(message, usage), EXIT_INPUT), None
     except RocmbuildError as exc:
         if debug:
             traceback.print_exc()
@@ -96,6 +99,17 @@ def _run(argv: list[str], want_json: bool, debug: bool) -> tuple[str | None, Ver
         return verb, _fail(verb, want_json, err, err.exit_code), None
     except Exception as exc:  # a bug: say so, keep the traceback for --debug
         return verb, _internal(verb, want_json, debug, exc), None
+
+
+def _verb_parser(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.ArgumentParser:
+    """The parser of the deepest verb named in ``argv`` (``cache list``: list's), else ``parser``:
+    where a mistyped option is looked up."""
+    found = parser
+    for word in argv:
+        subs = [p for p in completion.parsers_under(found) if p is not found and p.prog.split()[-1] == word]
+        if subs:
+            found = subs[0]
+    return found
 
 
 def _text(result: VerbResult, quiet: bool) -> str:

@@ -60,6 +60,7 @@ class Parser(argparse.ArgumentParser):
 
     def __init__(self, *args, **kwargs) -> None:
         kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        kwargs.setdefault("allow_abbrev", False)  # `--t 0` is not `--to 0`: a script's typo is an error
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
@@ -79,6 +80,24 @@ def did_you_mean(message: str) -> str:
     near = difflib.get_close_matches(m.group(1), choices, n=1, cutoff=0.6)
     return message[:m.start()] + f"invalid choice: '{m.group(1)}'" + (
         f": did you mean {near[0]}?" if near else "") + f" (choose from {', '.join(choices)})"
+
+
+_UNKNOWN = re.compile(r"^unrecognized arguments: (.*)$")
+
+
+def suggest_option(message: str, parser: argparse.ArgumentParser) -> str:
+    """argparse's "unrecognized arguments: --envv /x" with the nearest option of ``parser`` (the
+    verb's) named: ``(--envv: did you mean --env?)``; any other message as it is."""
+    m = _UNKNOWN.match(message)
+    if not m:
+        return message
+    known = [s for act in parser._actions for s in act.option_strings if s.startswith("--")]
+    said = []
+    for word in m.group(1).split(" "):
+        flag = word.split("=", 1)[0]
+        near = difflib.get_close_matches(flag, known, n=1, cutoff=0.75) if flag.startswith("--") else []
+        said += [f"{flag}: did you mean {near[0]}?"] if near else []
+    return message + (f" ({'; '.join(said)})" if said else "")
 
 
 # --------------------------------------------------------------------------------------------
@@ -252,12 +271,36 @@ def config_defaults(args: argparse.Namespace) -> None:
     from rocmbuild import config
 
     cfg = config.load()
+    used = config_keys_used(args)
+    cfg.require(*used)  # a bad value of a key this verb uses: exit 2; any other: a warning
+    config.warn_unused(cfg, used)
     if not getattr(args, "from_lock", None):
         for name in ("jobs", "gpu_targets", "launcher"):
             if hasattr(args, name) and getattr(args, name) is None:
                 setattr(args, name, getattr(cfg, name))
     if getattr(args, "verb", None) in ("apply", "rollback", "redo") and args.keep is None:
         args.keep = cfg.keep or 5
+
+
+def config_keys_used(args: argparse.Namespace) -> tuple[str, ...]:
+    """The config keys this command reads (a bad value of one of them refuses it, exit 2): the
+    build overrides it has no flag for, ``keep`` (apply, rollback, redo), the binary caches and
+    trusted keys (a lookup: not with --no-cache, --offline or apply --artifact), ``push``'s caches
+    and signing key;
+    ``config list`` shows them all."""
+    verb = getattr(args, "verb", None)
+    if verb == "config":
+        return ("jobs", "gpu_targets", "launcher", "keep", "caches", "trust.public_keys", "sign.key")
+    used = [] if getattr(args, "from_lock", None) else [
+        n for n in ("jobs", "gpu_targets", "launcher") if hasattr(args, n) and getattr(args, n) is None]
+    used += ["keep"] if verb in ("apply", "rollback", "redo") and getattr(args, "keep", None) is None else []
+    if hasattr(args, "caches") and not any(getattr(args, n, None) for n in ("no_cache", "offline", "artifact")):
+        used += ["caches", "trust.public_keys"]
+    if verb == "push":
+        used += ["caches", "sign.key"]
+    if getattr(args, "remote", None):
+        used += ["caches", "trust.public_keys"]
+    return tuple(dict.fromkeys(used))
 
 
 def check_one_source(args: argparse.Namespace) -> None:

@@ -12,7 +12,7 @@ Decisions (per verb; docs/cli.md in words):
 * ``doctor -q`` prints only what fails, one line per failed check, and nothing when all is ok
   (its exit code says the rest); ``cache verify -q`` likewise prints its one summary line only;
 * a listing prints one line per item and no header or footer (``recipes``: names; ``cache list``:
-  key, recipe, version; ``history``: one transaction per line, newest first: id, verb, time, recipe, versions; ``log --list``: paths);
+  key, recipe, version; ``history``: one transaction per line, newest first: id, kind, time, recipe, versions, state; ``log --list``: paths);
 * a verb whose output *is* the data (``show``, ``completion``, ``config list``, ``key generate``,
   ``log``, ``cache dir``) prints it as without ``-q``: there is nothing else to drop.
 A renderer returns ``None`` to fall back to the full text.
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from functools import singledispatch
 
+from rocmbuild.cli.statetext import history_state
 from rocmbuild.names import safe_text
 from rocmbuild.results import (
     ApplyResult,
@@ -159,8 +160,11 @@ def _rollback(r: RollbackResult) -> str:
 
 @brief.register
 def _history(h: HistoryResult) -> str:
-    return _lines(" ".join([t["id"], t.get("verb") or "?", t.get("time") or "?", t.get("recipe") or "-",
-                            f"{t.get('version_before') or '?'} -> {t.get('version_after') or '?'}"])
+    """id, kind (a redo is a redo, not the rollback its journal records), time, recipe, versions,
+    then its state (in effect, undone by N, done, ...), as the table says it."""
+    return _lines(" ".join([t["id"], t.get("kind") or t.get("verb") or "?", t.get("time") or "?",
+                            t.get("recipe") or "-", f"{t.get('version_before') or '?'} -> {t.get('version_after') or '?'}",
+                            f"({'; '.join(history_state(t))})"])
                   for t in reversed(h.transactions))
 
 

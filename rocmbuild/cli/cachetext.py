@@ -1,12 +1,46 @@
-"""The human text of ``cache dir``, ``cache rm`` and ``log``; render.py registers each function
-for its result type (:data:`RENDERERS`)."""
+"""The human text of ``cache list``, ``cache dir``, ``cache rm`` and ``log``; render.py registers
+each function for its result type (:data:`RENDERERS`).
+
+Decision: ``cache list`` tells builds of one recipe apart by what differs between them (a
+``build:`` line: build/differs.py); ``-v`` shows everything each was built with."""
 
 from __future__ import annotations
 
+from rocmbuild import ui
+from rocmbuild.build import differs
 from rocmbuild.cli import layout
 from rocmbuild.cli.fleettext import size
+from rocmbuild.cli.statetext import origin_text
 from rocmbuild.names import safe_lines, safe_text
-from rocmbuild.results import CacheDirResult, CacheRmResult, LogResult
+from rocmbuild.results import CacheDirResult, CacheListResult, CacheRmResult, LogResult, short_txn
+
+
+_USE_WORDS = {  # what each role of cache list's "used by" means, in words (swap/known.py)
+    "in-effect": "applied by txn {} and in effect (what it loads now)",
+    "rollback": "applied by txn {}, in effect under a newer apply (`rollback` returns to it)",
+    "redo": "applied by txn {}, undone by a rollback; `rocmbuild redo` re-applies it",
+    "recovery": "txn {} was interrupted; recovery needs it",
+}
+
+
+def _cache_list(r: CacheListResult) -> str:
+    lines = []
+    apart = differs.told_apart([(a.info.recipe, a.info.build) for a in r.artifacts], verbose=ui.verbosity() > 0)
+    for a, built in zip(r.artifacts, apart):
+        i = a.info
+        lines.append(f"{i.key[:16]} {i.kind:8} {i.recipe or '?'} {i.version or '?'} "
+                     f"commit {(i.commit or '-')[:12]}  {size(i.size)}  last used {i.last_used or 'never'}")
+        lines += [f"  build: {built}"] if built else []
+        if i.substituted:
+            lines.append(f"  {origin_text(i.substituted)}")
+        lines += [f"  used by {u.prefix or u.state_dir}: {_USE_WORDS.get(u.role, u.role).format(short_txn(u.txn))}"
+                  for u in a.used_by]
+    gone = sum(not t.target.exists for t in r.targets)
+    lines.append(f"{len(r.artifacts)} artifact(s), {size(r.total_bytes)} in {r.cache}; "
+                 f"{len(r.targets)} known target(s)" + (f" ({gone} no longer there)" if gone else ""))
+    lines += [f"  cannot read {p} (a journal of {t.target.prefix or t.target.state_dir})"
+              for t in r.targets for p in t.unreadable]
+    return layout.lines(lines)
 
 
 def _cache_dir(r: CacheDirResult) -> str:
@@ -27,4 +61,4 @@ def _log(r: LogResult) -> str:
     return safe_lines(r.text.rstrip("\n"))
 
 
-RENDERERS = ((CacheDirResult, _cache_dir), (CacheRmResult, _cache_rm), (LogResult, _log))
+RENDERERS = ((CacheListResult, _cache_list), (CacheDirResult, _cache_dir), (CacheRmResult, _cache_rm), (LogResult, _log))

@@ -16,7 +16,7 @@ def _add_cache(sub) -> None:
     p = sub.add_parser("cache", help="the artifact cache: `cache dir` says where, `cache list` shows it, `cache rm` "
                        "removes one artifact, `cache gc` cleans it, `cache verify` re-hashes it")
     p.add_argument("action", choices=["dir", "verify", "list", "rm", "gc"],
-                   help="dir: print the cache dir (and, on stderr, the state dir); verify: re-hash every cached "
+                   help="dir: print the cache dir (--json: also the state dir); verify: re-hash every cached "
                    "artifact against its manifest; list: every artifact with its size, last use and the targets "
                    "using it; rm KEY|RECIPE: remove that artifact (or each of the recipe's); gc: remove what "
                    "nothing needs (artifacts, failed build trees, sources, old logs)")

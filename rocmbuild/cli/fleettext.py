@@ -39,9 +39,10 @@ def would(plan: BuildPlan) -> str:
 def config_list(r: ConfigListResult) -> str:
     lines = []
     for s in r.settings:
-        value = "(not set)" if s.value in (None, []) else json.dumps(s.value) if not isinstance(s.value, str) else s.value
+        unset = s.value in (None, [])
+        value = s.default or "(not set)" if unset else json.dumps(s.value) if not isinstance(s.value, str) else s.value
         lines.append(f"{s.name:18} {safe_text(value)}")
-        lines.append(f"{'':18}   from {s.source or 'the default'}")
+        lines.append(f"{'':18}   from {s.source or 'the default: no config file sets it'}")
     read = ", ".join(r.files) if r.files else "none"
     lines.append(f"files read: {read} (searched, in order: {', '.join(r.searched)}; later wins, flags win over all)")
     return "\n".join(lines)

@@ -49,12 +49,13 @@ ENVIRONMENT: tuple[tuple[str, str], ...] = (
     ("ROCMBUILD_DOWNLOAD_RETRIES", "how often a failed download is retried, with backoff (default 3; 0: never)"),
     ("ROCMBUILD_HEARTBEAT_S", "off a terminal, a progress line at least this often (default 30 seconds)"),
     ("ROCMBUILD_PROGRESS_STEP", "off a terminal, a progress line at each this many percent of the build (default 10)"),
+    ("ROCMBUILD_SMOKE_DEVICE", "cpu: run the --smoke suite on the CPU, without a GPU (it proves the torch side, "
+                               "not the GPU library)"),
 )
 
 #: variables only the test suite sets: named in a one-line note after the environment, not
 #: explained among what users set (docs/testing.md says what each does)
 TESTING: tuple[tuple[str, str], ...] = (
-    ("ROCMBUILD_SMOKE_DEVICE", "cpu: run the --smoke suite on the CPU (for tests)"),
     ("ROCMBUILD_SYSFS_ROOT", "a faked /sys (the GPU topology), for tests"),
     ("ROCMBUILD_ROOT", "a faked / (where ROCm and /etc/os-release are looked for), for tests"),
     ("ROCMBUILD_NO_OPENAT2", "set: resolve paths beneath a root with the O_NOFOLLOW walk instead of openat2, for tests"),

@@ -16,7 +16,8 @@ from __future__ import annotations
 from functools import singledispatch
 from typing import Any
 
-from rocmbuild import runner
+from rocmbuild import runner, ui
+from rocmbuild.build import differs
 from rocmbuild.names import safe_lines, safe_text
 from rocmbuild.cli import layout
 from rocmbuild.cli.statetext import (HISTORY_HEADERS, activation_lines, databases_text, drift_text, history_row,
@@ -26,7 +27,6 @@ from rocmbuild.results import (
     BuildPlan,
     BuildResult,
     CacheGcResult,
-    CacheListResult,
     CacheVerifyResult,
     CompletionResult,
     DoctorResult,
@@ -169,6 +169,9 @@ def status_changes(c: StatusChanges, prefix: str | None = None) -> str:
         lines.append(f"    {len(t.files)} path(s): " + ", ".join(rel(f, prefix) for f in t.files))
         if t.substituted:
             lines.append(f"    artifact {origin_text(t.substituted)}")
+        built = differs.short(t.build if ui.verbosity() > 0 else t.differs)
+        if built:
+            lines.append(f"    build: {built}")
         if t.package:
             lines.append(f"    from {package_words(t.package)}")
         if t.fixes:
@@ -193,6 +196,10 @@ def _status(r: StatusResult) -> str:
     """The summary line first, then what is loaded, then rocmbuild's changes grouped per transaction."""
     prefix = str(r.target.prefix)
     body = safe_text(r.summary) + "\n" + _loaded(r.to_json()) + "\n" + status_changes(r.changes, prefix)
+    gate = r.drift_check
+    if gate is not None and not gate.ok and r.error is None:  # with --check the error says it, once
+        body += "\n" + layout.lines([f"what to do: {gate.message} (`rocmbuild status --check` and `rocmbuild verify` "
+                                     "exit 4 until then)"])
     return layout.short_keys(body + databases_text(r.databases))
 
 
@@ -234,33 +241,6 @@ def _size(n: int) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024  # type: ignore[assignment]
     return str(n)
-
-
-_USE_WORDS = {  # what each role of cache list's "used by" means, in words (swap/known.py)
-    "in-effect": "applied by txn {} and in effect (what it loads now)",
-    "rollback": "applied by txn {}, in effect under a newer apply (`rollback` returns to it)",
-    "redo": "applied by txn {}, undone by a rollback; `rocmbuild redo` re-applies it",
-    "recovery": "txn {} was interrupted; recovery needs it",
-}
-
-
-@text.register
-def _cache_list(r: CacheListResult) -> str:
-    lines = []
-    for a in r.artifacts:
-        i = a.info
-        lines.append(f"{i.key[:16]} {i.kind:8} {i.recipe or '?'} {i.version or '?'} "
-                     f"commit {(i.commit or '-')[:12]}  {_size(i.size)}  last used {i.last_used or 'never'}")
-        if i.substituted:
-            lines.append(f"  {origin_text(i.substituted)}")
-        lines += [f"  used by {u.prefix or u.state_dir}: {_USE_WORDS.get(u.role, u.role).format(short_txn(u.txn))}"
-                  for u in a.used_by]
-    gone = sum(not t.target.exists for t in r.targets)
-    lines.append(f"{len(r.artifacts)} artifact(s), {_size(r.total_bytes)} in {r.cache}; "
-                 f"{len(r.targets)} known target(s)" + (f" ({gone} no longer there)" if gone else ""))
-    lines += [f"  cannot read {p} (a journal of {t.target.prefix or t.target.state_dir})"
-              for t in r.targets for p in t.unreadable]
-    return layout.lines(lines)
 
 
 @text.register
@@ -363,7 +343,9 @@ def _rollback(r: RollbackResult) -> str:
 def _history(h: HistoryResult) -> str:
     """A table at the terminal's width, newest first (a narrow terminal: one block per transaction)."""
     cols = layout.width()
-    rows = [history_row(r) for r in reversed(h.transactions)]
+    apart = differs.told_apart([(r.get("recipe"), r.get("build") or {}) for r in h.transactions],
+                               verbose=ui.verbosity() > 0)  # what tells builds of one recipe apart
+    rows = [history_row(r, built) for r, built in reversed(list(zip(h.transactions, apart)))]
     out = [layout.wrap(safe_text(f"history of {h.prefix} (newest first)"), cols)]
     out += [layout.wrap(safe_text(f"this state was {o['relation']} from {o['from']} ({o['state_dir']}): its "
                                   "transactions ran there; rollback and recover act on this prefix only"), cols)
@@ -383,7 +365,7 @@ def _history(h: HistoryResult) -> str:
                                   f"UNFINISHED {u.id} {u.verb} (stopped at '{u.state}'): run `rocmbuild recover`"), cols)
             for u in h.unfinished]
     out += [layout.wrap(safe_text(f"UNREADABLE {u.describe()}"), cols) for u in h.unreadable]
-    out.append(layout.wrap(f"backups hold {h.backup_bytes} bytes on disk that nothing else keeps alive "
+    out.append(layout.wrap(f"backups hold {_size(h.backup_bytes)} on disk that nothing else keeps alive "
                            "(backups hardlinked to files still in use cost nothing)", cols))
     return layout.short_keys("\n".join(out))
 

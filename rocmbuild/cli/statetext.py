@@ -52,7 +52,7 @@ def drift_text(d, prefix: str | None = None) -> str:
 HISTORY_HEADERS = ("txn", "when", "what", "version", "state")
 
 
-def _history_state(r) -> tuple[str, ...]:
+def history_state(r) -> tuple[str, ...]:
     """One line per fact: an apply in effect or undone (by which rollback), a rollback or redo done
     (never "in effect": it marks what it undid), a failed one rolled back; then whether ``redo``
     would undo it, pruned backups and foreign origin."""
@@ -75,11 +75,14 @@ def _history_state(r) -> tuple[str, ...]:
     return tuple(facts)
 
 
-def history_row(r) -> tuple[layout.Cell, ...]:
-    """The cells of a history line (the table escapes each)."""
+def history_row(r, built: str = "") -> tuple[layout.Cell, ...]:
+    """The cells of a history line (the table escapes each); ``built``: what tells its build apart
+    from the other builds of its recipe listed (build/differs.py)."""
     what = r.get("recipe") or "-"
     if r.get("commit"):
         what += f" @ {r['commit'][:12]}"
+    if built:
+        what += f" ({built})"
     to = r.get("restores_to")
     if r.get("redoes"):
         what = f"undoes rollback {short_txn(r['redoes'])}"
@@ -89,7 +92,7 @@ def history_row(r) -> tuple[layout.Cell, ...]:
         what += "; back to stock" if to == "stock" else f"; back to the state after {short_txn(to)}"
     when = (r.get("time") or "?").replace("T", " ").rstrip("Z")
     return (f"{short_txn(r['id'])} {r.get('kind') or r['verb']}", when, what,
-            f"{r.get('version_before') or '?'} -> {r.get('version_after') or '?'}", _history_state(r))
+            f"{r.get('version_before') or '?'} -> {r.get('version_after') or '?'}", history_state(r))
 
 
 def _before(a, plan) -> str:

@@ -145,16 +145,21 @@ def _add_status(sub) -> None:
     a.common(p)
     a.target(p)
     p.add_argument("--hash", action="store_true", help="also sha256 each loaded library (slow for 1 GiB files)")
+    p.add_argument("--check", action="store_true",
+                   help="a health check: exit 4 on DRIFT (what the target loads is not what rocmbuild's history "
+                        "says is in place) or an unfinished transaction; without it status reports them and exits 0")
 
 
 def _cmd_status(args) -> VerbResult:
     from rocmbuild.flows import manage
 
-    return manage.status(env=args.env, python=args.python, probe_timeout=args.probe_timeout, want_hash=args.hash)
+    return manage.status(env=args.env, python=args.python, probe_timeout=args.probe_timeout, want_hash=args.hash,
+                         check=args.check)
 
 
 def _add_verify(sub) -> None:
-    p = sub.add_parser("verify", help="check what the target loads: one library, expected version, compatible")
+    p = sub.add_parser("verify", help="check what the target loads: one library, expected version, compatible, "
+                                      "what rocmbuild placed (no DRIFT)")
     a.common(p)
     a.target(p)
     p.add_argument("--expect", type=a.version, metavar="VERSION", help="the library version that must be loaded, e.g. 3.5.1")
@@ -185,6 +190,9 @@ def _add_doctor(sub) -> None:
     a.recipe_dirs(p)
     a.target(p)
     a.overrides(p)  # -D turns a requirement's `when` define on or off, as for build
+    p.add_argument("--require-cache", action="store_true",
+                   help="judge a host that never compiles (it only takes built artifacts from a cache, as "
+                        "`apply --require-cache`): compilers, cmake and ROCm are not needed there")
 
 
 def _cmd_doctor(args) -> VerbResult:
@@ -197,7 +205,8 @@ def _cmd_doctor(args) -> VerbResult:
         raise InputError(f"{', '.join(ov.as_dict())}: build overrides need a recipe",
                          "name the recipe: rocmbuild doctor RECIPE -D NAME=VALUE")
     r = recipe.apply_overrides(recipe.load(args.recipe, args.recipes_dir), ov) if args.recipe else None
-    return DoctorResult(tuple(doctor.run(r, args.env, args.python, timeout=args.probe_timeout)))
+    return DoctorResult(tuple(doctor.run(r, args.env, args.python, timeout=args.probe_timeout,
+                                         cache_only=args.require_cache)))
 
 
 # --------------------------------------------------------------------------------------------

@@ -202,6 +202,16 @@ def where() -> CacheDirResult:
 BLOCKING = ("in-effect", "redo", "recovery")
 
 
+#: role -> (what it is to that target, what frees it): a rolled-back target is not told to roll back
+_HELD = {
+    "in-effect": ("is in effect in {} (txn {})", "roll that target back first (`rocmbuild rollback --env {}`: it "
+                  "needs only its backups)"),
+    "redo": ("was rolled back in {}, and `rocmbuild redo` would place it again (txn {})",
+             "that target no longer uses it, but its redo would: apply something there (which ends the redo)"),
+    "recovery": ("is needed by the interrupted txn {1} in {0}", "run `rocmbuild recover --env {}` first"),
+}
+
+
 def _matching(home: Path, what: str) -> list[housekeeping.ArtifactInfo]:
     arts = housekeeping.artifacts(home)
     if len(what) >= 8 and all(ch in "0123456789abcdef" for ch in what):
@@ -226,10 +236,10 @@ def rm(what: str, *, force: bool = False, home: Path | None = None) -> CacheRmRe
     held = [(a, u) for a in arts for u in by_key.get(a.key, ()) if u.role in BLOCKING]
     if held and not force:
         a, u = held[0]
-        raise InputError(f"artifact {a.key[:16]} ({a.recipe} {a.version}) is {u.role} in {u.prefix or u.state_dir} "
-                         f"(txn {u.txn}); it was not removed",
-                         "roll that target back first, or pass --force (its rollback needs only its backups; "
-                         "an apply or redo of it builds it again)")
+        where = u.prefix or u.state_dir
+        raise InputError(f"artifact {a.key[:16]} ({a.recipe} {a.version}) {_HELD[u.role][0].format(where, u.txn)}; "
+                         "it was not removed", _HELD[u.role][1].format(where) + ", or pass --force (an apply or "
+                         "redo of it builds it again)")
     out: dict = {"removed": [], "kept": []}
     for a in arts:
         c = Candidate("artifact", a.path, "asked for", a.size, a.last_used, a.key)

@@ -35,7 +35,7 @@ from rocmbuild.results import (ConfigListResult, KeyResult, PushResult, RemoteAr
 
 
 def config_list() -> ConfigListResult:
-    cfg = config.load()
+    cfg = config.load().require(*(name for name, _ in config.SETTINGS))
     settings = []
     for name, attr in config.SETTINGS:
         value = getattr(cfg, attr)
@@ -43,7 +43,7 @@ def config_list() -> ConfigListResult:
             value = [c.to_json() for c in value]
         elif isinstance(value, tuple):
             value = list(value)
-        settings.append(Setting(name, value, cfg.sources.get(name)))
+        settings.append(Setting(name, value, cfg.sources.get(name), config.DEFAULTS.get(name, "")))
     return ConfigListResult(cfg.files, tuple(str(p) for p, _ in config.candidates()), tuple(settings))
 
 
@@ -79,7 +79,7 @@ def push_target(to: str | None, cfg: config.Config) -> config.CacheConfig:
 
 def push(what: str, to: str | None, sign_key: str | None, recipes_dirs: Sequence[str] = (),
          overrides: Overrides = Overrides()) -> PushResult:
-    cfg = config.load()
+    cfg = config.load().require("caches", "sign.key")
     target = push_target(to, cfg)
     key_file = sign_key or cfg.sign_key
     if key_file is None:
@@ -106,7 +106,7 @@ def push(what: str, to: str | None, sign_key: str | None, recipes_dirs: Sequence
 
 
 def remote_list(url: str) -> RemoteListResult:
-    cfg = config.load()
+    cfg = config.load().require("caches", "trust.public_keys")
     trusted = trust.trusted_keys(cfg.public_keys)
     rows = []
     for e in open_cache(cfg.cache(url)).list():

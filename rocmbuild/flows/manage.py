@@ -27,7 +27,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from rocmbuild import locks, progress, runner, ui
-from rocmbuild.build.manifest import MANIFEST, FoundFix, read_manifest
+from rocmbuild.build import differs
+from rocmbuild.build.manifest import MANIFEST, read_manifest
 from rocmbuild.build.provenance import origin as artifact_origin
 from rocmbuild.errors import RocmbuildError, TargetError, VerifyError
 from rocmbuild.home import artifacts_dir, cache_home
@@ -46,6 +47,8 @@ from rocmbuild.results import (
     VerifyResult,
     txn_order,
 )
+from rocmbuild.results.drift import drift_check
+from rocmbuild.results.state import dotted
 from rocmbuild.swap import dbreport, state, strays
 from rocmbuild.swap.mapping import layout_of
 from rocmbuild.swap.observe import observe
@@ -170,6 +173,7 @@ def history(*, env: str | None = None, python: str | None = None, limit: int | N
     """``rocmbuild history``: every transaction (read-only; unfinished ones are listed, not recovered);
     ``limit``: only the newest N (still oldest first in the JSON; ``total`` counts them all)."""
     prefix, _py = target.resolve(env, python)
+    home = cache_home()
     rows: list[dict] = []
     unfinished: list[Unfinished] = []
     origins: list[dict] = []
@@ -180,7 +184,8 @@ def history(*, env: str | None = None, python: str | None = None, limit: int | N
         lines, _bad = state.history_lines(d)
         for rec in lines:
             rows.append({**rec, **_effect_of(m, rec), "backups_pruned": rec["id"] in pruned,
-                         "state_dir": str(d), "origin": origin(rec.get("prefix_identity"), prefix)})
+                         "state_dir": str(d), "origin": origin(rec.get("prefix_identity"), prefix),
+                         "build": differs.of_key(home, rec.get("artifact")) if rec.get("artifact") else {}})
         unfinished += _unfinished(d)
         origins += [{"state_dir": str(d), "relation": rel, "from": where} for rel, where in _txn.foreign(d)]
         total += _txn.backup_bytes(d)
@@ -213,10 +218,14 @@ def status_changes(prefix: Path, loaded: dict[tuple[int, int], str | None] | Non
         for j in m.in_effect:
             p = j.plan
             art = j.data.get("meta", {}).get("artifact_path")
+            man = _manifest_of(p.artifact_path)
+            built = differs.facts(man.inputs) if man else {}
             in_effect.append(InEffect(j.id, j.data["verb"], p.recipe, p.commit, p.version_before, p.version_after,
                                       tuple(p.actions[s["index"]].path for s in j.data["steps"]), art,
-                                      artifact_origin(Path(art)) if art else None, *_fixes_of(p.artifact_path),
-                                      redone_by=m.redone_by.get(j.id), package=_package_of(p.artifact_path)))
+                                      artifact_origin(Path(art)) if art else None, man.fixes if man else (),
+                                      man.found() if man else (), redone_by=m.redone_by.get(j.id),
+                                      package=man.package.to_json() if man and man.package else None, build=built,
+                                      differs=_apart(man, built)))
         here = _unfinished(d)
         unfinished += here
         busy = {p for j in _txn.pending(d) if any(u.id == j.id and u.running_pid for u in here) for p in j.files}
@@ -230,35 +239,27 @@ def status_changes(prefix: Path, loaded: dict[tuple[int, int], str | None] | Non
                          tuple(guards.unreadable_state(Path(prefix))), Stock(*first) if first else None, redo)
 
 
-def _fixes_of(artifact_path: str | None) -> tuple[tuple[str, ...], tuple[FoundFix, ...]]:
-    """The fixes the artifact a transaction placed carries (its manifest's ``fixes``, and where
-    each was found): read only from an artifact of this cache (a journal names the path), empty
-    when it is gone or unreadable."""
-    if not artifact_path:
-        return (), ()
-    art = Path(artifact_path)
-    try:
-        if not art.resolve().is_relative_to(artifacts_dir(cache_home()).resolve()):
-            return (), ()
-        m = read_manifest(art / MANIFEST)
-        return m.fixes, m.found()
-    except (OSError, RocmbuildError):
-        return (), ()
-
-
-def _package_of(artifact_path: str | None) -> dict | None:
-    """The Debian package the artifact a transaction placed came from (its manifest's ``package``),
-    read as :func:`_fixes_of` reads ``fixes``; None when there is none, or it is gone or unreadable."""
+def _manifest_of(artifact_path: str | None):
+    """The manifest of the artifact a transaction placed (its fixes, what it was built with): read
+    only from an artifact of this cache (a journal names the path), None when gone or unreadable."""
     if not artifact_path:
         return None
     art = Path(artifact_path)
     try:
         if not art.resolve().is_relative_to(artifacts_dir(cache_home()).resolve()):
             return None
-        package = read_manifest(art / MANIFEST).package
-        return package.to_json() if package else None
+        return read_manifest(art / MANIFEST)
     except (OSError, RocmbuildError):
         return None
+
+
+def _apart(man, built: dict[str, str]) -> dict[str, str | None]:
+    """What tells the build in effect apart from the other builds of its recipe in this cache
+    (build/differs.py); {} when there is no other."""
+    if man is None or not built:
+        return {}
+    others = [f for key, f in differs.cached(cache_home(), man.recipe) if key != man.key and f]
+    return differs.differing([built, *others])[0] if others else {}
 
 
 def _found_version(d: Drift, loaded: dict[tuple[int, int], str | None]) -> Drift:
@@ -279,12 +280,27 @@ def _library_status(t, lib) -> LibraryStatus:
 
 
 def status(*, env: str | None = None, python: str | None = None, probe_timeout: float = 300.0,
-           want_hash: bool = False) -> StatusResult:
-    """``rocmbuild status``: what the target loads now, and what rocmbuild changed there."""
+           want_hash: bool = False, check: bool = False) -> StatusResult:
+    """``rocmbuild status``: what the target loads now, and what rocmbuild changed there; ``check``
+    (``--check``): DRIFT is the result's error (exit 4), the report is still printed."""
     t = target.discover(env, python, timeout=probe_timeout, want_hash=want_hash)
     libs = tuple(_library_status(t, lib) for lib in t.report.libraries)
     loaded = {(s.library.dev, s.library.inode): s.version for s in libs if not s.library.deleted}
-    return StatusResult(t, libs, status_changes(t.prefix, loaded), databases(t))
+    changes = status_changes(t.prefix, loaded)
+    gate = drift_check(changes, dotted(t.report.runtime_version), str(t.prefix))
+    return StatusResult(t, libs, changes, databases(t), drift_check=gate, gate=check)
+
+
+def _with_drift(t, verdict):
+    """``verdict`` with the drift check (results/drift.py) appended: what torch loads must be what
+    rocmbuild's history says is in place. Only when rocmbuild changed this target."""
+    libs = (_library_status(t, x) for x in t.report.libraries if not x.deleted)
+    loaded = {(s.library.dev, s.library.inode): s.version for s in libs}
+    check = drift_check(status_changes(t.prefix, loaded), dotted(t.report.runtime_version), str(t.prefix))
+    if check is None:
+        return verdict
+    checks = (*verdict.checks, check)
+    return replace(verdict, checks=checks, ok=verdict.ok and check.ok)
 
 
 def databases(t) -> "dbreport.DbReport | None":
@@ -303,15 +319,15 @@ def verify(*, env: str | None = None, python: str | None = None, probe_timeout: 
     t = target.discover(env, python, timeout=probe_timeout, want_hash=want_hash, smoke=smoke)
     library, encoding = verify_mod.choose(t.report, library, encoding)
     files = [expect_file] if isinstance(expect_file, str) else list(expect_file or ())
-    verdict = verify_mod.judge(t.report, library=library, encoding=encoding, expect=expect,
-                               expected_file=[Path(f) for f in files] if files else None, smoke=smoke)
+    verdict = _with_drift(t, verify_mod.judge(t.report, library=library, encoding=encoding, expect=expect,
+                                              expected_file=[Path(f) for f in files] if files else None, smoke=smoke))
     if not verdict.ok:
         bad = verdict.failures()
         raise VerifyError(
             f"verification failed in {t.prefix}: " + "; ".join(f"{c.shown_name}: expected {c.expected}, found {c.found}"
                                                                for c in bad)
             + (f"\n{t.difference.text()}" if t.difference is not None else ""),
-            " ".join(c.message for c in bad if c.message) or "see the checks above",
+            " ".join(dict.fromkeys(c.message for c in bad if c.message)) or "see the checks above",  # each once
             details={"checks": [c.to_json() for c in verdict.checks], "failures": [c.name for c in bad],
                      "target": t.to_json()},
         )

@@ -79,7 +79,7 @@ def caches(opts: CacheOptions) -> list[config.CacheConfig]:
     """The caches to ask, in order: ``--cache`` first, then the config's; each URL once."""
     if not opts.lookup:
         return []
-    cfg = config.load()
+    cfg = config.load().require("caches")
     out: list[config.CacheConfig] = []
     for c in [cfg.cache(u) for u in opts.urls] + list(cfg.caches):
         if all(c.url.rstrip("/") != o.url.rstrip("/") for o in out):
@@ -107,7 +107,8 @@ def candidate(c: config.CacheConfig, key: str, opts: CacheOptions) -> Candidate 
     if entry is None:
         return None
     signer = trust.check(c.url, key, entry.manifest, entry.bundle_sha256, entry.signature,
-                         trust.trusted_keys(config.load().public_keys), allow_unsigned=opts.allow_unsigned)
+                         trust.trusted_keys(config.load().require("trust.public_keys").public_keys),
+                         allow_unsigned=opts.allow_unsigned)
     if signer is None:
         ui.warn(f"{c.url}: artifact {key[:16]} is not signed by a trusted key: used anyway (--allow-unsigned)")
     why = _gpu_refusal(c.url, key, entry.manifest, opts)
@@ -174,12 +175,13 @@ def _pull(cand: Candidate, name: str, key: str, home: Path, wait: bool | LockWai
 def substitute(name: str, key: str, home: Path, opts: CacheOptions, *, wait: bool | LockWait = False) -> Artifact | None:
     """The artifact ``key`` of recipe ``name`` from the first cache that holds it and passes every
     check (imported), or None: then it is built here, unless ``--require-cache`` (exit 3)."""
-    reasons = []
+    reasons, fixes = [], []
     for c in caches(opts):
         try:
             cand = candidate(c, key, opts)
             if cand is None:
                 reasons.append(f"{c.url}: not there")
+                fixes.append(MISSING)
                 continue
             art = _pull(cand, name, key, home, wait)
         except (LockedError, ConfinementError):
@@ -187,16 +189,29 @@ def substitute(name: str, key: str, home: Path, opts: CacheOptions, *, wait: boo
         except RocmbuildError as exc:
             ui.warn(f"{exc.message}; {'not building (--require-cache)' if opts.require else 'trying the next cache or building here'}")
             reasons.append(exc.message)
+            fixes.append(_fix_for(c.url, exc))
             continue
         signed = f"signed by {cand.signer}" if cand.signer else "unsigned"
         ui.info(f"{name}: substituted {key[:16]} from {c.url} ({signed}; no configure, no compile)")
         return art
     if opts.require:
+        fixes = fixes or ["add a binary cache with --cache URL or [[caches]] in the config"]
         raise FetchError(f"{name}: artifact {key[:16]} is not in the local cache and no binary cache supplied it"
                          + (": " + "; ".join(reasons) if reasons else " (no cache is configured)"),
-                         "push it from a builder (`rocmbuild push`), add the cache with --cache URL or [[caches]], "
-                         "or drop --require-cache to build it here", details={"key": key, "reasons": reasons})
+                         "; ".join(dict.fromkeys(fixes)) + "; or drop --require-cache to build it here",
+                         details={"key": key, "reasons": reasons})
     return None
+
+
+MISSING = "push it from a builder (`rocmbuild push RECIPE --to URL`)"
+
+
+def _fix_for(url: str, exc: RocmbuildError) -> str:
+    """What fixes one cache's failure, by its kind: unreachable, refused (its own hint: trust,
+    GPU targets), or anything else."""
+    if _unreachable(exc):
+        return f"{url} could not be reached: check the URL and the network (or the registry), then run again"
+    return exc.hint or MISSING
 
 
 @dataclass(frozen=True)

@@ -58,7 +58,10 @@ def find(name_or_path: str, recipes_dirs: Sequence[str | Path] = ()) -> Path:
     if name_or_path.endswith(".toml") or "/" in name_or_path:
         p = Path(name_or_path).expanduser()
         if not p.is_file():
-            raise RecipeError(f"recipe file not found: {p}", "check the path, or give a recipe name (rocmbuild recipes)")
+            near = _near_file(p.parent, p.name)
+            raise RecipeError(f"recipe file not found: {p}",
+                              (f"did you mean '{p.parent / near}'? " if near else "")
+                              + "check the path, or give a recipe name (rocmbuild recipes)")
         return p.resolve()
     why = names.bad_name_reason("recipe", name_or_path)
     if why is not None:  # never joined into a file name: "..", a newline, a control character
@@ -70,14 +73,31 @@ def find(name_or_path: str, recipes_dirs: Sequence[str | Path] = ()) -> Path:
             return f
     found = available(recipes_dirs)
     known = [n for n, _ in found]
+    here = _near_file(Path("."), name_or_path)  # `plan miopen-demo.tom` beside miopen-demo.toml: that file
     close = difflib.get_close_matches(name_or_path, known, n=1)
     listing = "; ".join(f"{n} ({p})" for n, p in found) or "none"
-    hint = (f"did you mean '{close[0]}'? " if close else "") + f"recipes found: {listing}"
+    hint = (f"did you mean './{here}', the recipe file in this directory? " if here else
+            f"did you mean '{close[0]}'? " if close else "") + f"recipes found: {listing}"
     raise RecipeError(
         f"unknown recipe '{name_or_path}' (searched: {', '.join(str(d) for d in search_path(recipes_dirs))})",
         hint,
         details={"recipes": {n: str(p) for n, p in found}},
     )
+
+
+def _near_file(directory: Path, name: str) -> str | None:
+    """The ``.toml`` file in ``directory`` that ``name`` is (its stem), or nearly is (a typo): the
+    file name, else None."""
+    try:
+        files = sorted(p.name for p in directory.glob("*.toml") if p.is_file())
+    except OSError:
+        return None
+    stems = {f[:-len(".toml")]: f for f in files}
+    if name in stems:
+        return stems[name]
+    close = difflib.get_close_matches(name, files, n=1, cutoff=0.85) or \
+        difflib.get_close_matches(name, list(stems), n=1, cutoff=0.85)
+    return stems.get(close[0], close[0]) if close else None
 
 
 def load(name_or_path: str, recipes_dirs: Sequence[str | Path] = ()) -> Recipe:

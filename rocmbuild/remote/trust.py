@@ -195,6 +195,18 @@ def _signature_bytes(sig_file: bytes) -> bytes | None:
         return None
 
 
+def _claims(sig_file: bytes, key: str, manifest: bytes, bundle_sha256: str) -> bool:
+    """Whether a signature file says it covers exactly this key, manifest and bundle (its
+    informative fields): then a signature that does not verify was made with another key of that
+    name, not over other bytes."""
+    try:
+        doc = json.loads(sig_file)
+    except ValueError:
+        return False
+    return isinstance(doc, dict) and doc.get("key") == key and doc.get("bundle_sha256") == bundle_sha256 and \
+        doc.get("manifest_sha256") == hashlib.sha256(manifest).hexdigest()
+
+
 def check(where: str, key: str, manifest: bytes, bundle_sha256: str, sig_file: bytes | None,
           trusted: dict[str, PublicKey], *, allow_unsigned: bool = False) -> str | None:
     """The signer's name when the signature is good and trusted; None when ``allow_unsigned`` let
@@ -218,6 +230,13 @@ def check(where: str, key: str, manifest: bytes, bundle_sha256: str, sig_file: b
     if sig is None or not pub.verify(sig, payload(key, manifest, bundle_sha256)):
         if allow_unsigned:
             return None
+        if sig is not None and _claims(sig_file or b"", key, manifest, bundle_sha256):
+            raise UntrustedError(
+                f"{where}: artifact {key[:16]} is signed by '{signer}' for exactly this manifest and bundle, but "
+                f"with another key than the one trusted here under the name '{signer}'",
+                f"if the builder's key was generated anew, replace the '{signer}:...' entry of [trust] public_keys "
+                "with its new public key (the one `rocmbuild key generate` printed there); otherwise someone else "
+                "signs with that name: do not use this cache entry", details={"key": key, "signer": signer})
         raise UntrustedError(f"{where}: the signature by '{signer}' does not cover artifact {key[:16]}'s manifest "
                              "and bundle as downloaded", "the cache entry was changed or damaged: push it again",
                              details={"key": key, "signer": signer})

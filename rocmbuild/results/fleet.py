@@ -17,6 +17,7 @@ class Setting(Record):
     name: str
     value: Any
     source: str | None
+    default: str = ""  # in words: what is in effect when no file sets it
 
 
 @dataclass(frozen=True)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
-from rocmbuild.errors import RequirementError, RocmbuildError
+from rocmbuild.errors import RequirementError, RocmbuildError, VerifyError
 from rocmbuild.results.base import BACKUP_BYTES_NOTE, Json, Record, VerbResult, records_json
 
 if TYPE_CHECKING:
@@ -31,6 +31,8 @@ class InEffect(Record):
     fixes_found: tuple["FoundFix", ...] = ()  # the same, each with where it was found (source or artifact)
     redone_by: str | None = None  # undone once, then back in effect by this redo
     package: dict | None = None  # the artifact's tree came from this Debian package: {format, name, version, architecture}
+    build: dict = field(default_factory=dict)  # what the artifact was built with (build/differs.py)
+    differs: dict = field(default_factory=dict)  # ... where it differs from the other builds of its recipe cached
 
 
 @dataclass(frozen=True)
@@ -171,6 +173,8 @@ class StatusResult(VerbResult):
     libraries: tuple[LibraryStatus, ...]
     changes: StatusChanges
     databases: Any = None  # swap.dbreport.DbReport: the MIOpen databases the library reads (None: no MIOpen)
+    drift_check: Any = None  # target.verdict.Check (results/drift.py); None: rocmbuild never changed this target
+    gate: bool = False  # --check: a failed drift check is this result's error (exit 4)
 
     def torch_json(self) -> dict[str, Any]:
         r = self.target.report
@@ -185,12 +189,22 @@ class StatusResult(VerbResult):
     def summary(self) -> str:
         return summary(self.changes, dotted(self.target.report.runtime_version))
 
+    @property
+    def error(self) -> RocmbuildError | None:
+        """With ``--check``: DRIFT (or an unfinished transaction) is exit 4; without it, reported only."""
+        c = self.drift_check
+        if not self.gate or c is None or c.ok:
+            return None
+        return VerifyError(f"{c.found} in {self.target.prefix}", c.message,
+                           details={"checks": [c.to_json()], "failures": [c.name]})
+
     def to_json(self) -> dict[str, Any]:
         return {"target": self.target.to_json(), "torch": self.torch_json(),
                 "libraries": [lib.to_json() for lib in self.libraries], "probe_errors": self.target.report.errors,
                 "changes": self.changes.to_json(), "summary": self.summary,
                 "databases": self.databases.to_json() if self.databases is not None else None,
-                "version_drift": version_drift(self.changes, dotted(self.target.report.runtime_version))}
+                "version_drift": version_drift(self.changes, dotted(self.target.report.runtime_version)),
+                "drift_check": self.drift_check.to_json() if self.drift_check is not None else None}
 
 
 @dataclass(frozen=True)

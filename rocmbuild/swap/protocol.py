@@ -207,10 +207,19 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+def _once(said: set, text) -> bool:
+    """True when ``text`` was said already (and remember it)."""
+    seen = text in said
+    said.add(text)
+    return seen
+
+
 def _verify_error(j: Journal, plan: Plan, exc: BaseException, restored: Restored) -> VerifyError:
     failures = exc.failures if isinstance(exc, _VerifyFailed) else []
+    said: set = set()  # a message shared by several checks (the smoke suite's) is said once
     lines = [f"  - {f.get('name')}: expected {f.get('expected')}, found {f.get('found')}"
-             + (f" ({f.get('message')})" if f.get("message") else "") for f in failures]
+             + (f" ({f.get('message')})" if f.get("message") and not _once(said, f.get("message")) else "")
+             for f in failures]
     head = (f"{plan.verb} {j.id}: verification failed; every change was rolled back"
             if isinstance(exc, _VerifyFailed)
             else f"{plan.verb} {j.id}: {_reason(exc)}; every change was rolled back")

@@ -9,7 +9,7 @@ Decisions (docs/transactions.md, "Rollback and redo"):
 * ``rollback`` takes the newest apply in effect out of effect; ``rollback --to N`` brings back the
   state after transaction N (conda's ``--revision N``): N's number (``3``, ``0003``), its id or a
   prefix of it; ``0`` or ``stock`` is the state before rocmbuild's first transaction. A rollback
-  only undoes: a ``--to`` whose state had an apply that is undone now is refused, naming
+  only takes applies out of effect: a ``--to`` whose state had an apply that is undone now is refused, naming
   ``redo``; one whose state is the state now is "nothing to roll back";
 * ``redo`` undoes the last rollback (effect.Redo): what it undid is in effect again, from the
   rollback's own backups (they hold the files it replaced);
@@ -118,8 +118,8 @@ def check_undo_only(m: Effect, want: tuple[str, ...], point: str | None) -> tupl
                           "`rocmbuild history` lists the transactions", details={"txn": point, "in_effect": list(now)})
     if now[:len(want)] != want:
         back = [x for x in want if x not in now]
-        raise TargetError(f"cannot roll back to {where}: {', '.join(back)} was in effect then and is undone now; "
-                          "a rollback only undoes", "`rocmbuild redo` re-applies what the last rollback undid; "
+        raise TargetError(f"cannot roll back to {where}: {', '.join(back)} was in effect then and is undone now, "
+                          "and a rollback never re-applies (it only takes applies out of effect)", "`rocmbuild redo` re-applies what the last rollback undid; "
                           "`rocmbuild history` shows what undid what",
                           details={"txn": point, "in_effect": list(now), "would_reapply": back})
     return now[len(want):]

@@ -17,7 +17,8 @@ Constraints and decisions:
   BatchNorm2d forward+backward in train mode vs the CPU, 3 training steps of a
   Conv-BatchNorm-SiLU network vs the CPU. Without a GPU each is ``skipped: no GPU``;
   ``ROCMBUILD_SMOKE_DEVICE=cpu`` runs the same code with the CPU as the device (the CPU allocator
-  has no statistics: the memory check proves the 5 tensors are freed instead).
+  has no statistics: the memory check proves the 5 tensors are freed instead); one the torch
+  cannot run (:data:`_CANNOT_RUN`) is ``skipped`` with ``cannot_run``, never ``failed``.
   Anything missing or raising is recorded in ``errors`` (attribute -> exception text); the probe
   itself never crashes on torch's account.
 * ``torch.backends.cudnn.version()`` is called twice: PyTorch sets its cached version *before*
@@ -126,6 +127,7 @@ def _tuple(value):
         return None
 
 
+_CANNOT_RUN = (AttributeError, ImportError, NotImplementedError)  # the torch lacks the API (the demo's stand-in)
 SMOKE_CHECKS = ("install", "device", "matmul", "mlp", "memory", "batchnorm", "training")
 
 
@@ -273,15 +275,19 @@ def _smoke(torch, out, errors):
             continue
         try:
             checks.append({"name": name, "status": "passed", "reason": _SMOKE_FUNCS[name](torch, device, out)})
+        except _CANNOT_RUN as exc:  # it never reached the library: nothing is said of it
+            checks.append({"name": name, "status": "skipped", "cannot_run": True,
+                           "reason": "this torch cannot run it: " + _exc_text(exc)})
         except Exception as exc:  # noqa: BLE001 - a failing check is a result
             checks.append({"name": name, "status": "failed", "reason": _exc_text(exc),
                            "traceback": traceback.format_exc()[-2000:]})
     if device is None:
         return {"status": "skipped", "reason": "no GPU", "node": None, "device": None, "checks": checks}
     failed = [c for c in checks if c["status"] == "failed"]
-    return {"status": "failed" if failed else "passed", "device": device, "node": out.pop("smoke_node", None),
-            "reason": "; ".join("%s: %s" % (c["name"], c["reason"]) for c in failed) or "every check passed",
-            "checks": checks}
+    status = "failed" if failed else ("passed" if all(c["status"] == "passed" for c in checks) else "skipped")
+    return {"status": status, "device": device, "node": out.pop("smoke_node", None), "checks": checks,
+            "reason": "; ".join("%s: %s" % (c["name"], c["reason"]) for c in failed)
+            or ("every check passed" if status == "passed" else "this torch cannot run every check")}
 
 
 def probe(want_hash=False, smoke=False):
@@ -292,21 +298,11 @@ def probe(want_hash=False, smoke=False):
         "prefix": sys.prefix,
         "python_version": platform.python_version(),
         "pid": os.getpid(),
-        "torch_version": None,
-        "torch_error": None,
-        "torch_file": None,
-        "hip": None,
-        "cuda": None,
-        "cudnn_available": None,
-        "version_int": None,
-        "version_error": None,
-        "version_int_retry": None,
-        "runtime_version": None,
-        "compile_version": None,
-        "cuda_available": None,
-        "gpu_arch": None,
-        "libraries": [],
-        "smoke": None,
+        "torch_version": None, "torch_error": None, "torch_file": None,
+        "hip": None, "cuda": None, "cudnn_available": None, "cuda_available": None, "gpu_arch": None,
+        "version_int": None, "version_error": None, "version_int_retry": None,
+        "runtime_version": None, "compile_version": None,
+        "libraries": [], "smoke": None,
         "errors": errors,
     }
     start = time.monotonic()

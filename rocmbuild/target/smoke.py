@@ -2,7 +2,9 @@
 
 Decisions: the BatchNorm2d check keeps the name ``smoke`` (the check recipes' ``[verify] smoke =
 "batchnorm"`` named first); every other one is ``smoke: NAME``. A report without a suite (an older
-probe, or none run) gives one ``smoke`` check saying why.
+probe, or none run) gives one ``smoke`` check saying why. A check the torch cannot run (the probe's
+``cannot_run``: an API it lacks) is skipped, like one without a GPU, and says so: a stand-in or
+broken torch is not the library's fault.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ def _smoke_check(c: dict, s: dict) -> Check:
         node = s.get("node") if c.get("name") == "batchnorm" and not reason else None
         return Check(name, True, expected, f"passed{where}" + (f" (node {node})" if node else "")
                      + (f": {reason}" if reason else ""))
+    if status == "skipped" and c.get("cannot_run"):
+        return Check(name, True, expected, f"skipped: {reason}", CANNOT_RUN, skipped=True)
     if status == "skipped":
         return Check(name, True, expected, f"skipped: {reason or 'no GPU'}",
                      "not run: the smoke suite needs a GPU (or ROCMBUILD_SMOKE_DEVICE=cpu); nothing was proven by it",
@@ -37,6 +41,9 @@ def _smoke_check(c: dict, s: dict) -> Check:
     return Check(name, False, expected, f"{status or 'not run'}{where}: {reason or 'the probe returned no smoke result'}",
                  "the library loads but computes wrong results or crashes on this device")
 
+
+CANNOT_RUN = ("not run: this torch lacks what the check calls (the `rocmbuild demo` stand-in torch is not PyTorch); "
+              "nothing was proven by it, and nothing is said against the library")
 
 SMOKE_EXPECTED = {
     "install": "torch imports and cudnn.version() returns an integer",

@@ -30,11 +30,11 @@ class Check:
         (what recipes and scripts have read first) but reads ``smoke: batchnorm`` like its siblings."""
         return "smoke: batchnorm" if self.name == "smoke" else self.name
 
-    def render(self) -> str:
+    def render(self, *, with_message: bool = True) -> str:
         mark = "skip" if self.skipped else ("ok" if self.ok else "FAIL")
         line = f"[{mark:>4}] {self.shown_name}: expected {self.expected}; found {self.found}"
         # what the target's Python reported is shown, never acted on: one line each
-        return safe_text(line) + (f"\n       {safe_text(self.message)}" if self.message else "")
+        return safe_text(line) + (f"\n       {safe_text(self.message)}" if self.message and with_message else "")
 
 
 @dataclass(frozen=True)
@@ -67,4 +67,10 @@ class Verdict:
         return out
 
     def render(self) -> str:
-        return "\n".join(c.render() for c in self.checks)
+        """One line per check; a message several checks share (the smoke suite's) under the first only."""
+        said: set[str] = set()
+        out = []
+        for c in self.checks:
+            out.append(c.render(with_message=c.message not in said))
+            said.add(c.message)
+        return "\n".join(out)

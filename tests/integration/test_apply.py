@@ -501,7 +501,7 @@ def test_rollback_to_and_keep_pruning(txn_home, env350):
     h = _json(rb("history", "--env", env.prefix, "--json"))
     assert sum(t["backups_pruned"] for t in h["transactions"]) == len(pruned)
     text = rb("history", "--env", env.prefix).stdout
-    assert "backups pruned" in text and "bytes on disk" in text
+    assert "backups pruned" in text and "KiB on disk" in text  # sizes as cache list says them
     # the state after an undone transaction: a rollback only undoes, and says what to do
     r = rb("rollback", "--env", env.prefix, "--to", b2["txn"], "--json")
     assert r.returncode == 2 and "redo" in _json(r)["error"]["hint"]

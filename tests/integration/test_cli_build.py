@@ -157,6 +157,23 @@ def test_recipes_and_show(tmp_path, monorepo, capsys):
     assert code == 2 and "did you mean 'mini'" in out["error"]["hint"]
 
 
+def test_a_mistyped_recipe_beside_a_recipe_file_suggests_that_file(tmp_path, monorepo, capsys, monkeypatch):
+    """Issue 27, item 5: in the demo's directory, ``plan miopen-demo.tom`` (or ``miopen-demo``)
+    suggests ``./miopen-demo.toml``, not the bundled ``miopen-develop``."""
+    here = tmp_path / "demo"
+    here.mkdir()
+    write_recipe(tmp_path, monorepo.url).rename(here / "miopen-demo.toml")
+    monkeypatch.chdir(here)
+    for typed in ("miopen-demo.tom", "miopen-demo"):
+        code, out = run_json(capsys, "show", typed)
+        assert code == 2 and out["error"]["hint"].startswith("did you mean './miopen-demo.toml'"), out["error"]
+        assert "miopen-develop'?" not in out["error"]["hint"]
+    code, out = run_json(capsys, "show", "./miopen-dem.toml")
+    assert code == 2 and "did you mean 'miopen-demo.toml'?" in out["error"]["hint"], out["error"]
+    code, out = run_json(capsys, "show", "./miopen-demo.toml")
+    assert code == 0 and out["recipe"]["name"] == "mini"
+
+
 def test_console_script_version_and_usage_errors(tmp_path):
     r = subprocess.run([sys.executable, "-m", "rocmbuild", "--version"], capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout.startswith("rocmbuild ")

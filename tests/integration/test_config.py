@@ -42,24 +42,44 @@ def test_later_files_win_key_by_key_and_each_value_names_its_file(files):
 
 
 @pytest.mark.parametrize("text,words", [
-    ('launchr = "ccache"\n', ["unknown key 'launchr'", "did you mean 'launcher'?"]),
+    ('launchr = "ccache"\n', ["unknown key 'launchr' ignored", "did you mean 'launcher'?"]),
     ('[[caches]]\nurl = "oci://h/r"\npassword_evn = "X"\n', ["unknown key 'caches[0].password_evn'", "did you mean 'password_env'"]),
     ('[trust]\npublic_key = []\n', ["unknown key 'trust.public_key'", "did you mean 'public_keys'"]),
-    ('jobs = "8"\n', ["'jobs' must be an integer, not str"]),
-    ('jobs = true\n', ["'jobs' must be an integer, not bool"]),
-    ('[[caches]]\nurl = "oci://h/r"\npush = "yes"\n', ["'caches[0].push' must be true or false"]),
-    ('[trust]\npublic_keys = "lab:AAAA"\n', ["'trust.public_keys' must be a list of strings"]),
-    ('[[caches]]\npush = true\n', ["has no url"]),
-    ('launcher = "distcc"\n', ["'launcher' must be one of"]),
-    ('jobs = 4\njobs = 5\n', ["not valid TOML"]),
 ])
-def test_mistakes_are_refused_naming_the_file_and_the_key(tmp_path, monkeypatch, text, words):
+def test_an_unknown_key_warns_with_a_did_you_mean_and_is_ignored(tmp_path, monkeypatch, capsys, text, words):
+    """Issue 27, item 10: one unknown key pushed to a fleet must not stop every verb there."""
+    monkeypatch.setattr(config, "_warned", set())
+    bad = _write(tmp_path / "bad.toml", "keep = 3\n" + text)
+    monkeypatch.setenv("ROCMBUILD_CONFIG", str(bad))
+    cfg = config.load(tmp_path / "no-system.toml")
+    assert cfg.keep == 3 and cfg.problems == {}  # the rest of the file is read
+    err = capsys.readouterr().err
+    assert str(bad) in err and all(w in err for w in words), err
+    config.load(tmp_path / "no-system.toml")
+    assert capsys.readouterr().err == ""  # said once per run
+
+
+@pytest.mark.parametrize("text,key,words", [
+    ('jobs = "8"\n', "jobs", ["'jobs' must be an integer, not str"]),
+    ('jobs = true\n', "jobs", ["'jobs' must be an integer, not bool"]),
+    ('[[caches]]\nurl = "oci://h/r"\npush = "yes"\n', "caches", ["'caches[0].push' must be true or false"]),
+    ('[trust]\npublic_keys = "lab:AAAA"\n', "trust.public_keys", ["'trust.public_keys' must be a list of strings"]),
+    ('[[caches]]\npush = true\n', "caches", ["has no url"]),
+    ('launcher = "distcc"\n', "launcher", ["'launcher' must be one of"]),
+    ('[sign]\nkey = "lab.secret"\n', "sign.key", ["must be an absolute path"]),
+    ('jobs = 4\njobs = 5\n', "jobs", ["not valid TOML"]),
+])
+def test_a_bad_value_is_refused_where_it_is_used_naming_the_file_and_the_key(tmp_path, monkeypatch, text, key, words):
     bad = _write(tmp_path / "bad.toml", text)
     monkeypatch.setenv("ROCMBUILD_CONFIG", str(bad))
+    cfg = config.load(tmp_path / "no-system.toml")
+    cfg.require()  # nothing asked for: fine
     with pytest.raises(InputError) as e:
-        config.load(tmp_path / "no-system.toml")
+        cfg.require(key)
     said = e.value.message + " " + e.value.hint
     assert str(bad) in e.value.message and all(w in said for w in words), said
+    with pytest.raises(InputError):
+        config.parse_file(bad)
 
 
 def test_a_named_config_that_is_missing_is_an_error_but_absent_defaults_are_not(tmp_path, monkeypatch):
@@ -78,9 +98,30 @@ def test_config_list_shows_values_and_sources_and_a_bad_file_exits_2(tmp_path):
     assert got["caches"][0][0]["username_env"] == "U" and str(user) in d["files"]
     text = rb("config", "list").stdout
     assert "jobs" in text and str(user) in text
+    keep = text.split("\nkeep", 1)[1].splitlines()[0]  # unset: the default in effect, not "(not set)" (issue 27)
+    assert "5" in keep and "not set" not in text, text
+    assert {s["name"]: s["default"] for s in d["settings"]}["keep"].startswith("5 ")
     _write(user, 'jbos = 6\n')
-    r = rb("status", "--json")  # every verb reads the config: a mistake is said at once
-    assert r.returncode == 2 and "did you mean 'jobs'" in json.loads(r.stdout)["error"]["hint"]
+    r = rb("config", "list", "--json")  # an unknown key: a warning, and every verb goes on
+    assert r.returncode == 0 and "unknown key 'jbos' ignored; did you mean 'jobs'?" in r.stderr, r.stderr
+
+
+def test_a_bad_value_stops_only_the_verbs_that_use_it(txn_home, tmp_path):
+    """Issue 27, item 10: ``jobs = "8"`` refuses a build that would use it (exit 2), not ``status``,
+    ``recipes``, nor a build given ``--jobs``; ``config list`` names it (exit 2)."""
+    user = _write(config.user_file(), 'jobs = "8"\n')
+    recipe = txn_home.recipe("mini")
+    r = rb("recipes", "--json")
+    assert r.returncode == 0 and f"{user}: 'jobs' must be an integer" in r.stderr and "goes on" in r.stderr, r.stderr
+    r = rb("plan", recipe, "--offline", "--json")
+    err = json.loads(r.stdout)["error"]
+    assert r.returncode == 2 and "'jobs' must be an integer" in err["message"] and str(user) in err["message"]
+    assert r.stderr.count("'jobs' must be an integer") == 1  # the error only, not a warning too
+    assert rb("plan", recipe, "--offline", "--jobs", "2", "--json").returncode == 0
+    assert rb("config", "list", "--json").returncode == 2
+    _write(user, '[[caches]]\npush = true\n')  # caches: used by a lookup, not by --no-cache or status
+    assert rb("plan", recipe, "--offline", "--json").returncode == 0
+    assert rb("plan", recipe, "--json").returncode == 2
 
 
 def test_the_config_sets_defaults_and_the_flag_wins(txn_home, tmp_path):

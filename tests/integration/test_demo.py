@@ -88,6 +88,20 @@ def test_demo_keep_json_is_one_object_and_ends_with_the_stock_library(tmp_path):
     assert [json.loads(h)["verb"] for h in history][-1] == "rollback"
     assert _left_processes(str(keep)) == []
 
+    # the README's CPU smoke test in the demo world (issue 27, item 6): what the stand-in torch
+    # cannot run is skipped, saying so, never blamed on the library; each hint is said once
+    env = {"ROCMBUILD_HOME": str(keep / "home"), "ROCMBUILD_SMOKE_DEVICE": "cpu"}
+    v = rb("verify", "--env", keep / "env", "--smoke", "--json", env=env)
+    assert v.returncode == 0, v.stdout + v.stderr
+    checks = {c["name"]: c for c in json.loads(v.stdout)["checks"]}
+    assert checks["smoke: install"]["ok"] and not checks["smoke: install"]["skipped"]  # what it can run, it runs
+    for name in ("smoke", "smoke: matmul", "smoke: training"):
+        assert checks[name]["ok"] and checks[name]["skipped"], checks[name]
+        assert "this torch cannot run it: AttributeError" in checks[name]["found"], checks[name]
+    assert "computes wrong results" not in v.stdout
+    text = rb("verify", "--env", keep / "env", "--smoke", env=env)
+    assert text.returncode == 0 and text.stdout.count("stand-in torch is not PyTorch") == 1, text.stdout
+
 
 @pytest.mark.parametrize("how", ["non-empty", "a file", "a symlink to a non-empty dir"])
 def test_demo_keep_refuses_a_directory_that_is_not_new_or_empty(tmp_path, how):

@@ -174,3 +174,35 @@ def test_doctor_text_and_real_subprocess(fake_rocm, fake_gpu, target_env):
     bad = subprocess.run(argv + ["doctor", "--json"], capture_output=True, text=True, timeout=120,
                          env={**os.environ, "ROCM_PATH": str(fake_rocm / "missing")})
     assert bad.returncode == EXIT_INPUT and json.loads(bad.stdout)["ok"] is False
+
+
+def test_a_host_that_builds_nothing_does_not_fail_on_rocm_or_compilers(tmp_path, monkeypatch, fake_gpu, capsys,
+                                                                       any_disk):
+    """Issue 27, item 3: a fleet host that only pulls (``--require-cache``) and a prebuilt recipe
+    (``cudnn-9.25``) need no ROCm, compiler or cmake: what is missing warns, saying why, and doctor
+    exits 0; the same host asked about building MIOpen still fails."""
+    fake_gpu()
+    monkeypatch.setenv("ROCM_PATH", str(tmp_path / "no-rocm"))
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "git").symlink_to(shutil.which("git"))
+    monkeypatch.setenv("PATH", str(bindir))  # git only: no cmake, no make, no compiler
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.delenv("CXX", raising=False)
+    code, data = _json(capsys, ["doctor", "miopen-3.5.1"])
+    assert code == EXIT_INPUT and "ROCm" in data["failed"] and "cmake" in data["failed"]  # building needs them
+
+    code, data = _json(capsys, ["doctor", "miopen-3.5.1", "--require-cache"])
+    assert code == EXIT_OK, data["failed"]
+    checks = _by_name(data["checks"])
+    for name in ("ROCm", "cmake", "C++ compiler", "requires ${ROCM_PATH}/bin/hipcc"):
+        assert checks[name]["status"] == "warn", checks[name]
+        assert "(not needed: --require-cache" in checks[name]["detail"], checks[name]
+    assert "compiler cache" not in checks  # ccache only matters to a host that compiles
+
+    code, data = _json(capsys, ["doctor", "cudnn-9.25"])
+    assert code == EXIT_OK, data["failed"]
+    checks = _by_name(data["checks"])
+    assert checks["ROCm"]["status"] == "ok" and "cuDNN" in checks["ROCm"]["detail"]
+    assert "GPU architecture" not in checks  # no AMD GPU is needed for cuDNN
+    assert checks["cmake"]["status"] == "warn" and "prebuilt" in checks["cmake"]["detail"]

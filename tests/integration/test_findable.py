@@ -73,9 +73,14 @@ def test_cache_rm_refuses_what_a_target_has_applied(txn_home, target_env, tmp_pa
     env = target_env("3.5.0", compile_version="3.5.1")
     assert rb("apply", txn_home.recipe("mini"), "--env", env.prefix).returncode == 0
     r = rb("cache", "rm", "mini")
-    assert r.returncode == 2 and "in-effect" in r.stderr and "--force" in r.stderr
+    assert r.returncode == 2 and "is in effect in" in r.stderr and "--force" in r.stderr
+    assert f"rocmbuild rollback --env {env.prefix}" in r.stderr
     assert txn_home.artifacts["mini"].path.is_dir()
     assert rb("rollback", "--env", env.prefix).returncode == 0
+    # rolled back: not told to roll back again (issue 27), but why it is still kept (its redo)
+    r = rb("cache", "rm", "mini")
+    assert r.returncode == 2 and "was rolled back in" in r.stderr and "redo" in r.stderr, r.stderr
+    assert "roll that target back" not in r.stderr and txn_home.artifacts["mini"].path.is_dir()
 
 
 def test_gc_removes_old_sources_and_logs_keeping_the_newest(tmp_path, monorepo):

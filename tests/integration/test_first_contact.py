@@ -51,8 +51,11 @@ def test_help_names_every_ROCMBUILD_variable_the_code_reads():
     # the variables only the tests set are named in their own note, not among what users set
     env, note = out.split("environment variables:", 1)[1].split("\n\nfor tests only", 1)
     for test_only in ("ROCMBUILD_FAILPOINTS", "ROCMBUILD_PAUSEPOINTS", "ROCMBUILD_PAUSE_SECONDS",
-                      "ROCMBUILD_SYSFS_ROOT", "ROCMBUILD_NO_OPENAT2", "ROCMBUILD_ROOT", "ROCMBUILD_SMOKE_DEVICE"):
+                      "ROCMBUILD_SYSFS_ROOT", "ROCMBUILD_NO_OPENAT2", "ROCMBUILD_ROOT"):
         assert test_only not in env and test_only in note, test_only
+    # the README tells users to set this one (the CPU smoke test): explained among theirs (issue 27)
+    assert re.search(r"^  ROCMBUILD_SMOKE_DEVICE\s+cpu: run the --smoke suite on the CPU", env, re.M)
+    assert "ROCMBUILD_SMOKE_DEVICE" not in note
     explained = set(re.findall(r"^  (ROCMBUILD_[A-Z_]+[A-Z])\s", env, re.M))
     assert read <= explained | set(re.findall(r"ROCMBUILD_[A-Z_]+[A-Z]", note)), sorted(read - explained)
 
@@ -76,6 +79,35 @@ def test_version_names_python_and_the_install_path():
     assert lines[0] == f"rocmbuild {__version__}"
     assert lines[1].startswith(f"Python {sys.version.split()[0]} (") and sys.executable in lines[1]
     assert lines[2] == f"installed at {REPO / 'rocmbuild'}"
+
+
+def test_dash_V_is_the_version():
+    assert rb("-V").stdout == rb("--version").stdout != ""
+
+
+@pytest.mark.parametrize("argv,near", [(("status", "--envv", "/x"), "--env"),
+                                       (("rollback", "--undoo", "3"), "--undo"),
+                                       (("cache", "list", "--remot", "oci://h/r"), "--remote"),
+                                       (("--json", "history", "--limt=3"), "--limit")])
+def test_a_mistyped_option_gets_a_did_you_mean_and_the_verbs_usage(argv, near):
+    """Issue 27, item 9: options like the verbs: the nearest option of that verb, its usage."""
+    r = rb(*argv, "--json")
+    err = json.loads(r.stdout)["error"]
+    assert r.returncode == 2 and f"did you mean {near}?" in err["message"], err
+    assert err["hint"].startswith(f"usage: rocmbuild {argv[1] if argv[0] == '--json' else argv[0]}"), err
+
+
+@pytest.mark.parametrize("argv", [("rollback", "--t", "0"), ("history", "--lim", "2"), ("status", "--hash"[:4]),
+                                  ("apply", "x", "--dry")])
+def test_abbreviated_options_are_refused_not_guessed(argv):
+    """``--t 0`` was taken as ``--to 0`` (argparse's abbreviations): in a script a typo must fail."""
+    r = rb(*argv, "--json")
+    assert r.returncode == 2 and "unrecognized arguments" in json.loads(r.stdout)["error"]["message"], r.stdout
+
+
+def test_counted_and_combined_short_flags_still_work():
+    r = rb("-vv", "recipes", "-qv", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["verb"] == "recipes", r.stderr
 
 
 # --------------------------------------------------------------------------------------------
@@ -315,3 +347,11 @@ def test_completion_json_is_one_object_and_an_unknown_shell_is_refused():
     assert "__complete" in data["script"]  # it asks rocmbuild at Tab time
     bad = rb("completion", "tcsh")
     assert bad.returncode == 2 and "invalid choice: 'tcsh'" in bad.stderr
+
+
+def test_cache_help_says_where_the_state_dir_is_printed():
+    """``cache dir`` prints the cache dir alone (like ``pip cache dir``); the state dir is in --json."""
+    assert "--json: also the state dir" in rb("cache", "--help").stdout
+    r = rb("cache", "dir")
+    assert r.returncode == 0 and len(r.stdout.splitlines()) == 1 and r.stderr == ""
+    assert json.loads(rb("cache", "dir", "--json").stdout)["state"]

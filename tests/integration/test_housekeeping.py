@@ -283,6 +283,9 @@ def test_old_downloads_temp_dirs_and_quarantined_entries_go_young_ones_stay(own_
     assert not old.exists() and not temp.exists() and not q.exists()
     assert young.exists() and part.exists()  # used today; a .part under an hour old may be live
     assert removed[str(old)]["bytes"] >= 10000 and d["freed_bytes"] >= 20000
+    since = removed[str(old)]["since"]
+    assert since[:10] == time.strftime("%Y-%m-%d", time.gmtime(OLD)) and removed[str(old)]["reason"] == \
+        f"not used since {since}"  # with its date (issue 27)
 
 
 # --------------------------------------------------------------------------------------------

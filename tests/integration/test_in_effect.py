@@ -185,3 +185,29 @@ def test_a_library_written_over_then_applied_and_rolled_back_reads_drift_in_the_
         first = state.splitlines()[0]
         if _runtime_version(state) not in first.split(" over ", 1)[0]:
             assert "DRIFT" in first, first
+
+
+def test_builds_that_differ_by_a_define_are_told_apart_in_cache_list_history_and_status(private_home, env):
+    """Issue 27, item 8: three builds of one recipe at one commit, differing by a -D define, read as
+    three different lines: ``cache list``, ``history`` and ``status`` say what differs (-v: all)."""
+    recipe, p = private_home.recipe("mini"), env.prefix
+    for value in ("1", "2"):
+        assert rb("build", recipe, "-D", f"MIOPEN_FIXTURE_PAD_MB={value}").returncode == 0
+    listed = _ok("cache", "list", json_out=False).stdout
+    flavored = [ln.strip() for ln in listed.splitlines() if "MIOPEN_FIXTURE_PAD_MB" in ln]
+    assert sorted(flavored) == ["build: -DMIOPEN_FIXTURE_PAD_MB unset", "build: -DMIOPEN_FIXTURE_PAD_MB=1",
+                                "build: -DMIOPEN_FIXTURE_PAD_MB=2"], listed
+    arts = [a for a in _ok("cache", "list")["artifacts"] if a["recipe"] == "mini"]
+    assert {a["build"].get("-DMIOPEN_FIXTURE_PAD_MB") for a in arts} == {None, "1", "2"}
+    everything = rb("cache", "list", "-v").stdout
+    assert "build type Release" in everything and "build type" not in listed  # what is the same: only with -v
+
+    _ok("apply", recipe, "--env", p, "-D", "MIOPEN_FIXTURE_PAD_MB=1")
+    _ok("apply", recipe, "--env", p, "-D", "MIOPEN_FIXTURE_PAD_MB=2")
+    hist = rb("history", "--env", p).stdout
+    assert "(-DMIOPEN_FIXTURE_PAD_MB=1)" in hist and "(-DMIOPEN_FIXTURE_PAD_MB=2)" in hist, hist
+    text = _ok("status", "--env", p, json_out=False).stdout
+    assert "    build: -DMIOPEN_FIXTURE_PAD_MB=2" in text and "    build: -DMIOPEN_FIXTURE_PAD_MB=1" in text, text
+    top = _ok("status", "--env", p)["changes"]["in_effect"][-1]
+    assert top["build"]["-DMIOPEN_FIXTURE_PAD_MB"] == "2" and top["differs"] == {"-DMIOPEN_FIXTURE_PAD_MB": "2"}
+    assert "MiB on disk" in hist  # backups in KiB/MiB, as cache list says sizes, not bytes

@@ -266,3 +266,31 @@ def test_a_download_is_a_row_of_the_one_display_on_a_terminal(tmp_path, watch):
     final = screen(w.received())
     assert any(line.startswith("downloaded in ") for line in final), final
     assert any(line.startswith("fetched in ") for line in final) and "LiveError" not in w.text(), final
+
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+LOG_NAME = re.compile(r"logs/([A-Za-z0-9][A-Za-z0-9._+-]*)/(\d{8}T\d{6}Z)-([0-9a-f]{16})(-\d+)?\.log$")
+
+
+def test_the_log_paths_the_docs_give_are_the_real_ones(paced):
+    """Issue 27, item 2: every ``tail -F`` path in docs/ names the running build's log once ``~`` and
+    ``<recipe>`` are filled in, every sample ``log`` has the real name's shape, and no doc names the
+    old ``logs/<key>.log`` but as what older releases wrote."""
+    out = json.loads(rb("build", paced(), "--json").stdout)
+    log = Path(out["log"])
+    m = LOG_NAME.search(str(log))
+    assert m and m.group(1) == "paced" and out["key"].startswith(m.group(3)), log
+    home = str(cache_home())
+    tails, samples = [], []
+    for doc in sorted(DOCS.glob("*.md")):
+        for n, line in enumerate(doc.read_text().splitlines(), 1):
+            tails += [(doc.name, n, t) for t in re.findall(r"tail -F (\S+?)`", line)]
+            samples += [(doc.name, n, s) for s in re.findall(r"(?:log: |\"log\": \")(\S+\.log)", line)]
+            if "logs/<key>" in line:
+                assert "older release" in line or "Old `logs/" in line or "link `logs/<key>.log`" in line, (doc, n, line)
+    assert tails and samples
+    for doc, n, t in tails:
+        path = Path(t.replace("~/.cache/rocmbuild", home).replace("$ROCMBUILD_HOME", home).replace("<recipe>", "paced"))
+        assert path.resolve() == log, (doc, n, t)
+    for doc, n, s in samples:
+        assert LOG_NAME.search(s), (doc, n, s)

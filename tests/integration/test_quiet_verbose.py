@@ -50,6 +50,12 @@ def test_quiet_apply_rollback_history_status_print_one_line_each(txn_home, targe
     hist = rb("history", "--env", env.prefix, "-q")
     rows = hist.stdout.splitlines()
     assert len(rows) == 2 and rows[0].split()[1] == "rollback" and rows[1].split()[1] == "apply", rows
+    assert rows[0].endswith("(done; `redo` undoes it)") and "(undone by" in rows[1], rows  # the state, as the table
+
+    assert rb("redo", "--env", env.prefix).returncode == 0  # a redo reads as a redo (issue 27), not a rollback
+    rows = rb("history", "--env", env.prefix, "-q").stdout.splitlines()
+    assert rows[0].split()[1] == "redo" and rows[2].endswith("redone by " + rows[0].split()[0][:4] + ")"), rows
+    assert rb("rollback", "--env", env.prefix).returncode == 0
 
     none = rb("rollback", "--env", env.prefix, "-q", "--if-applied")
     assert none.returncode == 0 and len(none.stdout.splitlines()) == 1

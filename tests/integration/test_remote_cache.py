@@ -158,8 +158,9 @@ def test_a_signature_by_an_untrusted_key_or_over_another_manifest_is_refused(txn
     # an impostor key under the trusted name: its signature does not verify
     impostor = trust.SecretKey("lab-1", trust.SecretKey.generate("x").seed)
     forged = trust.sign(impostor, art.key, entry.manifest, entry.bundle_sha256)
-    with pytest.raises(trust.UntrustedError, match="does not cover"):
+    with pytest.raises(trust.UntrustedError, match="with another key than the one trusted here") as e:
         trust.check(url, art.key, entry.manifest, entry.bundle_sha256, forged, mine)
+    assert "[trust] public_keys" in e.value.hint and "does not cover" not in e.value.message  # not "tampered"
     _trust(other.public().text())
     row = json.loads(rb("cache", "list", "--remote", url, "--json").stdout)["artifacts"][0]
     assert row["signer"] == "lab-1" and row["trusted"] is False

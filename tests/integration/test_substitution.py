@@ -140,6 +140,8 @@ def test_unsigned_and_untrusted_are_refused_then_built_or_exit_3(fleet, tmp_path
     home = _home(tmp_path, "b")
     r = rb("build", str(fleet["recipe"]), "--require-cache", "--json", env=home)
     assert r.returncode == 3 and "signed by 'lab-1', which is not a trusted key" in _json(r)["error"]["message"]
+    hint = _json(r)["error"]["hint"]  # what fixes an untrusted signer, not what fixes a miss (issue 27)
+    assert "[trust] public_keys" in hint and "--allow-unsigned" in hint and "push it" not in hint, hint
     assert _compiles(fleet["count"]) == compiled and not (tmp_path / "home-b" / "artifacts" / "imported").exists()
     r = rb("build", str(fleet["recipe"]), env=home)  # falls back to building here, one line said why
     assert r.returncode == 0 and "substituted" not in r.stdout + r.stderr, r.stderr
@@ -166,6 +168,12 @@ def test_unreachable_cache_falls_back_with_one_line_and_offline_touches_no_netwo
     assert r.returncode == 0 and ": built" in r.stdout, r.stderr
     lines = [ln for ln in r.stderr.splitlines() if "cannot reach the cache" in ln]
     assert len(lines) == 1 and closed in lines[0] and "tried 2 times" in lines[0]
+    # --require-cache with the cache down: the hint says the cache is down, not to push or trust a key
+    r = rb("build", str(fleet["recipe"]), "--require-cache", "--json", env={**_home(tmp_path, "down"),
+                                                                           "ROCMBUILD_DOWNLOAD_RETRIES": "1"})
+    hint = _json(r)["error"]["hint"]
+    assert r.returncode == 3 and f"{closed} could not be reached" in hint, hint
+    assert "push it" not in hint and "[trust]" not in hint and "drop --require-cache" in hint
     # --offline: a local hit, no lookup (no line, no retry delay), no ls-remote (the git remote is gone)
     shutil.rmtree(fleet["monorepo"].path)
     start = time.monotonic()

@@ -127,9 +127,11 @@ def test_smoke_suite_skipped_without_gpu_each_check(target_env, capsys):
 
 def test_smoke_on_cpu_runs_the_same_code(target_env, capsys, monkeypatch):
     monkeypatch.setenv("ROCMBUILD_SMOKE_DEVICE", "cpu")
-    env = target_env("3.5.1")  # the fixture torch has no tensors: every check runs, and fails honestly
+    env = target_env("3.5.1")  # the fixture torch has no tensors: every check runs, and cannot run
     code, data = _json(capsys, ["verify", "--env", str(env.prefix), "--smoke"])
-    assert code == EXIT_VERIFY
-    smoke = [c for c in data["error"]["details"]["checks"] if c["name"].startswith("smoke")]
-    assert len(smoke) == 7 and not any(c["ok"] or c["skipped"] for c in smoke[1:])
-    assert all(" on cpu" in c["found"] for c in smoke[1:])
+    # what the torch lacks (AttributeError) is not the library's fault: skipped, saying so, never
+    # passed, never "computes wrong results" (issue 27); a wrong result still fails (tests/unit/test_verdict.py)
+    assert code == EXIT_OK, data
+    smoke = [c for c in data["checks"] if c["name"].startswith("smoke")]
+    assert len(smoke) == 7 and all(c["skipped"] and "passed" not in c["found"] for c in smoke[1:])
+    assert all(c["found"].startswith("skipped: this torch cannot run it: AttributeError") for c in smoke[1:]), smoke
