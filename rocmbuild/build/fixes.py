@@ -295,3 +295,17 @@ def _tag_order(tag: str) -> tuple[int, Version, str]:
         except InvalidVersion:
             pass
     return (1, Version("0"), tag)
+
+
+def where_searched(r: Recipe) -> tuple[str, ...]:
+    """Where ``build`` looks for each fix of ``[source] contains``, in words (``show``)."""
+    out = []
+    for f in r.source.contains:
+        if f.commit:
+            out.append(f"{f.name}: commit {f.commit[:12]}, an ancestor of the checked-out commit")
+        elif r.build.prebuilt:
+            out.append(f"{f.name}: '{f.grep}' in the artifact's files under {f.path or 'its whole tree'}")
+        else:
+            out.append(f"{f.name}: '{f.grep}' in the source under {f.path or 'its whole tree'}, then in the "
+                       "built libraries")
+    return tuple(out)

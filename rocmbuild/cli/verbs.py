@@ -46,31 +46,17 @@ def _add_show(sub) -> None:
 
 def _cmd_show(args) -> VerbResult:
     from rocmbuild import recipe
-
-    ov = a.overrides_from(args)
+    from rocmbuild.build.fixes import where_searched
     from rocmbuild.build.tarball import source_package
     from rocmbuild.home import cache_home
     from rocmbuild.results import ShowResult
 
+    ov = a.overrides_from(args)
     r = recipe.apply_overrides(recipe.load(args.recipe, args.recipes_dir), ov)
     package = source_package(r.source.archive, r.source.sha256, cache_home()) if r.build.prebuilt else None
     return ShowResult(r.name, str(r.path), r.description, r.canonical(), tuple(str(p) for p in r.patch_files),
-                      r.path.read_text(), tuple(f.name for f in r.source.contains), _fixes_where(r),
+                      r.path.read_text(), tuple(f.name for f in r.source.contains), where_searched(r),
                       _overridden(r, ov), package)
-
-
-def _fixes_where(r) -> tuple[str, ...]:
-    """Where ``build`` looks for each fix of ``[source] contains`` (build/fixes.py)."""
-    out = []
-    for f in r.source.contains:
-        if f.commit:
-            out.append(f"{f.name}: commit {f.commit[:12]}, an ancestor of the checked-out commit")
-        elif r.build.prebuilt:
-            out.append(f"{f.name}: '{f.grep}' in the artifact's files under {f.path or 'its whole tree'}")
-        else:
-            out.append(f"{f.name}: '{f.grep}' in the source under {f.path or 'its whole tree'}, then in the "
-                       "built libraries")
-    return tuple(out)
 
 
 def _overridden(r, ov) -> tuple[str, ...]:
