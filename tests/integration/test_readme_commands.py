@@ -42,7 +42,8 @@ TIMEOUT = 300
 
 #: the README output lines the fleet run must print (masked): the ones that say what happened
 KEY_LINES = re.compile(r'^\s*(secret key written|trust it on each machine|pushed |miopen-demo: substituted|'
-                       r'target: would substitute|"changed"|"already_applied"|rocmbuild: ok|miopen-demo 3\.5\.1 @)')
+                       r'target: would substitute|"changed"|"already_applied"|rocmbuild: ok|miopen-demo 3\.5\.1 @|'
+                       r'miopen-demo 3\.5\.1 \(txn|undo with|substituted from|artifact substituted from)')
 
 
 def section(title: str) -> str:
@@ -241,7 +242,7 @@ def _check_the_log_path(env: dict, build_out: str) -> None:
     home = Path(env["HOME"])
     logs = home / ".cache" / "rocmbuild" / "logs" / "miopen-demo"
     newest = max(logs.glob("*-*.log"), key=lambda p: p.stat().st_mtime)
-    assert named is None or Path(named.group(1)) == newest
+    assert named and Path(named.group(1)) == newest, build_out[-2000:]
     path = home / m.group(2).replace(recipe, "miopen-demo")
     assert path.resolve() == newest.resolve(), (path, newest)
     m = re.search(r"`(rocmbuild log \S+ --follow)`", follow)
