@@ -210,7 +210,7 @@ SLOW_MODULES = frozenset({
     "test_bundle", "test_cache_immutable", "test_cache_key", "test_changed", "test_cli_build", "test_demo",
     "test_envs_and_tab", "test_first_contact", "test_fixes", "test_fleet", "test_gpu_targets", "test_housekeeping",
     "test_json_contract", "test_leak_check", "test_messages", "test_packaging", "test_playbooks", "test_progress",
-    "test_pull", "test_remote_cache", "test_reproducible", "test_retry", "test_safe_text", "test_source",
+    "test_pull", "test_readme_commands", "test_remote_cache", "test_reproducible", "test_retry", "test_safe_text", "test_source",
     "test_substitution", "test_words",
 })
 
