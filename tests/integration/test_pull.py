@@ -29,20 +29,14 @@ from rocmbuild.remote import open_cache
 from rocmbuild.root import Root
 from tests.support import flaky
 from tests.support.cli import REPO, kill_group, rb
-from tests.support.recipes import write_fixture_recipe
+from tests.support.pushed import build_signed_mini
 
 
 @pytest.fixture
 def world(tmp_path, monorepo):
     """A pinned recipe built and pushed (signed) by a builder home into ``file://<tmp>/cache``;
     this test's config trusts the builder's key. Returns what the tests need."""
-    recipe = write_fixture_recipe(tmp_path / "recipes", "mini", url=monorepo.url, ref=monorepo.c_release, jobs=2)
-    secret = tmp_path / "keys" / "lab-1.secret"
-    secret.parent.mkdir()
-    public = json.loads(rb("key", "generate", "lab-1", "--out", str(secret), "--json").stdout)["public_key"]
-    builder = {"ROCMBUILD_HOME": str(tmp_path / "home-builder")}
-    built = json.loads(rb("build", str(recipe), "--no-cache", "--json", env=builder).stdout)
-    assert built["ok"], built
+    recipe, secret, public, builder, built = build_signed_mini(tmp_path, monorepo)
     cache_dir = tmp_path / "cache"
     _trust(public)
     return {"recipe": recipe, "secret": secret, "public": public, "builder": builder, "built": built,

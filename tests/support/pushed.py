@@ -19,7 +19,9 @@ class Pushed:
     builder: dict  # the builder's environment (its ROCMBUILD_HOME)
 
 
-def push_mini(tmp_path: Path, monorepo) -> Pushed:
+def build_signed_mini(tmp_path: Path, monorepo) -> tuple[Path, Path, str, dict, dict]:
+    """The pinned fixture recipe built by a builder home, and a signing key: (recipe, the secret
+    key's file, the public key, the builder's environment, the build's JSON)."""
     recipe = write_fixture_recipe(tmp_path / "recipes", "mini", url=monorepo.url, ref=monorepo.c_release, jobs=2)
     secret = tmp_path / "keys" / "lab-1.secret"
     secret.parent.mkdir()
@@ -27,6 +29,11 @@ def push_mini(tmp_path: Path, monorepo) -> Pushed:
     builder = {"ROCMBUILD_HOME": str(tmp_path / "home-builder")}
     built = json.loads(rb("build", str(recipe), "--no-cache", "--json", env=builder).stdout)
     assert built["ok"], built
+    return recipe, secret, public, builder, built
+
+
+def push_mini(tmp_path: Path, monorepo) -> Pushed:
+    recipe, secret, public, builder, built = build_signed_mini(tmp_path, monorepo)
     cache = tmp_path / "cache"
     r = rb("push", built["key"][:16], "--to", f"file://{cache}", "--sign-key", str(secret), "--json", env=builder)
     assert r.returncode == 0, r.stderr
