@@ -85,7 +85,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import _whole_apply  # noqa: E402
 from benchmarks._common import build_library  # noqa: E402
-from rocmbuild import disk, root, runner, ui  # noqa: E402
+from rocmbuild.fs import disk, root  # noqa: E402
+from rocmbuild import runner, ui  # noqa: E402
 from rocmbuild.build import artifact  # noqa: E402
 from rocmbuild.build.artifact import Artifact, Manifest  # noqa: E402
 from rocmbuild.swap import journal, plan, protocol  # noqa: E402

@@ -56,7 +56,7 @@ from rocmbuild.build import builder
 from rocmbuild.build import hints
 from rocmbuild.build.requirements import (FAIL, OK, WARN, DoctorCheck, build_variables, check_program,
                                           check_requirements, find_rocm, host_root, variable_checks)
-from rocmbuild.disk import nearest_existing
+from rocmbuild.fs.disk import nearest_existing
 from rocmbuild.errors import RocmbuildError
 from rocmbuild.home import cache_home
 from rocmbuild.recipe import arch, variables

@@ -9,7 +9,7 @@ untimed apply). At exit it appends one JSON line to that file:
   (``rocmbuild.target.probe._capture``, which every probe goes through);
 * ``journal``: count and seconds of ``Journal.save`` (atomic write, its fsyncs included);
 * ``fsyncs``: count and seconds of ``os.fsync``/``os.fdatasync`` outside a journal save;
-* ``copies``: seconds and bytes of each ``rocmbuild.disk.copy_fd`` (the library's bytes).
+* ``copies``: seconds and bytes of each ``rocmbuild.fs.disk.copy_fd`` (the library's bytes).
 
 Nothing of rocmbuild is imported here (that would move import time out of start-up): a finder on
 ``sys.meta_path`` wraps each function right after its module is first executed.
@@ -88,14 +88,14 @@ def _patch(name, module):
         module._capture = _timed(module._capture, _probe)
     elif name == "rocmbuild.swap.journal":
         module.Journal.save = _journal_save(module.Journal.save)
-    elif name == "rocmbuild.disk":
+    elif name == "rocmbuild.fs.disk":
         module.copy_fd = _timed(module.copy_fd, _copy)
     elif name == "rocmbuild.flows.apply":
         module.apply = _apply(module.apply)
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
-    NAMES = ("rocmbuild.target.probe", "rocmbuild.swap.journal", "rocmbuild.disk", "rocmbuild.flows.apply")
+    NAMES = ("rocmbuild.target.probe", "rocmbuild.swap.journal", "rocmbuild.fs.disk", "rocmbuild.flows.apply")
 
     def find_spec(self, name, path, target=None):
         if name not in self.NAMES:

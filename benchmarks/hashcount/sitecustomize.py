@@ -1,7 +1,7 @@
 """Count the files a rocmbuild process hashes and the copies it makes (benchmarks only: put this
 directory first on PYTHONPATH and set ROCMBUILD_BENCH_HASHES to a file). Every Python process
-that imports it and can import rocmbuild replaces ``rocmbuild.disk.sha256_file``,
-``rocmbuild.disk.sha256_fd`` and ``rocmbuild.disk.copy_fd`` before any module takes the names,
+that imports it and can import rocmbuild replaces ``rocmbuild.fs.disk.sha256_file``,
+``rocmbuild.fs.disk.sha256_fd`` and ``rocmbuild.fs.disk.copy_fd`` before any module takes the names,
 and appends one JSON line ``{"pid", "files", "bytes", "paths", "fds", "fd_bytes", "copies"}`` to
 that file at exit: ``fds``/``fd_bytes`` count the open files hashed by ``sha256_fd``, ``copies``
 lists what each ``copy_fd`` returned (``"reflink"``, ``"copy_file_range"`` or ``"copy"``, the
@@ -14,7 +14,7 @@ import os
 
 if os.environ.get("ROCMBUILD_BENCH_HASHES"):
     try:
-        import rocmbuild.disk as _disk
+        import rocmbuild.fs.disk as _disk
     except Exception:  # noqa: BLE001 - another Python (the target's): nothing to count
         _disk = None
     if _disk is not None:

@@ -27,9 +27,9 @@ import urllib.parse
 from pathlib import Path, PurePosixPath
 
 from rocmbuild import progress, runner
-from rocmbuild.disk import CHUNK
+from rocmbuild.fs.disk import CHUNK
 from rocmbuild.errors import FetchError
-from rocmbuild.root import Root
+from rocmbuild.fs.root import Root
 
 def _copy(chunks, out, h, what: str, total: int | None) -> None:
     done = 0

@@ -13,7 +13,7 @@ The manifest's values and its schema are in :mod:`rocmbuild.build.manifest` (re-
 ``identity.json`` is read by :data:`IDENTITY_SPEC` (one that is there but is not one: exit 3).
 
 Decisions: the artifact does not depend on any target and no target shares an inode with it
-(targets get a reflink or a hashed copy, see :meth:`rocmbuild.root.Root.copy_in`). :func:`seal`
+(targets get a reflink or a hashed copy, see :meth:`rocmbuild.fs.root.Root.copy_in`). :func:`seal`
 makes its files read-only and records their identities *after* the chmod (a chmod moves the
 ctime); a file whose identity differs later is hashed before it is trusted
 (:meth:`Artifact.tampered`). :meth:`Artifact.intact` stays the cheap size + mtime check of a
@@ -33,7 +33,7 @@ from typing import Iterable
 from rocmbuild import schema as s
 from rocmbuild.build.manifest import (MANIFEST, SCHEMA, FileEntry, LibraryEntry, Manifest, corrupt,  # noqa: F401
                                       parse_manifest, read_manifest)
-from rocmbuild.disk import atomic_write_json, make_read_only, read_json, sha256_file
+from rocmbuild.fs.disk import atomic_write_json, make_read_only, read_json, sha256_file
 from rocmbuild.errors import ArtifactError, InputError
 
 IDENTITY = "identity.json"

@@ -26,11 +26,11 @@ from rocmbuild.build.cache import Inputs, key_lock, lookup
 from rocmbuild.build.debarchive import Package, is_deb, read_package
 from rocmbuild.build.extract import safe_extract
 from rocmbuild.build.manifest import FoundFix
-from rocmbuild.disk import atomic_write_json
-from rocmbuild.root import Root
+from rocmbuild.fs.disk import atomic_write_json
+from rocmbuild.fs.root import Root
 from rocmbuild.errors import BuildError, RecipeError, RequirementError
 from rocmbuild.home import artifacts_dir, build_dir as build_root
-from rocmbuild.locks import LockWait
+from rocmbuild.fs.locks import LockWait
 from rocmbuild.recipe import arch
 from rocmbuild.recipe.model import Recipe
 from rocmbuild.recipe.paths import prefix_problem
@@ -134,7 +134,7 @@ def build(recipe: Recipe, checkout: Checkout, *, home: Path, key: str, inp: Inpu
     """Configure, build and install ``checkout`` into a new artifact ``artifacts/<key>``.
 
     The caller has checked the cache; a build of the same key that finished meanwhile is reused.
-    ``wait`` is the policy for the key lock (:class:`rocmbuild.disk.FileLock`) and for a build
+    ``wait`` is the policy for the key lock (:class:`rocmbuild.fs.disk.FileLock`) and for a build
     tree still used by a live process (not touched: exit 5, unless waiting). ``log`` is this
     attempt's log (:func:`rocmbuild.build.logs.start`; a new one when not given).
     """

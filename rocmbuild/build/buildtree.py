@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from rocmbuild import runner, ui
-from rocmbuild.disk import atomic_write_json
+from rocmbuild.fs.disk import atomic_write_json
 from rocmbuild.errors import LockedError
 
 OWNER = ".rocmbuild-owner.json"

@@ -11,7 +11,7 @@ against a given one, the time), atomically. The importing machine needs no compi
 
 Decisions:
 * Confinement: every write into an export directory and into the cache's imported area goes
-  through a :class:`~rocmbuild.root.Root` of that directory (``artifacts/`` for an import: its
+  through a :class:`~rocmbuild.fs.root.Root` of that directory (``artifacts/`` for an import: its
   temp dir, the rename into ``imported/``, setting aside an old entry): a temp name beneath it,
   ``fchmod`` 0644, fsync, ``renameat``, fsync of the directory. The export's file name is built
   only from values checked by :mod:`rocmbuild.names` (:func:`~rocmbuild.build.unbundle.checked_names`):
@@ -77,10 +77,10 @@ from rocmbuild.build.provenance import (PROVENANCE, PROVENANCE_SPEC, Provenance,
                                          read_provenance)
 from rocmbuild.build.tarball import touch_download
 from rocmbuild.build.unbundle import MAX_MANIFEST, TOP, checked_names  # noqa: F401 (re-exported)
-from rocmbuild.disk import CHUNK, sha256_fd, sha256_file
+from rocmbuild.fs.disk import CHUNK, sha256_fd, sha256_file
 from rocmbuild.errors import ArtifactError, FetchError, InputError
 from rocmbuild.home import artifacts_dir, downloads_dir
-from rocmbuild.root import Root, file_mode
+from rocmbuild.fs.root import Root, file_mode
 
 
 

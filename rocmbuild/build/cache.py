@@ -38,10 +38,10 @@ from typing import Any, Iterator, Mapping
 from rocmbuild import runner, ui
 from rocmbuild.build.artifact import MANIFEST, Artifact, Manifest
 from rocmbuild.build.provenance import origin
-from rocmbuild.disk import FileLock, read_json, sha256_file
-from rocmbuild.root import Root
+from rocmbuild.fs.disk import FileLock, read_json, sha256_file
+from rocmbuild.fs.root import Root
 from rocmbuild.errors import FetchError, InputError
-from rocmbuild.locks import LockWait
+from rocmbuild.fs.locks import LockWait
 from rocmbuild.home import artifacts_dir, logs_dir
 from rocmbuild.recipe.model import DefineValue, Recipe
 
@@ -381,7 +381,7 @@ def _discard(path: Path) -> None:
 @contextmanager
 def key_lock(home: Path, key: str, wait: bool | LockWait = True) -> Iterator[None]:
     """Serialize builds of the same key (a second one, told to wait, then finds the cache hit;
-    ``wait`` is the lock policy, see :class:`rocmbuild.disk.FileLock`)."""
+    ``wait`` is the lock policy, see :class:`rocmbuild.fs.disk.FileLock`)."""
     d = artifacts_dir(home)
     Root.under(home, d, "the artifact cache", create=True).close()
     with FileLock(d / f".{key}.lock", wait=wait, what=f"the build of artifact {key[:16]}"):

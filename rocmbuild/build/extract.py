@@ -55,7 +55,7 @@ from typing import Callable, Iterable, Optional
 from rocmbuild.build.archive import unsafe_member
 from rocmbuild.build.debarchive import RPM_HINT, DebFormatError, DebReader, Package, is_deb, is_rpm, zstd_errors
 from rocmbuild.build.ziparchive import ZipReader, is_zip
-from rocmbuild.disk import CHUNK
+from rocmbuild.fs.disk import CHUNK
 from rocmbuild.errors import BuildFilesystemError, CorruptArchiveError, FetchError
 
 MAX_HOPS = 40  # symlinks followed while resolving one link (Linux's MAXSYMLINKS)

@@ -38,8 +38,8 @@ from rocmbuild.build.retry import ATTEMPT, AttemptRecord, read_attempt  # noqa: 
 from rocmbuild.build.artifact import MANIFEST, Manifest
 from rocmbuild.build.provenance import origin
 from rocmbuild.build.cache import entries, imported_dir, key_lock
-from rocmbuild.root import ConfinementError, Root
-from rocmbuild.disk import read_json
+from rocmbuild.fs.root import ConfinementError, Root
+from rocmbuild.fs.disk import read_json
 from rocmbuild.errors import InputError, LockedError
 from rocmbuild.home import artifacts_dir, build_dir, downloads_dir
 

@@ -20,7 +20,7 @@ from typing import Any
 from rocmbuild import schema as s
 from rocmbuild.build.archive import inside
 from rocmbuild.build.debarchive import Package, valid_field
-from rocmbuild.disk import read_json
+from rocmbuild.fs.disk import read_json
 from rocmbuild.errors import ArtifactError
 
 SCHEMA = 1

@@ -18,7 +18,7 @@ from typing import Sequence
 
 from rocmbuild import ui
 from rocmbuild.build.git import Git, last_line
-from rocmbuild.disk import sha256_file
+from rocmbuild.fs.disk import sha256_file
 from rocmbuild.errors import FetchError
 
 

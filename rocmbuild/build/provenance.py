@@ -16,7 +16,7 @@ from typing import Any
 
 from rocmbuild import schema as s
 from rocmbuild.build import manifest as _manifest
-from rocmbuild.disk import read_json
+from rocmbuild.fs.disk import read_json
 from rocmbuild.errors import ArtifactError
 
 PROVENANCE = "provenance.json"

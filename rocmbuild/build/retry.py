@@ -44,7 +44,7 @@ from rocmbuild import schema as s
 from rocmbuild.schema import MappingRecord
 from rocmbuild.build import buildtree, tweak
 from rocmbuild.build.cache import key_lock
-from rocmbuild.disk import atomic_write_json
+from rocmbuild.fs.disk import atomic_write_json
 from rocmbuild.errors import LockedError, RocmbuildError
 
 ATTEMPT = ".rocmbuild-attempt.json"

@@ -4,7 +4,7 @@
 
 Decisions: made right before configure (``build``; never by ``doctor`` or ``plan``, which change
 nothing) as ``<cache home>/include/half-<sha16>/half/half.hpp``, through the cache home's fd
-(:class:`rocmbuild.root.Root`): every directory is created and opened beneath it without following
+(:class:`rocmbuild.fs.root.Root`): every directory is created and opened beneath it without following
 a symlink, and the file is written atomically (a temp beside it, renamed). A symlink planted at
 ``include``, ``half-<sha16>`` or ``half`` refuses the build (ConfinementError, exit 2) and writes
 nothing elsewhere. The header's bytes are read once and must still have the hash the dir is named
@@ -21,7 +21,7 @@ from pathlib import Path
 from rocmbuild import ui
 from rocmbuild.errors import RequirementError
 from rocmbuild.recipe import Recipe, variables
-from rocmbuild.root import Root
+from rocmbuild.fs.root import Root
 
 
 def make(recipe: Recipe, home: Path, values: dict[str, variables.Variable] | None = None) -> Path | None:

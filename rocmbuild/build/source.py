@@ -23,8 +23,8 @@ from rocmbuild.build.git import (
     missing_objects, normalize_url, remote_key, unknown_ref,
 )
 from rocmbuild.build.patches import apply_patches
-from rocmbuild.disk import FileLock
-from rocmbuild.locks import LockWait
+from rocmbuild.fs.disk import FileLock
+from rocmbuild.fs.locks import LockWait
 from rocmbuild.errors import FetchError, RecipeError
 from rocmbuild.home import src_dir
 from rocmbuild.recipe.model import Recipe

@@ -20,7 +20,7 @@ from pathlib import Path
 from rocmbuild import ui
 from rocmbuild.build.archive import download
 from rocmbuild.build.extract import safe_extract
-from rocmbuild.disk import sha256_file
+from rocmbuild.fs.disk import sha256_file
 from rocmbuild.home import downloads_dir, src_dir
 
 

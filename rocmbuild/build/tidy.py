@@ -22,7 +22,7 @@ from pathlib import Path
 
 from rocmbuild.build import logs as _logs
 from rocmbuild.build.housekeeping import Candidate, alive, disk_bytes, iso, remove
-from rocmbuild.disk import FileLock
+from rocmbuild.fs.disk import FileLock
 from rocmbuild.errors import LockedError
 from rocmbuild.home import logs_dir, src_dir
 

@@ -32,7 +32,7 @@ total (each member its declared size, none twice), and :func:`extract_into` refu
 "no space") when that total does not fit on the filesystem.
 
 **Pass 2, the bytes** (:func:`extract_into`): only the planned members are written, beneath a
-:class:`~rocmbuild.root.Root` (no symlink followed, whatever is on disk), each file created
+:class:`~rocmbuild.fs.root.Root` (no symlink followed, whatever is on disk), each file created
 ``O_EXCL``, streamed through sha256 with a budget of its declared size, compared, given its
 sealed mode (write bits dropped) and the manifest's mtime, fsynced, and its identity recorded
 (the sidecar of :func:`rocmbuild.build.artifact.seal`). A hardlink becomes a copy of its file
@@ -53,11 +53,11 @@ from typing import IO, Any
 from rocmbuild.build.archive import unsafe_member
 from rocmbuild.build.artifact import IDENTITY, MANIFEST, TREE, FileEntry, Manifest, identity
 from rocmbuild.build.extract import CORRUPT, Refused, check_members, corrupt, parts_of, refusal, subtree
-from rocmbuild.disk import CHUNK
+from rocmbuild.fs.disk import CHUNK
 from rocmbuild.build.manifest import BAD_ARTIFACT_HINT, parse_manifest
 from rocmbuild.errors import ArtifactError, BuildFilesystemError, FetchError, InputError
 from rocmbuild.names import bad_name_reason
-from rocmbuild.root import Root
+from rocmbuild.fs.root import Root
 
 TOP = "rocmbuild-artifact"
 MAX_MANIFEST = 64 << 20  # bytes; a real MIOpen manifest is a few MB

@@ -16,7 +16,7 @@ import re
 from typing import TYPE_CHECKING
 
 from rocmbuild.errors import InputError
-from rocmbuild.locks import LockWait
+from rocmbuild.fs.locks import LockWait
 
 if TYPE_CHECKING:  # the recipe package is imported by the verbs that read one
     from rocmbuild.recipe import Overrides

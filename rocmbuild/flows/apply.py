@@ -53,7 +53,7 @@ from rocmbuild.errors import RocmbuildError, VerifyError
 from rocmbuild.flows import build, export, guards
 from rocmbuild.flows.substitute import CacheOptions
 from rocmbuild.home import cache_home, state_home
-from rocmbuild.locks import LockWait
+from rocmbuild.fs.locks import LockWait
 from rocmbuild.recipe import Overrides, Recipe, arch
 from rocmbuild.results import ApplyResult, BuildPlan, BundleSummary, DryRunResult, TargetPlan
 from rocmbuild.swap import plan as _plan

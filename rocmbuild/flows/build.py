@@ -30,7 +30,7 @@ from rocmbuild.errors import FetchError, InputError, RequirementError, Rocmbuild
 from rocmbuild.flows import substitute
 from rocmbuild.flows.substitute import CacheOptions
 from rocmbuild.home import artifacts_dir, cache_home
-from rocmbuild.locks import LockWait
+from rocmbuild.fs.locks import LockWait
 from rocmbuild.names import safe_text
 from rocmbuild.recipe import Overrides, Recipe
 from rocmbuild.recipe import variables

@@ -31,8 +31,8 @@ from pathlib import Path
 from rocmbuild.build import bundle, cache, housekeeping, tidy
 from rocmbuild.build.housekeeping import Candidate
 from rocmbuild.build.artifact import MANIFEST, Artifact, read_manifest, seal
-from rocmbuild.root import Root
-from rocmbuild.disk import FileLock
+from rocmbuild.fs.root import Root
+from rocmbuild.fs.disk import FileLock
 from rocmbuild.errors import ArtifactError, InputError
 from rocmbuild.home import artifacts_dir, cache_home, state_home
 from rocmbuild.build.cache import CacheEntry

@@ -27,7 +27,7 @@ from rocmbuild.build.provenance import origin
 from rocmbuild.errors import InputError
 from rocmbuild.flows import build
 from rocmbuild.home import cache_home
-from rocmbuild.locks import LockWait
+from rocmbuild.fs.locks import LockWait
 from rocmbuild.recipe import Overrides, Recipe
 from rocmbuild.results import CheckResult
 

@@ -16,11 +16,11 @@ from rocmbuild import ui
 from rocmbuild.build import cache
 from rocmbuild.build import bundle
 from rocmbuild.build.artifact import Artifact
-from rocmbuild.disk import read_json
+from rocmbuild.fs.disk import read_json
 from rocmbuild.errors import ArtifactError, InputError
 from rocmbuild.flows import build
 from rocmbuild.home import cache_home
-from rocmbuild.locks import LockWait
+from rocmbuild.fs.locks import LockWait
 from rocmbuild.recipe import lockfile
 from rocmbuild.recipe import Overrides
 from rocmbuild.results import ExportResult, LockResult

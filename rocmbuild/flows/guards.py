@@ -39,10 +39,10 @@ from typing import Any, Callable
 from rocmbuild import progress, ui
 from rocmbuild.build import cache
 from rocmbuild.build.artifact import Artifact
-from rocmbuild.root import Root
-from rocmbuild.disk import nearest_existing
+from rocmbuild.fs.root import Root
+from rocmbuild.fs.disk import nearest_existing
 from rocmbuild.errors import InputError, StateError, TargetError
-from rocmbuild.locks import LockWait
+from rocmbuild.fs.locks import LockWait
 from rocmbuild.recipe import arch
 from rocmbuild.swap import plan as _plan
 from rocmbuild.swap import state

@@ -26,13 +26,14 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from rocmbuild import locks, progress, runner, ui
+from rocmbuild.fs import locks
+from rocmbuild import progress, runner, ui
 from rocmbuild.build import differs
 from rocmbuild.build.manifest import MANIFEST, read_manifest
 from rocmbuild.build.provenance import origin as artifact_origin
 from rocmbuild.errors import RocmbuildError, TargetError, VerifyError
 from rocmbuild.home import artifacts_dir, cache_home
-from rocmbuild.locks import LockWait
+from rocmbuild.fs.locks import LockWait
 from rocmbuild.flows import guards
 from rocmbuild.results import (
     HistoryResult,

@@ -45,8 +45,8 @@ from rocmbuild.build.cache import key_lock, lookup
 from rocmbuild.build.provenance import SUBSTITUTED, Provenance
 from rocmbuild.errors import FetchError, LockedError, RocmbuildError
 from rocmbuild.home import downloads_dir
-from rocmbuild.locks import LockWait
-from rocmbuild.root import ConfinementError, Root
+from rocmbuild.fs.locks import LockWait
+from rocmbuild.fs.root import ConfinementError, Root
 
 
 @dataclass(frozen=True)

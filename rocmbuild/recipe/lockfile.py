@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from rocmbuild import schema as s
-from rocmbuild.disk import atomic_write_json, read_json
+from rocmbuild.fs.disk import atomic_write_json, read_json
 from rocmbuild.errors import InputError, RecipeError
 from rocmbuild.recipe.search import load as load_recipe
 from rocmbuild.recipe.model import Recipe

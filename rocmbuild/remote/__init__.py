@@ -7,7 +7,7 @@
 * ``oci://HOST[:PORT]/REPO`` (:mod:`.oci`): an OCI registry, one artifact per key.
 
 Every backend answers :class:`Cache`: ``lookup(key)`` -> :class:`Entry` or None (a miss),
-``fetch(key, dest_root)`` -> the files written into the :class:`~rocmbuild.root.Root` ``dest_root``
+``fetch(key, dest_root)`` -> the files written into the :class:`~rocmbuild.fs.root.Root` ``dest_root``
 (the bundle downloaded by :mod:`.download`: progress, retries, resumed from a partial file kept
 in ``dest_root``, its bytes checked against its sha256 on the way), ``push(key, bundle, sha256,
 signature)`` -> False when the key was already there (nothing uploaded), ``list()``.
@@ -27,7 +27,7 @@ from urllib.parse import urlparse
 
 from rocmbuild.config import CacheConfig
 from rocmbuild.errors import FetchError, InputError
-from rocmbuild.root import Root
+from rocmbuild.fs.root import Root
 
 MANIFEST_MEMBER = "rocmbuild-artifact/manifest.json"
 MAX_MANIFEST = 64 << 20

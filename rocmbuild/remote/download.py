@@ -1,7 +1,7 @@
 """A bundle's download from a binary cache: shown as progress, resumable, retried with backoff,
 checked against its sha256 (docs/caches.md, "Downloads").
 
-:func:`pull` writes a blob as ``name`` in a :class:`~rocmbuild.root.Root` through a partial file
+:func:`pull` writes a blob as ``name`` in a :class:`~rocmbuild.fs.root.Root` through a partial file
 ``.<name>.<sha256[:16]>.part`` beside it, then renames it. The caller gives ``open_body(offset)``,
 which answers with a :class:`Body`: the bytes from ``offset`` on (an HTTP ``Range`` request
 answered 206), or from the start (the server ignored the range, or a ``file://`` source).
@@ -52,7 +52,7 @@ from rocmbuild.build import net
 from rocmbuild.errors import NO_SPACE, FetchError, from_os_error
 from rocmbuild.remote import http
 from rocmbuild.remote.http import Retry
-from rocmbuild.root import Root
+from rocmbuild.fs.root import Root
 
 CHUNK = 1 << 20
 OVERSIZE_HINT = "the cache serves something else than the artifact's bundle: push it again, or tell whoever runs it"

@@ -45,7 +45,7 @@ from rocmbuild.errors import FetchError, InputError
 from rocmbuild.remote import Entry, Fetched, bundle_manifest, check_key, side_files
 from rocmbuild.remote import download, http
 from rocmbuild.remote.http import Retry
-from rocmbuild.root import Root
+from rocmbuild.fs.root import Root
 
 MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
 ARTIFACT_TYPE = "application/vnd.rocmbuild.artifact.v1"

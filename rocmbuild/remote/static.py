@@ -6,7 +6,7 @@ Per key: ``<key>.tar.gz`` (the bundle), ``<key>.manifest.json`` (its manifest's 
 written in that order: the ``.sha256`` file is the commit mark, and an entry without it is a miss.
 
 Decisions:
-* a push into a directory writes through a :class:`~rocmbuild.root.Root` (no symlink followed);
+* a push into a directory writes through a :class:`~rocmbuild.fs.root.Root` (no symlink followed);
   the bundle is claimed with ``linkat`` of a fully written temp file, so of two pushes of one key
   at once exactly one places its bundle and its side files and the other uploads nothing (both
   succeed); an entry a killed push left without its ``.sha256`` is finished by the next push of
@@ -31,7 +31,7 @@ from rocmbuild.config import CacheConfig
 from rocmbuild.errors import FetchError, InputError
 from rocmbuild.remote import Entry, Fetched, bundle_manifest, check_key, side_files
 from rocmbuild.remote import download, http
-from rocmbuild.root import Root
+from rocmbuild.fs.root import Root
 
 _SHA = re.compile(r"\s*([0-9a-fA-F]{64})\b")
 _LISTED = re.compile(r"([0-9a-f]{64})\.tar\.gz\.sha256")

@@ -25,9 +25,9 @@ from pathlib import Path
 
 from rocmbuild.build import cache
 from rocmbuild.build.artifact import MANIFEST, Artifact, Manifest, artifact_root, trust_check
-from rocmbuild.disk import ContentMismatch, read_json
+from rocmbuild.fs.disk import ContentMismatch, read_json
 from rocmbuild.errors import FetchError, InputError
-from rocmbuild.root import ConfinementError, Root, file_mode
+from rocmbuild.fs.root import ConfinementError, Root, file_mode
 from rocmbuild.swap.observe import PathState, same_kind
 from rocmbuild.swap.plan import Action
 from rocmbuild.swap.roots import Roots, state_sub
@@ -50,7 +50,7 @@ def backup_rel(txn: str, index: int, dest: str | Path) -> str:
 
 def state_at(root: Root, rel: str) -> PathState:
     """What ``rel`` is beneath ``root`` now (never followed; a directory on its way that is a
-    symlink is a :class:`~rocmbuild.root.ConfinementError`)."""
+    symlink is a :class:`~rocmbuild.fs.root.ConfinementError`)."""
     try:
         st = root.lstat(rel)
     except (FileNotFoundError, NotADirectoryError):

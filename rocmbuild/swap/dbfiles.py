@@ -11,7 +11,7 @@ Decisions:
   ``*.model`` and any ``*.HIP.*``/``*.OpenCL.*``; anything else in the dir is left alone;
 * each such file the artifact does not place is a ``remove`` action (role ``db``): the protocol
   hardlinks it into ``backups/<txn>/`` before unlinking it, and a rollback or a recovery puts the
-  same inode back; the dir is listed through a :class:`~rocmbuild.root.Root` beneath the target
+  same inode back; the dir is listed through a :class:`~rocmbuild.fs.root.Root` beneath the target
   (a symlink on the way refuses the plan), or through the Observer's ``listdir`` when it has one.
 """
 
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from rocmbuild.errors import TargetError
-from rocmbuild.root import ConfinementError, Root
+from rocmbuild.fs.root import ConfinementError, Root
 from rocmbuild.swap.observe import Observer
 from rocmbuild.swap.paths import under
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from rocmbuild.disk import sha256_file
+from rocmbuild.fs.disk import sha256_file
 from rocmbuild.swap import state
 from rocmbuild.swap.dbfiles import db_dir_of, is_db_name
 from rocmbuild.swap.history import placed as placed_files

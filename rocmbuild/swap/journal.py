@@ -32,7 +32,7 @@ from typing import Any
 
 import re
 
-from rocmbuild import disk
+from rocmbuild.fs import disk
 from rocmbuild import schema as s
 from rocmbuild.home import STATE_DIRNAME
 from rocmbuild.swap import actions as _actions

@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rocmbuild import schema as s
-from rocmbuild.disk import read_json
+from rocmbuild.fs.disk import read_json
 from rocmbuild.errors import StateError
-from rocmbuild.root import Root
+from rocmbuild.fs.root import Root
 from rocmbuild.home import STATE_DIRNAME, known_targets_dir, targets_dir
 from rocmbuild.swap.effect import replay
 from rocmbuild.swap.journal import FINISHED, journals, unreadable

@@ -38,7 +38,7 @@ from pathlib import Path
 from rocmbuild import ui
 from rocmbuild.errors import LockedError
 from rocmbuild.home import cache_home, known_targets_dir, state_home, targets_dir
-from rocmbuild.root import ConfinementError, Root
+from rocmbuild.fs.root import ConfinementError, Root
 from rocmbuild.swap import known
 from rocmbuild.swap.state import TargetLock
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from rocmbuild import schema as s
-from rocmbuild.disk import sha256_file
+from rocmbuild.fs.disk import sha256_file
 
 
 @dataclass(frozen=True)

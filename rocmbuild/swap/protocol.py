@@ -28,7 +28,7 @@ from rocmbuild.swap.backups import prune
 from rocmbuild.swap.history import history_missing, write_history
 from rocmbuild.swap.journal import (FINISHED, JOURNAL_SCHEMA, Journal, backup_dir, failpoint, journal_dir,
                                     journals, new_id, now, pending)
-from rocmbuild.root import ConfinementError
+from rocmbuild.fs.root import ConfinementError
 from rocmbuild.swap.observe import PathState
 from rocmbuild.swap.outcome import (Outcome, Verify, expectation_after, expectation_before,
                                     failures_json, verdict_json)

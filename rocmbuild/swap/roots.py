@@ -1,6 +1,6 @@
 """The roots a transaction acts through: the target's (its prefix, or for a library outside it
 the lib dir's parent) and its state dir's. Every file action, journal write, backup and history
-line goes through one of them (:class:`rocmbuild.root.Root`), never by a path string.
+line goes through one of them (:class:`rocmbuild.fs.root.Root`), never by a path string.
 
 Decisions:
 * the target root is the prefix, opened by the path the user named; the paths of a plan are made
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from rocmbuild.errors import StatePathError
 from rocmbuild.home import STATE_DIRNAME, state_home, targets_dir
-from rocmbuild.root import ConfinementError, Root
+from rocmbuild.fs.root import ConfinementError, Root
 from rocmbuild.swap.paths import under
 
 

@@ -14,7 +14,7 @@ Decisions:
   verb that lists what cannot be read;
 * ``history.jsonl`` is rewritten atomically (read, append one line, atomic_write_bytes) rather than
   appended in place: it is small, and a torn last line can never happen.
-* The lock is ``fcntl.flock`` on the ``lock`` file (:class:`rocmbuild.disk.FileLock`): the holder
+* The lock is ``fcntl.flock`` on the ``lock`` file (:class:`rocmbuild.fs.disk.FileLock`): the holder
   writes its holder record into the file after locking; a refused locker reads it to name the
   holder (pid, command, since when). A *shared* lock taken on an existing lock
   file opened read-only (``TargetLock(..., shared=True)``) excludes writers without writing
@@ -37,9 +37,9 @@ from types import MappingProxyType
 from typing import Any
 
 from rocmbuild import schema as s
-from rocmbuild.disk import FileLock, read_json
+from rocmbuild.fs.disk import FileLock, read_json
 from rocmbuild.errors import RocmbuildError, StateError, StatePathError, from_os_error
-from rocmbuild.locks import LockWait
+from rocmbuild.fs.locks import LockWait
 from rocmbuild.home import STATE_DIRNAME, state_home, target_state_dir, targets_dir
 from rocmbuild.swap.paths import rebased
 from rocmbuild.swap.records import Unreadable
@@ -117,7 +117,7 @@ def state_dirs_for(prefix: Path) -> list[Path]:
 
 def TargetLock(state_dir: Path, *, wait: bool | LockWait = False, shared: bool = False) -> FileLock:
     """The lock on ``<state_dir>/lock``: fails at once (``LockedError`` naming its holder, exit 5)
-    unless ``wait`` (a bool, or a :class:`~rocmbuild.locks.LockWait` with a timeout); a lock path
+    unless ``wait`` (a bool, or a :class:`~rocmbuild.fs.locks.LockWait` with a timeout); a lock path
     that cannot be used (a directory, a file for ``.rocmbuild``) is a ``StatePathError`` (exit 2)."""
     return _StateLock(Path(state_dir) / "lock", wait=wait, shared=shared, what="the target")
 

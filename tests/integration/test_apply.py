@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from rocmbuild import disk
+from rocmbuild.fs import disk
 from tests.support.cli import rb
 from tests.support.envs import stage_library
 from tests.support.snapshots import full_listing, inodes, snapshot
@@ -280,7 +280,7 @@ def test_a_process_using_the_old_library_survives_apply_and_rollback(txn_home, e
 
 HOLDER = textwrap.dedent("""
     import sys, time
-    from rocmbuild import disk
+    from rocmbuild.fs import disk
     from rocmbuild.home import cache_home
     from rocmbuild.swap import state
     lock = state.TargetLock(sys.argv[1]).acquire()

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from rocmbuild import disk, runner
+from rocmbuild.fs import disk
+from rocmbuild import runner
 from rocmbuild.build import builder as build
 from rocmbuild.build import cache
 from rocmbuild.build.artifact import Manifest, read_soname
@@ -133,7 +134,7 @@ from types import SimpleNamespace
 from rocmbuild.build import builder as build
 from rocmbuild.build import cache
 from rocmbuild import recipe
-from rocmbuild import disk
+from rocmbuild.fs import disk
 from rocmbuild.home import cache_home
 from rocmbuild.swap import state
 r = recipe.load(sys.argv[1])

@@ -25,7 +25,7 @@ import pytest
 from rocmbuild.config import CacheConfig
 from rocmbuild.errors import BuildFilesystemError, FetchError
 from rocmbuild.remote import open_cache
-from rocmbuild.root import Root
+from rocmbuild.fs.root import Root
 from tests.support import recorder
 from tests.support.cli import rb
 from tests.support.pushed import push_mini

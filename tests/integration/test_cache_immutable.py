@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from rocmbuild import disk
+from rocmbuild.fs import disk
 from rocmbuild.build import cache
 from tests.support.cli import rb
 from tests.support.snapshots import inodes, snapshot

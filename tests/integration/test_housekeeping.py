@@ -202,7 +202,7 @@ def test_gc_leaves_an_artifact_whose_key_is_locked(txn_world, own_home):
 
 
 def test_one_gc_at_a_time(own_home):
-    from rocmbuild.disk import FileLock
+    from rocmbuild.fs.disk import FileLock
 
     with FileLock(own_home / ".gc.lock", what="gc"):
         r = rb("cache", "gc", "--json")

@@ -147,7 +147,7 @@ def fake_rocm(tmp_path) -> dict[str, str]:
 
 HOLDER = textwrap.dedent("""
     import sys, time
-    from rocmbuild import disk
+    from rocmbuild.fs import disk
     from rocmbuild.home import cache_home
     from rocmbuild.swap import state
     lock = state.TargetLock(sys.argv[1]).acquire()

@@ -32,7 +32,7 @@ from rocmbuild import recipe as recipe_mod
 from rocmbuild.build import cache, source
 from rocmbuild.errors import LockedError
 from rocmbuild.home import artifacts_dir
-from rocmbuild.locks import LockWait
+from rocmbuild.fs.locks import LockWait
 from rocmbuild.swap import state
 from tests.support.cli import REPO, rb
 from tests.support.leaks import running
@@ -41,7 +41,7 @@ pytestmark = pytest.mark.slow
 
 HOLDER = textwrap.dedent("""
     import os, sys
-    from rocmbuild.disk import FileLock
+    from rocmbuild.fs.disk import FileLock
     path, aside, dest, _marker, mode = sys.argv[1:6]
     lock = FileLock(path, shared=mode == "shared").acquire()
     print("locked", flush=True)
@@ -53,7 +53,7 @@ HOLDER = textwrap.dedent("""
 
 ORPHANING_HOLDER = textwrap.dedent("""
     import os, sys, time
-    from rocmbuild.disk import FileLock
+    from rocmbuild.fs.disk import FileLock
     lock = FileLock(sys.argv[1]).acquire()
     child = os.fork()
     if child == 0:  # keeps the locked descriptor, outlives the holder

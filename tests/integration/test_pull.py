@@ -26,7 +26,7 @@ from rocmbuild.build import bundle
 from rocmbuild.config import CacheConfig
 from rocmbuild.errors import FetchError
 from rocmbuild.remote import open_cache
-from rocmbuild.root import Root
+from rocmbuild.fs.root import Root
 from tests.support import flaky
 from tests.support.cli import REPO, kill_group, rb
 from tests.support.pushed import build_signed_mini

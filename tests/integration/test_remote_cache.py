@@ -22,7 +22,7 @@ from rocmbuild.build import bundle
 from rocmbuild.config import CacheConfig
 from rocmbuild.errors import FetchError
 from rocmbuild.remote import open_cache, trust
-from rocmbuild.root import Root
+from rocmbuild.fs.root import Root
 from tests.support import registry
 from tests.support.cli import REPO, rb
 

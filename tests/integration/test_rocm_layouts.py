@@ -22,7 +22,7 @@ from rocmbuild.flows import build as flow
 from rocmbuild import recipe
 from rocmbuild.recipe import variables
 from rocmbuild.recipe.requires import define_on
-from rocmbuild.root import ConfinementError
+from rocmbuild.fs.root import ConfinementError
 
 HALF = b"// half - IEEE 754-based half-precision floating-point library (a stand-in)\n" * 40
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import git
 import pytest
 
-from rocmbuild.disk import sha256_file
+from rocmbuild.fs.disk import sha256_file
 from rocmbuild.build import source
 from rocmbuild.build.git import remote_key
 from rocmbuild.errors import FetchError, RecipeError

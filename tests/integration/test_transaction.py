@@ -20,12 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from rocmbuild import disk
+from rocmbuild.fs import disk
 from rocmbuild.build import artifact
 from rocmbuild.build.artifact import Artifact, Manifest
 from rocmbuild.errors import InputError, LockedError, TargetError, VerifyError
 from rocmbuild import swap as transaction
-from rocmbuild.root import Root
+from rocmbuild.fs.root import Root
 from rocmbuild.swap.roots import Roots
 from rocmbuild.swap import actions, plan, state
 from tests.support.cli import REPO

@@ -23,14 +23,14 @@ LAYERS = (
     ("remote",),
     ("build",),
     ("recipe",),
-    ("disk", "kcopy", "root", "beneath", "names", "schema", "home", "config", "locks", "runner", "reaper", "stop", "ui", "progress", "steps", "errors", "__init__"),
+    ("fs", "names", "schema", "home", "config", "runner", "reaper", "stop", "ui", "progress", "steps", "errors", "__init__"),
 )
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
 
 
 def _unit(module: str) -> str:
-    """``rocmbuild.swap.plan`` -> ``swap``; ``rocmbuild.disk`` -> ``disk``; ``rocmbuild`` -> ``__init__``."""
+    """``rocmbuild.swap.plan`` -> ``swap``; ``rocmbuild.fs.disk`` -> ``disk``; ``rocmbuild`` -> ``__init__``."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else "__init__"
 
@@ -138,7 +138,7 @@ def test_sizes():
 # Confinement: nothing writes to a target, a state dir or the home's known targets by a path string
 
 
-#: the modules that act on targets and their state: every write goes through a rocmbuild.root.Root
+#: the modules that act on targets and their state: every write goes through a rocmbuild.fs.root.Root
 CONFINED = ("rocmbuild.swap", "rocmbuild.flows.apply", "rocmbuild.flows.manage", "rocmbuild.flows.guards",
             "rocmbuild.flows.export", "rocmbuild.flows.cache", "rocmbuild.build.bundle", "rocmbuild.build.unbundle",
             "rocmbuild.build.cache", "rocmbuild.build.housekeeping", "rocmbuild.remote")
@@ -197,7 +197,7 @@ def test_targets_and_state_are_written_only_through_a_root():
         calls = [f"line {n}: {what}" for n, what in _path_writes(tree) if (module, what) not in ALLOWED_PATH_WRITES]
         if calls:
             found.append(f"{module} writes by a path string ({'; '.join(calls)})")
-    _offenders(found, "targets and state are written only through a rocmbuild.root.Root (swap.roots.Roots for "
+    _offenders(found, "targets and state are written only through a rocmbuild.fs.root.Root (swap.roots.Roots for "
                       "a target and its state dir)")
 
 

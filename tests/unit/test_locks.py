@@ -7,8 +7,8 @@ import os
 import socket
 from pathlib import Path
 
-from rocmbuild import locks
-from rocmbuild.locks import Holder, LockWait, parse_record
+from rocmbuild.fs import locks
+from rocmbuild.fs.locks import Holder, LockWait, parse_record
 
 
 def test_garbage_is_no_record():
@@ -60,7 +60,7 @@ def test_wait_timeout_implies_wait():
 def test_a_lock_file_that_is_a_symlink_is_refused_and_its_target_untouched(tmp_path):
     import pytest
 
-    from rocmbuild.disk import FileLock
+    from rocmbuild.fs.disk import FileLock
     from rocmbuild.errors import InputError
 
     canary = tmp_path / "canary"

@@ -1,4 +1,4 @@
-"""rocmbuild.root: every path resolved beneath the root's fd at the moment of use, no symlink
+"""rocmbuild.fs.root: every path resolved beneath the root's fd at the moment of use, no symlink
 followed -- with openat2 and with the O_NOFOLLOW walk (``ROCMBUILD_NO_OPENAT2``) alike."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import stat
 
 import pytest
 
-from rocmbuild import beneath
-from rocmbuild.root import ConfinementError, ContentMismatch, Root
+from rocmbuild.fs import beneath
+from rocmbuild.fs.root import ConfinementError, ContentMismatch, Root
 
 
 @pytest.fixture(params=["openat2", "walk"])
@@ -128,7 +128,7 @@ def test_an_untrusted_copy_is_hashed_and_a_mismatch_leaves_nothing(mode, tmp_pat
 def test_a_large_kernel_side_copy_is_split_in_two_and_each_chunk_starts_its_writeback(tmp_path, mocker):
     """kcopy.copy_file_range: the first chunk, then two halves copied by two threads; every
     chunk's writeback started as it lands; the bytes are the source's, whatever the split."""
-    from rocmbuild import kcopy
+    from rocmbuild.fs import kcopy
     mocker.patch.object(kcopy, "WRITEBACK_CHUNK", 64 * 1024)
     mocker.patch.object(kcopy, "PARALLEL_MIN", 256 * 1024)
     mocker.patch.object(kcopy, "CHUNK", 4096)
@@ -155,7 +155,7 @@ def test_a_large_kernel_side_copy_is_split_in_two_and_each_chunk_starts_its_writ
 
 
 def test_a_copy_that_comes_up_short_raises_and_leaves_no_file(tmp_path, mocker):
-    from rocmbuild import disk, kcopy
+    from rocmbuild.fs import disk, kcopy
     mocker.patch.object(kcopy, "WRITEBACK_CHUNK", 64 * 1024)
     mocker.patch.object(kcopy, "PARALLEL_MIN", 256 * 1024)
     mocker.patch("os.cpu_count", return_value=2)

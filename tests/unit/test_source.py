@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from rocmbuild.build import archive, git, patches, source
-from rocmbuild.disk import sha256_file
+from rocmbuild.fs.disk import sha256_file
 from rocmbuild.errors import RecipeError
 from rocmbuild import recipe as recipe_mod
 

@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Callable
 
 import rocmbuild
-from rocmbuild import disk, runner, ui
+from rocmbuild.fs import disk
+from rocmbuild import runner, ui
 from rocmbuild.errors import RocmbuildError
 from rocmbuild.results import DemoCheck, DemoStep
 

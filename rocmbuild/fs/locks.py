@@ -1,6 +1,6 @@
 """Who holds a lock, and how long to wait for it: the holder record and the one wait policy.
 
-:class:`rocmbuild.disk.FileLock` is the lock; this module is what it says about it.
+:class:`rocmbuild.fs.disk.FileLock` is the lock; this module is what it says about it.
 
 Decisions:
 * The holder record is a small JSON object the exclusive holder writes into the lock file:
@@ -118,7 +118,7 @@ def fd_holders(path: Path, *, shared: bool = False) -> list[int]:
 
 
 def my_record() -> bytes:
-    """This process's holder record (what :class:`~rocmbuild.disk.FileLock` writes)."""
+    """This process's holder record (what :class:`~rocmbuild.fs.disk.FileLock` writes)."""
     pid = os.getpid()
     rec = {"pid": pid, "argv": list(cmdline(pid)), "since": time.time(), "host": socket.gethostname(),
            "start": _proc_start(pid)}

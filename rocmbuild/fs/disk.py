@@ -20,7 +20,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from rocmbuild import kcopy, locks, ui
+from rocmbuild.fs import kcopy, locks
+from rocmbuild import ui
 from rocmbuild.errors import InputError
 
 
@@ -199,7 +200,7 @@ def make_read_only(root: Path) -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# locks (the holder record and the wait policy are in rocmbuild/locks.py)
+# locks (the holder record and the wait policy are in rocmbuild/fs/locks.py)
 
 
 class FileLock:
@@ -208,7 +209,7 @@ class FileLock:
     One policy for every lock (target, source cache, artifact key): a held lock fails at once
     with a :class:`~rocmbuild.errors.LockedError` naming its holder (exit 5), unless ``wait``
     (``--wait``: poll until free, saying at once who we wait for; ``--wait-timeout S``: give up
-    after S seconds, exit 5). ``wait`` is a bool or a :class:`~rocmbuild.locks.LockWait`.
+    after S seconds, exit 5). ``wait`` is a bool or a :class:`~rocmbuild.fs.locks.LockWait`.
 
     The exclusive holder writes a JSON holder record (pid, argv, since, host, process start) into
     the file after locking and empties it before unlocking, so a record found by the next taker

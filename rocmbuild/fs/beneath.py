@@ -1,7 +1,7 @@
 """Opening a directory beneath another without following any symlink: ``openat2(2)`` with
 ``RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS`` where the kernel (and its
 sandbox) has it, else a walk of ``O_NOFOLLOW | O_DIRECTORY`` opens. The primitive under
-:mod:`rocmbuild.root`; ``ROCMBUILD_NO_OPENAT2=1`` forces the walk (tests run both).
+:mod:`rocmbuild.fs.root`; ``ROCMBUILD_NO_OPENAT2=1`` forces the walk (tests run both).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Kernel-side copies: ``copy_file_range(2)`` with the writeback started as the bytes land.
 
-Used by :func:`rocmbuild.disk.copy_fd` for a trusted source (a reflink failed or is not
+Used by :func:`rocmbuild.fs.disk.copy_fd` for a trusted source (a reflink failed or is not
 possible). On ext4 the copy is a page-cache memcpy and the new file's bytes reach the disk only
 at its fsync: here each WRITEBACK_CHUNK's writeback is started at once (``sync_file_range(2)``,
 no wait), so the disk writes while the copy, the swap and the verification go on, and a large

@@ -3,7 +3,7 @@ of use (DESIGN.md, Confinement).
 
 A :class:`Root` holds an open directory (a target prefix, a state dir, the cache home and its
 dirs, an export destination). Each operation takes a path *relative* to it, resolved beneath
-the fd when it acts (:mod:`rocmbuild.beneath`: ``openat2`` with ``RESOLVE_BENEATH |
+the fd when it acts (:mod:`rocmbuild.fs.beneath`: ``openat2`` with ``RESOLVE_BENEATH |
 RESOLVE_NO_SYMLINKS``, else an ``O_NOFOLLOW`` walk); the final component is acted on with the
 ``*at`` calls on its directory's fd. A path string checked earlier is never trusted later: a
 symlink planted in any directory component between a check and a write makes the write fail
@@ -29,8 +29,8 @@ import errno
 import os
 import stat
 
-from rocmbuild.beneath import DIR_FLAGS, culprit, has_openat2, open_beneath, parts, walk_open
-from rocmbuild.disk import ContentMismatch, copy_fd, sha256_fd
+from rocmbuild.fs.beneath import DIR_FLAGS, culprit, has_openat2, open_beneath, parts, walk_open
+from rocmbuild.fs.disk import ContentMismatch, copy_fd, sha256_fd
 from rocmbuild.errors import TargetError
 
 __all__ = ["Root", "ConfinementError", "ContentMismatch", "has_openat2", "parts", "file_mode"]
