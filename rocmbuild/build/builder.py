@@ -8,6 +8,9 @@ after a failure (a rerun continues incrementally) and removed after success, and
 two process trees at once (buildtree.py); the published tree is sealed (read-only, each file's
 identity recorded: ``artifact.seal``); files installed outside ``install_prefix`` are not part of the
 artifact (a warning names them). The whole story is in ``docs/cache.md``.
+
+One module because the build is one story told in order (checkout, configure, build, install,
+seal, publish) and each step hands the next what it made; split, the order would be spread over files.
 """
 
 from __future__ import annotations

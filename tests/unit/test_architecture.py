@@ -26,6 +26,8 @@ LAYERS = (
     ("fs", "names", "schema", "home", "config", "runner", "reaper", "stop", "ui", "progress", "steps", "errors", "__init__"),
 )
 MAX_MODULE_LINES = 400
+# the cohesion rule: a module over MAX_MODULE_LINES says in its docstring why it is one thing
+WHY_ONE = "One module because"
 MAX_FUNCTION_LINES = 60
 
 
@@ -121,8 +123,9 @@ def test_the_probe_is_stdlib_only():
 
 def _size_breaks(module: str, path: Path, tree: ast.Module):
     lines = len(path.read_text().splitlines())
-    if lines > MAX_MODULE_LINES:
-        yield f"{module} has {lines} lines (at most {MAX_MODULE_LINES}): split it along its concerns"
+    if lines > MAX_MODULE_LINES and WHY_ONE not in (ast.get_docstring(tree) or ""):
+        yield (f"{module} has {lines} lines (over {MAX_MODULE_LINES}): split it along its concerns, or say in "
+               f"its docstring why it is one thing ('{WHY_ONE} ...')")
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             n = node.end_lineno - node.lineno + 1
