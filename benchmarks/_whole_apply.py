@@ -6,7 +6,7 @@
   of the target, planning, preflight, lock, journal, the target's own copy of the library, backup
   (hardlink), renames, commit, and the verification probe -- everything.
 * **manual**: the DESIGN.md story end to end, made durable as a careful admin does it, real
-  processes started through :mod:`rocmbuild.runner`: ``cp`` the library to ``.backup_system``,
+  processes started through :mod:`rocmbuild.proc.runner`: ``cp`` the library to ``.backup_system``,
   ``cp`` the cache's new one over it, ``ln -sf`` the two links, ``sync`` (a power cut after a bare
   ``cp`` over a library can leave it torn), then ``python -c "import torch;
   print(torch.backends.cudnn.version())"`` in the env (the user's check that it loads).
@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks._common import ROOT, build_library, fixture_recipe, make_env, make_monorepo
-from rocmbuild import runner
+from rocmbuild.proc import runner
 
 REAL = "libMIOpen.so.1.0"
 GOAL = 0.60  # rocmbuild's whole apply / the durable manual procedure

@@ -28,7 +28,7 @@ What the install phase figure measures (median of ``--runs``), on one filesystem
   otherwise the output says why there is no reflink figure. ``--no-reflink`` skips it.
 * **manual**: what users do by hand (DESIGN.md): ``cp`` the library to a ``.backup_system`` file,
   ``cp`` the new one over it, ``ln -sf`` the two links -- real ``cp``/``ln`` processes started
-  through :mod:`rocmbuild.runner` (argv lists). Note: the manual ``cp`` does not fsync, rocmbuild
+  through :mod:`rocmbuild.proc.runner` (argv lists). Note: the manual ``cp`` does not fsync, rocmbuild
   does (journal and directories), which only favours the manual figure.
 * **extra bytes**: ``statvfs`` used space before and after each install phase (rocmbuild's copy
   shows here on ext4; a reflink shares the extents and adds next to nothing); backups are
@@ -86,7 +86,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks import _whole_apply  # noqa: E402
 from benchmarks._common import build_library  # noqa: E402
 from rocmbuild.fs import disk, root  # noqa: E402
-from rocmbuild import runner, ui  # noqa: E402
+from rocmbuild.proc import runner  # noqa: E402
+from rocmbuild import ui  # noqa: E402
 from rocmbuild.build import artifact  # noqa: E402
 from rocmbuild.build.artifact import Artifact, Manifest  # noqa: E402
 from rocmbuild.swap import journal, plan, protocol  # noqa: E402

@@ -51,7 +51,7 @@ import shutil
 from dataclasses import replace
 from pathlib import Path
 
-from rocmbuild import runner
+from rocmbuild.proc import runner
 from rocmbuild.build import builder
 from rocmbuild.build import hints
 from rocmbuild.build.requirements import (FAIL, OK, WARN, DoctorCheck, build_variables, check_program,

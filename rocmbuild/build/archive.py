@@ -26,7 +26,8 @@ import tempfile
 import urllib.parse
 from pathlib import Path, PurePosixPath
 
-from rocmbuild import progress, runner
+from rocmbuild import progress
+from rocmbuild.proc import runner
 from rocmbuild.fs.disk import CHUNK
 from rocmbuild.errors import FetchError
 from rocmbuild.fs.root import Root

@@ -22,7 +22,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rocmbuild import progress, runner, stop, ui
+from rocmbuild import progress, ui
+from rocmbuild.proc import runner, stop
 from rocmbuild.build import buildtree, cmake, fixes, logs, reproducible, retry, tweak
 from rocmbuild.build.artifact import MANIFEST, TREE, Artifact, Manifest, find_libraries, scan_tree, seal
 from rocmbuild.build.cache import Inputs, key_lock, lookup

@@ -17,7 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-from rocmbuild import runner, ui
+from rocmbuild.proc import runner
+from rocmbuild import ui
 from rocmbuild.fs.disk import atomic_write_json
 from rocmbuild.errors import LockedError
 

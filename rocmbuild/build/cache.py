@@ -35,7 +35,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from rocmbuild import runner, ui
+from rocmbuild.proc import runner
+from rocmbuild import ui
 from rocmbuild.build.artifact import MANIFEST, Artifact, Manifest
 from rocmbuild.build.provenance import origin
 from rocmbuild.fs.disk import FileLock, read_json, sha256_file

@@ -1,6 +1,6 @@
 """Running git (hermetic, through the runner, every command logged) and reading a remote's refs.
 
-Every git command is an argv list run by :mod:`rocmbuild.runner`, under its supervisor like any
+Every git command is an argv list run by :mod:`rocmbuild.proc.runner`, under its supervisor like any
 other child: a stop (Ctrl-C, SIGTERM, SIGHUP) or a SIGKILL of rocmbuild ends git and whatever git
 started (``git-remote-https``, ``ssh``, ``git-upload-pack`` of a ``file://`` remote). GitPython was
 dropped: it served only ``Git.execute``, which started git outside the supervisor.
@@ -50,7 +50,8 @@ import subprocess
 from pathlib import Path
 from typing import Mapping
 
-from rocmbuild import progress, runner, ui
+from rocmbuild import progress, ui
+from rocmbuild.proc import runner
 from rocmbuild.names import safe_text
 from rocmbuild.errors import FetchError, RequirementError
 from rocmbuild.recipe.paths import is_remote_url

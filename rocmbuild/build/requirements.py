@@ -30,7 +30,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from rocmbuild import runner
+from rocmbuild.proc import runner
 from rocmbuild.errors import RocmbuildError
 from rocmbuild.names import safe_text
 from rocmbuild.build import hints

@@ -35,11 +35,12 @@ import datetime as _dt
 import json
 import os
 import shutil
-import subprocess  # for its TimeoutExpired only: processes run through rocmbuild.runner
+import subprocess  # for its TimeoutExpired only: processes run through rocmbuild.proc.runner
 from dataclasses import dataclass
 from pathlib import Path
 
-from rocmbuild import runner, ui
+from rocmbuild.proc import runner
+from rocmbuild import ui
 from rocmbuild import schema as s
 from rocmbuild.schema import MappingRecord
 from rocmbuild.build import buildtree, tweak

@@ -9,7 +9,7 @@ carries one (a failed doctor, a refused dry run) does not repeat it in its text.
 notes go to stderr; nothing ever prompts. Errors are
 :class:`RocmbuildError` subclasses, caught once here: message and hint are printed (a traceback only
 with ``--debug``) and the process exits with the error's code (rocmbuild.errors). SIGINT, SIGTERM
-and SIGHUP raise ``rocmbuild.stop.Stop`` while a verb runs; it is reported as the error
+and SIGHUP raise ``rocmbuild.proc.stop.Stop`` while a verb runs; it is reported as the error
 ``Interrupted`` (what the stop undid in its details) with exit 128+n.
 """
 
@@ -20,7 +20,8 @@ import sys
 import traceback
 from typing import TYPE_CHECKING, Callable
 
-from rocmbuild import stop, ui
+from rocmbuild.proc import stop
+from rocmbuild import ui
 from rocmbuild.names import safe_lines
 from rocmbuild.cli import args as a
 from rocmbuild.cli import completion, help
@@ -94,7 +95,7 @@ def _run(argv: list[str], want_json: bool, debug: bool) -> tuple[str | None, Ver
         if debug:
             traceback.print_exc()
         return verb, _fail(verb, want_json, err, err.exit_code), None
-    except KeyboardInterrupt as exc:  # SIGINT, SIGTERM, SIGHUP (rocmbuild.stop): cleaned up on the way here
+    except KeyboardInterrupt as exc:  # SIGINT, SIGTERM, SIGHUP (rocmbuild.proc.stop): cleaned up on the way here
         err = stop.interrupted(exc)
         return verb, _fail(verb, want_json, err, err.exit_code), None
     except Exception as exc:  # a bug: say so, keep the traceback for --debug
@@ -133,7 +134,7 @@ def _internal(verb: str | None, want_json: bool, debug: bool, exc: BaseException
 
 # the packages that fetch, build and cache: an OSError raised under them left the target untouched
 BUILD_SIDE = ("rocmbuild.build", "rocmbuild.recipe")
-BASE = ("rocmbuild.fs.disk", "rocmbuild.fs.root", "rocmbuild.fs.beneath", "rocmbuild.home", "rocmbuild.runner", "rocmbuild.ui",
+BASE = ("rocmbuild.fs.disk", "rocmbuild.fs.root", "rocmbuild.fs.beneath", "rocmbuild.home", "rocmbuild.proc.runner", "rocmbuild.ui",
         "rocmbuild.errors")
 
 

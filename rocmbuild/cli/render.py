@@ -16,7 +16,8 @@ from __future__ import annotations
 from functools import singledispatch
 from typing import Any
 
-from rocmbuild import runner, ui
+from rocmbuild.proc import runner
+from rocmbuild import ui
 from rocmbuild.build import differs
 from rocmbuild.names import safe_lines, safe_text
 from rocmbuild.cli import layout

@@ -27,7 +27,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from rocmbuild.fs import locks
-from rocmbuild import progress, runner, ui
+from rocmbuild import progress, ui
+from rocmbuild.proc import runner
 from rocmbuild.build import differs
 from rocmbuild.build.manifest import MANIFEST, read_manifest
 from rocmbuild.build.provenance import origin as artifact_origin

@@ -4,7 +4,7 @@ recovery of what an interrupted run left (the steps and their guarantees: docs/t
 Decisions:
 * the caller holds the target's lock and has recovered first; verification is the caller's
   :class:`Verify` callback (the flows run the probe in the target's Python);
-* on a failed verification, any exception or stop signal (rocmbuild.stop) after the first rename, every
+* on a failed verification, any exception or stop signal (rocmbuild.proc.stop) after the first rename, every
   path is reverted and the old state verified again, shielded from a second signal; before, only cleaned up;
 * the reverts never depend on the journal: each journal write of a rollback is attempted and a
   failure (ENOSPC, EIO: often why we roll back) is reported, never raised; the backups stay until
@@ -20,7 +20,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from rocmbuild import stop, ui
+from rocmbuild.proc import stop
+from rocmbuild import ui
 from rocmbuild.errors import (RocmbuildError, RolledBackFilesystemError, TargetError, TargetFilesystemError,
                               VerifyError, from_os_error)
 from rocmbuild.swap.actions import FileAction

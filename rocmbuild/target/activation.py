@@ -46,7 +46,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from rocmbuild import runner, ui
+from rocmbuild.proc import runner
+from rocmbuild import ui
 from rocmbuild.errors import RequirementError, TargetError
 
 UNSET = "***unset***"  # conda's CONDA_ENV_VARS_UNSET_VAR

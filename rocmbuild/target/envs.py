@@ -27,7 +27,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from rocmbuild import runner
+from rocmbuild.proc import runner
 from rocmbuild.errors import RequirementError, TargetError
 from rocmbuild.target import condarc
 

@@ -25,7 +25,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from rocmbuild import runner
+from rocmbuild.proc import runner
 from rocmbuild.errors import RocmbuildError
 
 TOPOLOGY = Path("class/kfd/kfd/topology/nodes")

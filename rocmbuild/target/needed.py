@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from rocmbuild import runner
+from rocmbuild.proc import runner
 from rocmbuild.errors import RequirementError
 from rocmbuild.target.probe import LoadedLibrary, ProbeReport, soname_from_name
 

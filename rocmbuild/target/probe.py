@@ -1,7 +1,7 @@
 """Host side of the probe: run ``_probe.py`` in the target's Python and parse its report.
 
 :func:`run_probe` starts the target's Python on ``_probe.py`` as a fresh process (through
-:func:`rocmbuild.runner.capture`: its own process group, stdin ``/dev/null``, the user's live
+:func:`rocmbuild.proc.runner.capture`: its own process group, stdin ``/dev/null``, the user's live
 environment passed through so ``LD_LIBRARY_PATH``, ``PYTHONPATH``, ``HSA_*`` etc. apply exactly
 as they would for the user, with the target's activation applied over it when the caller passes
 one: :mod:`rocmbuild.target.activation`). The probe prints one JSON object; it becomes a frozen
@@ -38,7 +38,8 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from rocmbuild import progress, runner
+from rocmbuild import progress
+from rocmbuild.proc import runner
 from rocmbuild.build.artifact import read_soname
 from rocmbuild.errors import RequirementError, TargetError
 from rocmbuild.target.versions import decode_version, encode_version

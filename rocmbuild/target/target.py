@@ -53,7 +53,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from rocmbuild import runner, ui
+from rocmbuild.proc import runner
+from rocmbuild import ui
 from rocmbuild.errors import RequirementError, TargetError
 from rocmbuild.home import target_state_dir
 from rocmbuild.names import safe_text

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from rocmbuild.fs import disk
-from rocmbuild import runner
+from rocmbuild.proc import runner
 from rocmbuild.build import builder as build
 from rocmbuild.build import cache
 from rocmbuild.build.artifact import Manifest, read_soname

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rocmbuild import runner
+from rocmbuild.proc import runner
 from rocmbuild.cli import app as cli
 from rocmbuild.home import cache_home
 from tests.support.recipes import write_fixture_recipe

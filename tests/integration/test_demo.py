@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rocmbuild import runner
+from rocmbuild.proc import runner
 from tests.support.cli import rb
 
 STEPS = ["doctor", "plan", "apply", "status", "crash", "status-after-crash", "recover", "rollback"]

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from rocmbuild import runner
+from rocmbuild.proc import runner
 from rocmbuild.build import builder, cache
 from rocmbuild.errors import LockedError
 from rocmbuild.home import build_dir, cache_home

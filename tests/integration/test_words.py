@@ -104,7 +104,8 @@ LONG_DIR = "/tmp/newcomer.R7Vj/" + "/".join(f"level-{i:02d}-of-a-deep-venv" for 
 LABEL = f"probing {LONG_DIR}/bin/python (importing torch)"
 PHASE = f"""
 import sys, time
-from rocmbuild import progress, stop
+from rocmbuild import progress
+from rocmbuild.proc import stop
 progress.configure()
 with stop.handling():
     with progress.phase("probe", {LABEL!r}):

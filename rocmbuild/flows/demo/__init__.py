@@ -23,7 +23,8 @@ from __future__ import annotations
 import shutil
 import time
 
-from rocmbuild import doctor, recipe, stop, ui
+from rocmbuild import doctor, recipe, ui
+from rocmbuild.proc import stop
 from rocmbuild.errors import EXIT_INPUT, EXIT_OK
 from rocmbuild.flows.demo import scratch
 from rocmbuild.flows.demo.steps import differs, run_step, same_as, snapshot, version_check

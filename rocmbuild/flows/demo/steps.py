@@ -28,7 +28,8 @@ from typing import Callable
 
 import rocmbuild
 from rocmbuild.fs import disk
-from rocmbuild import runner, ui
+from rocmbuild.proc import runner
+from rocmbuild import ui
 from rocmbuild.errors import RocmbuildError
 from rocmbuild.results import DemoCheck, DemoStep
 
