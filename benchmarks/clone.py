@@ -5,7 +5,7 @@ and the other projects hold large incompressible blobs (and have history that re
 measures bytes on disk (like ``du``: allocated blocks of the clone dir including ``.git``) and wall
 time of
 
-  (a) ``rocmbuild.build.source.fetch`` of ``develop`` with ``subdir = "projects/miopen"``, and
+  (a) ``rocmbuild.sources.source.fetch`` of ``develop`` with ``subdir = "projects/miopen"``, and
   (b) ``git.Repo.clone_from`` of the same ``file://`` URL (what a user does by hand).
 
 Target: (a) takes at most 10% of (b)'s bytes. Run from the repository root:
@@ -67,7 +67,7 @@ def run(big_mb: int, history: int) -> dict:
     import git
 
     from rocmbuild import ui
-    from rocmbuild.build import source
+    from rocmbuild.sources import source
     from rocmbuild import recipe
 
     ui.set_quiet(True)

@@ -88,8 +88,8 @@ from benchmarks._common import build_library  # noqa: E402
 from rocmbuild.fs import disk, root  # noqa: E402
 from rocmbuild.proc import runner  # noqa: E402
 from rocmbuild import ui  # noqa: E402
-from rocmbuild.build import artifact  # noqa: E402
-from rocmbuild.build.artifact import Artifact, Manifest  # noqa: E402
+from rocmbuild.store import artifact  # noqa: E402
+from rocmbuild.store.artifact import Artifact, Manifest  # noqa: E402
 from rocmbuild.swap import journal, plan, protocol  # noqa: E402
 
 MiB = 1 << 20

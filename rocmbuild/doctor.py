@@ -9,7 +9,7 @@ Decisions:
 * ROCm (``$ROCM_PATH``, ``/opt/rocm`` or the distribution's ``/usr``: requirements.find_rocm)
   missing, or missing hipcc / clang++ / ``hip-config.cmake``: **fail** (MIOpen cannot be built
   without them; the fix names AMD's packages for a ROCm tree, Debian's for a Debian-like ``/usr``:
-  build/hints.py). Only for a ROCm target or none: a CUDA target (the backend the probe found) gets
+  builder/hints.py). Only for a ROCm target or none: a CUDA target (the backend the probe found) gets
   its CUDA facts (cuDNN versions, the cuDNN set loaded, one file per SONAME) instead, and no AMD GPU check.
 * A host that builds nothing: ``doctor --require-cache`` (a fleet host that only pulls) or a
   prebuilt recipe (``[build] system = "prebuilt"``): git, cmake, make/ninja, the compilers and
@@ -34,13 +34,13 @@ Decisions:
   the file. Every ``LD_LIBRARY_PATH``/``LD_PRELOAD`` entry (the caller's or the activation's)
   holding another copy of the judged library (``libMIOpen.so*``): **warn**, one line each (the
   loader searches them before a library's RUNPATH; a copy there can be what loads).
-* A recipe's ``[requires]`` are checked by :mod:`rocmbuild.build.requirements` (the build runs
+* A recipe's ``[requires]`` are checked by :mod:`rocmbuild.builder.requirements` (the build runs
   the same checks before fetching); doctor shows them beside its own, with the recipe's ``-D``
   overrides applied (a requirement's ``when``). Every recipe variable (``${HIP_CXX}``, ...:
   recipe/variables.py) is a line with its value here; one the recipe's defines or env use and
   that is not resolvable: **fail**; another: **warn**.
 * When two or more failed checks name install commands, the result ends with one line that
-  merges them (build/hints.py): ``install what is missing: apt install a b c``.
+  merges them (builder/hints.py): ``install what is missing: apt install a b c``.
 """
 
 from __future__ import annotations
@@ -52,9 +52,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from rocmbuild.proc import runner
-from rocmbuild.build import builder
-from rocmbuild.build import hints
-from rocmbuild.build.requirements import (FAIL, OK, WARN, DoctorCheck, build_variables, check_program,
+from rocmbuild.builder import builder
+from rocmbuild.builder import hints
+from rocmbuild.builder.requirements import (FAIL, OK, WARN, DoctorCheck, build_variables, check_program,
                                           check_requirements, find_rocm, host_root, variable_checks)
 from rocmbuild.fs.disk import nearest_existing
 from rocmbuild.errors import RocmbuildError
@@ -92,7 +92,7 @@ def _gib(n: int) -> str:
 
 
 def check_git() -> DoctorCheck:
-    # 2.32: rocmbuild runs git with an empty global config (GIT_CONFIG_GLOBAL; build/git.py)
+    # 2.32: rocmbuild runs git with an empty global config (GIT_CONFIG_GLOBAL; sources/git.py)
     return check_program("git", floor="2.32", fix="install git >= 2.32 (apt install git)")
 
 

@@ -3,7 +3,7 @@ they raise (:class:`SchemaError`: the file, the field, what was expected, what w
 
 A *spec* is a callable ``spec(value, field) -> value`` that returns the value as rocmbuild uses
 it (a tuple for a JSON list, a frozen dataclass for an object) or raises :class:`SchemaError`.
-Each kind keeps its schema next to its type (``Manifest`` in ``build/manifest.py``, ``Plan`` in
+Each kind keeps its schema next to its type (``Manifest`` in ``store/manifest.py``, ``Plan`` in
 ``swap/plan.py``, ...), most of them derived from the dataclass itself by :func:`record`.
 
 Decisions:

@@ -133,7 +133,7 @@ def _internal(verb: str | None, want_json: bool, debug: bool, exc: BaseException
 
 
 # the packages that fetch, build and cache: an OSError raised under them left the target untouched
-BUILD_SIDE = ("rocmbuild.build", "rocmbuild.recipe")
+BUILD_SIDE = ("rocmbuild.sources", "rocmbuild.builder", "rocmbuild.store", "rocmbuild.recipe")
 BASE = ("rocmbuild.fs.disk", "rocmbuild.fs.root", "rocmbuild.fs.beneath", "rocmbuild.home", "rocmbuild.proc.runner", "rocmbuild.ui",
         "rocmbuild.errors")
 

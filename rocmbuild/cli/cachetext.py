@@ -2,12 +2,12 @@
 each function for its result type (:data:`RENDERERS`).
 
 Decision: ``cache list`` tells builds of one recipe apart by what differs between them (a
-``build:`` line: build/differs.py); ``-v`` shows everything each was built with."""
+``build:`` line: store/differs.py); ``-v`` shows everything each was built with."""
 
 from __future__ import annotations
 
 from rocmbuild import ui
-from rocmbuild.build import differs
+from rocmbuild.store import differs
 from rocmbuild.cli import layout
 from rocmbuild.cli.fleettext import size
 from rocmbuild.cli.statetext import origin_text

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rocmbuild.build.check import Difference
+from rocmbuild.builder.check import Difference
 from rocmbuild.cli import layout
 from rocmbuild.results import CheckResult
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from rocmbuild.proc import runner
 from rocmbuild import ui
-from rocmbuild.build import differs
+from rocmbuild.store import differs
 from rocmbuild.names import safe_lines, safe_text
 from rocmbuild.cli import layout
 from rocmbuild.cli.statetext import (HISTORY_HEADERS, activation_lines, databases_text, drift_text, history_row,

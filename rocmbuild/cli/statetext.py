@@ -77,7 +77,7 @@ def history_state(r) -> tuple[str, ...]:
 
 def history_row(r, built: str = "") -> tuple[layout.Cell, ...]:
     """The cells of a history line (the table escapes each); ``built``: what tells its build apart
-    from the other builds of its recipe listed (build/differs.py)."""
+    from the other builds of its recipe listed (store/differs.py)."""
     what = r.get("recipe") or "-"
     if r.get("commit"):
         what += f" @ {r['commit'][:12]}"

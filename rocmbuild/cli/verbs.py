@@ -46,8 +46,8 @@ def _add_show(sub) -> None:
 
 def _cmd_show(args) -> VerbResult:
     from rocmbuild import recipe
-    from rocmbuild.build.fixes import where_searched
-    from rocmbuild.build.tarball import source_package
+    from rocmbuild.sources.fixes import where_searched
+    from rocmbuild.sources.tarball import source_package
     from rocmbuild.home import cache_home
     from rocmbuild.results import ShowResult
 

@@ -46,9 +46,9 @@ from pathlib import Path
 from typing import Iterator, Union
 
 from rocmbuild import progress, ui
-from rocmbuild.build import bundle, cache
-from rocmbuild.build.artifact import Artifact
-from rocmbuild.build.provenance import origin
+from rocmbuild.store import bundle, cache
+from rocmbuild.store.artifact import Artifact
+from rocmbuild.store.provenance import origin
 from rocmbuild.errors import RocmbuildError, VerifyError
 from rocmbuild.flows import build, export, guards
 from rocmbuild.flows.substitute import CacheOptions

@@ -21,11 +21,12 @@ from rocmbuild import home as home_layout
 from rocmbuild import progress
 from rocmbuild import recipe as _recipe
 from rocmbuild import ui
-from rocmbuild.build import (builder, cache, cmake, fixes, hints, housekeeping, logs, reproducible, requirements,
-                             shims, source, tweak)
-from rocmbuild.build.artifact import Artifact
-from rocmbuild.build.manifest import FoundFix
-from rocmbuild.build.provenance import origin
+from rocmbuild.builder import builder, cmake, hints, logs, reproducible, requirements, shims, tweak
+from rocmbuild.store import cache, housekeeping
+from rocmbuild.sources import fixes, source
+from rocmbuild.store.artifact import Artifact
+from rocmbuild.store.manifest import FoundFix
+from rocmbuild.store.provenance import origin
 from rocmbuild.errors import FetchError, InputError, RequirementError, RocmbuildError
 from rocmbuild.flows import substitute
 from rocmbuild.flows.substitute import CacheOptions

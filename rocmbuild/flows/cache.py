@@ -1,6 +1,6 @@
 """``rocmbuild cache verify``: re-hash every cached artifact, built and imported, against its
 manifest; quarantine what does not match. ``cache list`` and ``cache gc``: the cache
-(:mod:`rocmbuild.build.housekeeping`) beside what the known targets use (:mod:`rocmbuild.swap.known`).
+(:mod:`rocmbuild.store.housekeeping`) beside what the known targets use (:mod:`rocmbuild.swap.known`).
 
 Decisions:
 * Every byte is read (``Artifact.bytes_problems``): this is the slow, thorough check that the
@@ -28,14 +28,14 @@ from contextlib import nullcontext
 from collections import defaultdict
 from pathlib import Path
 
-from rocmbuild.build import bundle, cache, housekeeping, tidy
-from rocmbuild.build.housekeeping import Candidate
-from rocmbuild.build.artifact import MANIFEST, Artifact, read_manifest, seal
+from rocmbuild.store import bundle, cache, housekeeping, tidy
+from rocmbuild.store.housekeeping import Candidate
+from rocmbuild.store.artifact import MANIFEST, Artifact, read_manifest, seal
 from rocmbuild.fs.root import Root
 from rocmbuild.fs.disk import FileLock
 from rocmbuild.errors import ArtifactError, InputError
 from rocmbuild.home import artifacts_dir, cache_home, state_home
-from rocmbuild.build.cache import CacheEntry
+from rocmbuild.store.cache import CacheEntry
 from rocmbuild.results import CacheDirResult, CacheGcResult, CacheListResult, CacheRmResult, CacheVerifyResult
 from rocmbuild.results.cache import Kept, ListedArtifact, ListedTarget
 from rocmbuild.swap import known
@@ -136,7 +136,7 @@ def _take(home: Path, c: Candidate, dry_run: bool, out: dict, still=None) -> Non
 
 
 def _gc_sources_and_logs(home: Path, cutoff: float, dry_run: bool, out: dict) -> None:
-    """Source clones not fetched in ``keep_days``, and logs past the newest few (build/tidy.py)."""
+    """Source clones not fetched in ``keep_days``, and logs past the newest few (store/tidy.py)."""
     for c in tidy.sources(home, cutoff):
         why = tidy.take_source(c, home, dry_run=dry_run)
         if why is None:

@@ -3,7 +3,7 @@
 recipe.load -> overrides -> (ls-remote) key -> the cached artifact (built here, or substituted
 from a binary cache; none: exit 2, nothing fetched or built) -> requirements -> under the source
 lock, fetch -> under the artifact's key lock, rebuild from zero beside the cache
-(build/check.py) -> compare every path -> ``CheckResult`` (identical: exit 0; different: exit 3,
+(builder/check.py) -> compare every path -> ``CheckResult`` (identical: exit 0; different: exit 3,
 the differing paths with both sha256 and sizes).
 
 Decisions: only the local cache is asked (no binary cache is looked up: the check is of what
@@ -21,9 +21,11 @@ from pathlib import Path
 from typing import Sequence
 
 from rocmbuild import progress, ui
-from rocmbuild.build import cache, check, logs, source
-from rocmbuild.build.artifact import Artifact
-from rocmbuild.build.provenance import origin
+from rocmbuild.store import cache
+from rocmbuild.builder import check, logs
+from rocmbuild.sources import source
+from rocmbuild.store.artifact import Artifact
+from rocmbuild.store.provenance import origin
 from rocmbuild.errors import InputError
 from rocmbuild.flows import build
 from rocmbuild.home import cache_home

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Sequence
 
 from rocmbuild import ui
-from rocmbuild.build import cache
-from rocmbuild.build import bundle
-from rocmbuild.build.artifact import Artifact
+from rocmbuild.store import cache
+from rocmbuild.store import bundle
+from rocmbuild.store.artifact import Artifact
 from rocmbuild.fs.disk import read_json
 from rocmbuild.errors import ArtifactError, InputError
 from rocmbuild.flows import build

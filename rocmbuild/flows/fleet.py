@@ -12,7 +12,7 @@ Decisions:
   ``--allow-unsigned``, so uploading one is almost always a mistake;
 * a key the cache already holds is not exported or uploaded again (``uploaded: false``); two
   pushes of one key at once both succeed and the cache holds one copy;
-* the bundle is exported with rocmbuild.build.bundle's ``export`` into a private temp dir,
+* the bundle is exported with rocmbuild.store.bundle's ``export`` into a private temp dir,
   removed afterwards.
 """
 
@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Sequence
 
 from rocmbuild import config, ui
-from rocmbuild.build import bundle, cache
-from rocmbuild.build.artifact import Artifact
+from rocmbuild.store import bundle, cache
+from rocmbuild.store.artifact import Artifact
 from rocmbuild.errors import InputError
 from rocmbuild.flows import build, export
 from rocmbuild.home import cache_home

@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from rocmbuild import progress, ui
-from rocmbuild.build import cache
-from rocmbuild.build.artifact import Artifact
+from rocmbuild.store import cache
+from rocmbuild.store.artifact import Artifact
 from rocmbuild.fs.root import Root
 from rocmbuild.fs.disk import nearest_existing
 from rocmbuild.errors import InputError, StateError, TargetError

@@ -2,7 +2,7 @@
 follow the one a build writes now (``--follow``, like ``tail -f``) until that build ends.
 
 Decisions: RECIPE is a recipe name, or a recipe file (its name is read from it); the logs are
-build/logs.py's (``logs/<recipe>/``, and the old-named ones whose first line names the recipe).
+builder/logs.py's (``logs/<recipe>/``, and the old-named ones whose first line names the recipe).
 ``--follow`` prints what is there, then what is added, until the process the log names as its
 writer (``# rocmbuild pid N``, checked to be a rocmbuild) is gone, then the rest; a log of an
 older release names no writer and is printed once. No log is an error (exit 2) naming where
@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from rocmbuild.build import logs
+from rocmbuild.builder import logs
 from rocmbuild.errors import InputError
 from rocmbuild.home import cache_home, logs_dir
 from rocmbuild.names import safe_lines

@@ -29,9 +29,9 @@ from pathlib import Path
 from rocmbuild.fs import locks
 from rocmbuild import progress, ui
 from rocmbuild.proc import runner
-from rocmbuild.build import differs
-from rocmbuild.build.manifest import MANIFEST, read_manifest
-from rocmbuild.build.provenance import origin as artifact_origin
+from rocmbuild.store import differs
+from rocmbuild.store.manifest import MANIFEST, read_manifest
+from rocmbuild.store.provenance import origin as artifact_origin
 from rocmbuild.errors import RocmbuildError, TargetError, VerifyError
 from rocmbuild.home import artifacts_dir, cache_home
 from rocmbuild.fs.locks import LockWait
@@ -257,7 +257,7 @@ def _manifest_of(artifact_path: str | None):
 
 def _apart(man, built: dict[str, str]) -> dict[str, str | None]:
     """What tells the build in effect apart from the other builds of its recipe in this cache
-    (build/differs.py); {} when there is no other."""
+    (store/differs.py); {} when there is no other."""
     if man is None or not built:
         return {}
     others = [f for key, f in differs.cached(cache_home(), man.recipe) if key != man.key and f]

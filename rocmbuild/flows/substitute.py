@@ -2,7 +2,7 @@
 (docs/caches.md, "Substitution").
 
 ``build`` and ``apply`` of a recipe or a lock file compute the key, look in the local cache
-(:func:`rocmbuild.build.cache.lookup`), then ask each binary cache in order: the ``--cache URL``
+(:func:`rocmbuild.store.cache.lookup`), then ask each binary cache in order: the ``--cache URL``
 flags first (in their order), then the config's ``[[caches]]``. For each cache, in this order:
 
 1. ``lookup(key)``: the manifest's exact bytes, the bundle's sha256 and the signature (a miss
@@ -14,7 +14,7 @@ flags first (in their order), then the config's ``[[caches]]``. For each cache, 
    --artifact`` checks them, ``--allow-other-arch`` included);
 4. the download (:mod:`rocmbuild.remote.download`: progress, retried with backoff, resumed from
    the partial file an earlier try or run left), its sha256 checked on the way;
-5. the import (:func:`rocmbuild.build.bundle.import_bundle`): the bundle's sha256 again, its first
+5. the import (:func:`rocmbuild.store.bundle.import_bundle`): the bundle's sha256 again, its first
    member exactly the signed manifest, every header and every file's size and sha256 against it;
    placed under ``artifacts/imported/<key>/`` with a provenance of kind ``cache`` (the URL, the
    bundle's digest, the signer), which makes it the recipe's cache hit from then on.
@@ -39,10 +39,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rocmbuild import config, ui
-from rocmbuild.build import bundle
-from rocmbuild.build.artifact import Artifact
-from rocmbuild.build.cache import key_lock, lookup
-from rocmbuild.build.provenance import SUBSTITUTED, Provenance
+from rocmbuild.store import bundle
+from rocmbuild.store.artifact import Artifact
+from rocmbuild.store.cache import key_lock, lookup
+from rocmbuild.store.provenance import SUBSTITUTED, Provenance
 from rocmbuild.errors import FetchError, LockedError, RocmbuildError
 from rocmbuild.home import downloads_dir
 from rocmbuild.fs.locks import LockWait
@@ -89,7 +89,7 @@ def caches(opts: CacheOptions) -> list[config.CacheConfig]:
 
 def _gpu_refusal(cache_url: str, key: str, manifest: bytes, opts: CacheOptions) -> str | None:
     from rocmbuild.flows import guards
-    from rocmbuild.build.artifact import Manifest
+    from rocmbuild.store.artifact import Manifest
 
     try:
         m = Manifest.from_json(json.loads(manifest), f"{cache_url} {key[:16]}")

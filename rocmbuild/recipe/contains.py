@@ -5,7 +5,7 @@ of ``grep`` (a fixed string, searched in the files under ``path``) and ``commit`
 an ancestor of the checked-out commit). ``path`` (only with ``grep``; default: the whole source
 directory) is relative to the source directory (below ``subdir``) and in its clean form: no
 ``..``, ``.``, empty component, leading or trailing ``/``. Unknown keys are refused with a "did
-you mean". The check itself runs after the fetch (:mod:`rocmbuild.build.fixes`).
+you mean". The check itself runs after the fetch (:mod:`rocmbuild.sources.fixes`).
 """
 
 from __future__ import annotations

@@ -73,7 +73,7 @@ class Build:
     env: tuple[tuple[str, str], ...] = ()
     install_prefix: str = "/usr/local"
     launcher: str | None = None  # None (not set) = "auto": ccache when installed; "none": no launcher
-    reproducible: bool = True  # prefix maps and SOURCE_DATE_EPOCH (build/reproducible.py)
+    reproducible: bool = True  # prefix maps and SOURCE_DATE_EPOCH (builder/reproducible.py)
 
     @property
     def prebuilt(self) -> bool:

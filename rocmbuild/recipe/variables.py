@@ -20,10 +20,10 @@ Decisions:
   ``half`` package), else ``/usr/include`` when ``/usr/include/half/half.hpp`` exists, else, when a
   bare ``half.hpp`` exists (Debian's ``libhalf-dev``: ``/usr/include/half.hpp``), the directory
   ``$ROCMBUILD_HOME/include/half-<sha256[:16] of the header>`` that ``build`` fills with
-  ``half/half.hpp`` right before configuring (:mod:`rocmbuild.build.shims`). A *copy*, not a
+  ``half/half.hpp`` right before configuring (:mod:`rocmbuild.builder.shims`). A *copy*, not a
   symlink: the dir name carries the header's hash, so the cache key (which hashes the resolved
   defines) changes when the header does, and no link leads out of the cache home. The cache key
-  hashes a value under the cache home as ``${ROCMBUILD_HOME}/...`` (build/cache.py): two machines
+  hashes a value under the cache home as ``${ROCMBUILD_HOME}/...`` (store/cache.py): two machines
   with the same header share the key.
 """
 
@@ -51,7 +51,7 @@ class Variable:
     name: str
     value: str | None  # None: not resolvable here
     detail: str  # where it was found, or what was looked for
-    fix: Hint = ""  # what to install when it is not resolvable (per distribution: build/hints.py)
+    fix: Hint = ""  # what to install when it is not resolvable (per distribution: builder/hints.py)
     source: Path | None = None  # HALF_INCLUDE_DIR made by rocmbuild: the bare header it copies
 
     @property

@@ -48,7 +48,7 @@ import requests
 import urllib3
 
 from rocmbuild import progress
-from rocmbuild.build import net
+from rocmbuild.sources import net
 from rocmbuild.errors import NO_SPACE, FetchError, from_os_error
 from rocmbuild.remote import http
 from rocmbuild.remote.http import Retry

@@ -1,4 +1,4 @@
-"""What the HTTP caches share: the session (rocmbuild.build.net's, retrying GETs with backoff), a
+"""What the HTTP caches share: the session (rocmbuild.sources.net's, retrying GETs with backoff), a
 retry loop for the requests urllib3 does not retry (uploads), credentials, TLS, and every failure
 said in words (exit 3) with a hint that names what to do.
 
@@ -28,7 +28,7 @@ from urllib.parse import urlparse
 
 import requests
 
-from rocmbuild.build import net
+from rocmbuild.sources import net
 from rocmbuild.config import CacheConfig
 from rocmbuild.errors import FetchError, InputError
 

@@ -26,7 +26,7 @@ from urllib.parse import unquote, urlparse
 
 import requests
 
-from rocmbuild.build import net
+from rocmbuild.sources import net
 from rocmbuild.config import CacheConfig
 from rocmbuild.errors import FetchError, InputError
 from rocmbuild.remote import Entry, Fetched, bundle_manifest, check_key, side_files
@@ -193,7 +193,7 @@ class HttpCache:
 
     def _stream(self, s: requests.Session, url: str, headers: dict[str, str]) -> requests.Response:
         """A streamed GET of ``url`` (200, 206 or 416). The session already retried a refused
-        connection and a 5xx with backoff (rocmbuild.build.net): those are final here."""
+        connection and a 5xx with backoff (rocmbuild.sources.net): those are final here."""
         try:
             resp = s.get(url, stream=True, timeout=net.TIMEOUT, auth=self._auth(), headers=headers)
         except requests.RequestException as exc:

@@ -13,7 +13,7 @@ Decisions:
   re-exported here, so callers import ``rocmbuild.results``.
 """
 
-from rocmbuild.build.cache import CacheReport as CacheVerifyResult  # made in build/, held as it is
+from rocmbuild.store.cache import CacheReport as CacheVerifyResult  # made in build/, held as it is
 from rocmbuild.results.cache import CacheDirResult, CacheGcResult, CacheListResult, CacheRmResult, LogResult
 from rocmbuild.results.base import BACKUP_BYTES_NOTE, Json, Record, VerbResult
 from rocmbuild.results.build import BuildPlan, BuildResult, CheckResult, RecipeEntry, RecipesResult, ShowResult, SourcePlan

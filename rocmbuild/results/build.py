@@ -5,14 +5,14 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from rocmbuild.build.check import NotReproducible
+from rocmbuild.builder.check import NotReproducible
 from rocmbuild.errors import RocmbuildError
 from rocmbuild.results.base import Json, Record, VerbResult, seconds_json
 
 if TYPE_CHECKING:
-    from rocmbuild.build.artifact import Artifact
-    from rocmbuild.build.check import Difference
-    from rocmbuild.build.requirements import DoctorCheck
+    from rocmbuild.store.artifact import Artifact
+    from rocmbuild.builder.check import Difference
+    from rocmbuild.builder.requirements import DoctorCheck
 
 # recipes, show
 
@@ -45,7 +45,7 @@ class ShowResult(VerbResult):
     fixes: tuple[str, ...] = ()  # the names of [source] contains: what an artifact of it carries
     fixes_where: tuple[str, ...] = ()  # text only: where each is searched (the source, the artifact)
     overridden: tuple[str, ...] = ()  # "key = value" the command line set (text only: the JSON's recipe has them)
-    package: Json = None  # a Debian package source: {format, name, version, architecture} (build/debarchive.py)
+    package: Json = None  # a Debian package source: {format, name, version, architecture} (sources/debarchive.py)
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "path": self.path, "description": self.description, "recipe": self.recipe,
@@ -102,8 +102,8 @@ class BuildPlan(VerbResult):
 
     @property
     def install(self) -> str | None:
-        """The missing requirements' install commands as one line (build/hints.py)."""
-        from rocmbuild.build.hints import install_line
+        """The missing requirements' install commands as one line (builder/hints.py)."""
+        from rocmbuild.builder.hints import install_line
 
         return install_line(self.requirements)
 
@@ -148,7 +148,7 @@ class BuildResult(VerbResult):
 
 @dataclass(frozen=True)
 class CheckResult(VerbResult):
-    """``build --check``: the cached artifact against a rebuild from zero (build/check.py)."""
+    """``build --check``: the cached artifact against a rebuild from zero (builder/check.py)."""
 
     recipe: str
     key: str

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rocmbuild.build.housekeeping import ArtifactInfo, Candidate
+from rocmbuild.store.housekeeping import ArtifactInfo, Candidate
 from rocmbuild.results.base import VerbResult
 from rocmbuild.swap.known import KnownTarget, Use
 

@@ -9,7 +9,7 @@ from rocmbuild.errors import RequirementError, RocmbuildError, VerifyError
 from rocmbuild.results.base import BACKUP_BYTES_NOTE, Json, Record, VerbResult, records_json
 
 if TYPE_CHECKING:
-    from rocmbuild.build.manifest import FoundFix
+    from rocmbuild.store.manifest import FoundFix
     from rocmbuild.swap.records import Drift, Unreadable
     from rocmbuild.swap.strays import Stray
     from rocmbuild.target.probe import LoadedLibrary
@@ -31,7 +31,7 @@ class InEffect(Record):
     fixes_found: tuple["FoundFix", ...] = ()  # the same, each with where it was found (source or artifact)
     redone_by: str | None = None  # undone once, then back in effect by this redo
     package: dict | None = None  # the artifact's tree came from this Debian package: {format, name, version, architecture}
-    build: dict = field(default_factory=dict)  # what the artifact was built with (build/differs.py)
+    build: dict = field(default_factory=dict)  # what the artifact was built with (store/differs.py)
     differs: dict = field(default_factory=dict)  # ... where it differs from the other builds of its recipe cached
 
 
@@ -220,7 +220,7 @@ class VerifyResult(VerbResult):
 
 @dataclass(frozen=True)
 class DoctorResult(VerbResult):
-    checks: tuple[Any, ...]  # rocmbuild.build.requirements.DoctorCheck
+    checks: tuple[Any, ...]  # rocmbuild.builder.requirements.DoctorCheck
 
     @property
     def failed(self) -> tuple[Any, ...]:
@@ -238,8 +238,8 @@ class DoctorResult(VerbResult):
 
     @property
     def install(self) -> str | None:
-        """The failed checks' install commands as one line (build/hints.py)."""
-        from rocmbuild.build.hints import install_line
+        """The failed checks' install commands as one line (builder/hints.py)."""
+        from rocmbuild.builder.hints import install_line
 
         return install_line(self.checks)
 

@@ -10,7 +10,7 @@ from rocmbuild.results.base import Json, Record, VerbResult, plan_target, record
 from rocmbuild.results.build import BuildPlan
 
 if TYPE_CHECKING:
-    from rocmbuild.build.bundle import Export
+    from rocmbuild.store.bundle import Export
     from rocmbuild.recipe.arch import ArchMatch
     from rocmbuild.swap.plan import Plan
     from rocmbuild.swap.records import Pruned, Recovered
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class ExportResult(VerbResult):
-    bundle: "Export"  # what build/bundle.py wrote
+    bundle: "Export"  # what store/bundle.py wrote
 
     @property
     def changed(self) -> bool:

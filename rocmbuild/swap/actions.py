@@ -23,8 +23,8 @@ import os
 import stat
 from pathlib import Path
 
-from rocmbuild.build import cache
-from rocmbuild.build.artifact import MANIFEST, Artifact, Manifest, artifact_root, trust_check
+from rocmbuild.store import cache
+from rocmbuild.store.artifact import MANIFEST, Artifact, Manifest, artifact_root, trust_check
 from rocmbuild.fs.disk import ContentMismatch, read_json
 from rocmbuild.errors import FetchError, InputError
 from rocmbuild.fs.root import ConfinementError, Root, file_mode

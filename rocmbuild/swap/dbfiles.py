@@ -27,7 +27,7 @@ from rocmbuild.swap.observe import Observer
 from rocmbuild.swap.paths import under
 
 if TYPE_CHECKING:
-    from rocmbuild.build.artifact import Manifest
+    from rocmbuild.store.artifact import Manifest
     from rocmbuild.swap.plan import Action
 
 DB_DIR = "share/miopen/db"

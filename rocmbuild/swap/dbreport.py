@@ -16,7 +16,7 @@ identity moved):
   (``*.ukdb``, ``*.udb``, ``*.ufdb.txt``, ``*.updb.txt``) at its top is reported: MIOpen up to
   3.3 (ROCm 6.3) uses that dir as it is, shared by every version and build, and nothing in a
   ``.ukdb`` says which build compiled it; later MIOpen use ``<dir>/<M.m.p.tweak>/``, which the
-  tweak keeps apart (build/tweak.py). The command that removes exactly those files is given.
+  tweak keeps apart (builder/tweak.py). The command that removes exactly those files is given.
 """
 
 from __future__ import annotations

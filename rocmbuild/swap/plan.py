@@ -33,7 +33,7 @@ from rocmbuild.swap.observe import PATH_STATE_SPEC, FsObserver, Observer, PathSt
 from rocmbuild.swap.paths import Places, clean_relative, missing_dirs, plain_name
 
 if TYPE_CHECKING:
-    from rocmbuild.build.artifact import Artifact, LibraryEntry, Manifest
+    from rocmbuild.store.artifact import Artifact, LibraryEntry, Manifest
     from rocmbuild.target.target import Target
 
 ACTION_KINDS = ("replace_file", "add_file", "replace_link", "remove")

@@ -40,7 +40,7 @@ from packaging.version import Version
 
 from rocmbuild import progress
 from rocmbuild.proc import runner
-from rocmbuild.build.artifact import read_soname
+from rocmbuild.store.artifact import read_soname
 from rocmbuild.errors import RequirementError, TargetError
 from rocmbuild.target.versions import decode_version, encode_version
 

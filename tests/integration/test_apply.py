@@ -415,7 +415,7 @@ def test_library_outside_the_prefix_exit_2_unless_allowed(txn_home, env350, fixt
 
 
 def test_missing_artifact_file_exit_2_nothing_changed(txn_home, env350, tmp_path, mocker, capsys):
-    from rocmbuild.build.artifact import Artifact, Manifest
+    from rocmbuild.store.artifact import Artifact, Manifest
     from rocmbuild.cli import app as cli
     from rocmbuild.flows import build as workflow
 

@@ -10,9 +10,9 @@ import pytest
 
 from rocmbuild.fs import disk
 from rocmbuild.proc import runner
-from rocmbuild.build import builder as build
-from rocmbuild.build import cache
-from rocmbuild.build.artifact import Manifest, read_soname
+from rocmbuild.builder import builder as build
+from rocmbuild.store import cache
+from rocmbuild.store.artifact import Manifest, read_soname
 from rocmbuild.errors import EXIT_BUILD, EXIT_INPUT, BuildError, RequirementError
 from rocmbuild.home import cache_home
 from rocmbuild import recipe
@@ -131,8 +131,8 @@ import sys
 signal.signal(signal.SIGINT, signal.default_int_handler)
 from pathlib import Path
 from types import SimpleNamespace
-from rocmbuild.build import builder as build
-from rocmbuild.build import cache
+from rocmbuild.builder import builder as build
+from rocmbuild.store import cache
 from rocmbuild import recipe
 from rocmbuild.fs import disk
 from rocmbuild.home import cache_home

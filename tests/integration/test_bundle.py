@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rocmbuild.build import bundle, cache
+from rocmbuild.store import bundle, cache
 from rocmbuild.errors import EXIT_BUILD, EXIT_INPUT, ArtifactError, FetchError, InputError
 from rocmbuild.recipe import lockfile
 from rocmbuild import recipe

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from rocmbuild.build import bundle
+from rocmbuild.store import bundle
 from rocmbuild.errors import EXIT_BUILD, BuildFilesystemError, FetchError
 from tests.support.cli import REPO, kill_group, rb
 from tests.support.tars import bundle_entries, entry, write_tar

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rocmbuild.build import cmake
+from rocmbuild.builder import cmake
 from rocmbuild.cli import app as cli
 from rocmbuild.errors import EXIT_INPUT, InputError
 from rocmbuild.flows import build as workflow

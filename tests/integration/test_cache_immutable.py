@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from rocmbuild.fs import disk
-from rocmbuild.build import cache
+from rocmbuild.store import cache
 from tests.support.cli import rb
 from tests.support.snapshots import inodes, snapshot
 
@@ -185,7 +185,7 @@ def test_cache_verify_quarantines_a_bad_imported_entry(txn_world, tmp_path, monk
     monkeypatch.setenv("ROCMBUILD_HOME", str(home))
     out = tmp_path / "mini.tar.gz"
     assert rb("export", txn_world.recipe("mini"), "-o", out, env={"ROCMBUILD_HOME": str(txn_world.home)}).returncode == 0
-    from rocmbuild.build import bundle
+    from rocmbuild.store import bundle
 
     art = bundle.import_bundle(str(out), home=home)
     d = _json(rb("cache", "verify", "--json"))

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from rocmbuild import doctor, recipe as recipe_mod
-from rocmbuild.build import builder, cache
+from rocmbuild.builder import builder
+from rocmbuild.store import cache
 from rocmbuild.errors import RecipeError
 from rocmbuild.flows import build as build_flow
 from rocmbuild.home import cache_home

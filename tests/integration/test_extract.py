@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rocmbuild.build import extract
+from rocmbuild.sources import extract
 from rocmbuild.errors import EXIT_BUILD, FetchError
 from tests.support.cli import rb
 from tests.support.recipes import fixture_recipe

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rocmbuild.build import logs
+from rocmbuild.builder import logs
 from rocmbuild.flows.logs import tail
 from rocmbuild.names import safe_lines
 from tests.support.cli import kill_group, rb

@@ -10,7 +10,8 @@ from pathlib import Path
 import git
 import pytest
 
-from rocmbuild.build import fixes, requirements
+from rocmbuild.sources import fixes
+from rocmbuild.builder import requirements
 from rocmbuild.cli import app as cli
 from rocmbuild.errors import EXIT_INPUT
 from rocmbuild.flows import build as flow

@@ -15,8 +15,8 @@ from pathlib import Path
 import git
 import pytest
 
-from rocmbuild.build import fixes
-from rocmbuild.build.manifest import FoundFix, Manifest
+from rocmbuild.sources import fixes
+from rocmbuild.store.manifest import FoundFix, Manifest
 from rocmbuild.cli import app as cli
 from rocmbuild.errors import EXIT_INPUT, RecipeError
 from rocmbuild.home import cache_home

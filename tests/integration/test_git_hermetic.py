@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from rocmbuild.build import git as gitmod
-from rocmbuild.build import source
+from rocmbuild.sources import git as gitmod
+from rocmbuild.sources import source
 from rocmbuild.errors import FetchError, RequirementError
 from tests.integration.test_source import git_recipe, marker, marker_patch, tar_recipe
 from tests.support.project import MIOPEN_SRC

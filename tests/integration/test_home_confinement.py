@@ -101,7 +101,7 @@ def test_cache_rm_through_a_linked_imported_dir_removes_nothing_outside(tmp_path
 
 
 def test_a_download_into_the_cache_never_writes_through_a_planted_link(tmp_path):
-    from rocmbuild.build.archive import download
+    from rocmbuild.sources.archive import download
     from rocmbuild.fs.root import ConfinementError
 
     src = tmp_path / "source.tar.gz"

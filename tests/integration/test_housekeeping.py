@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from rocmbuild.build import archive, cache, housekeeping
+from rocmbuild.sources import archive
+from rocmbuild.store import cache, housekeeping
 from rocmbuild.errors import FetchError
 from tests.support.cli import rb
 from tests.support.recipes import write_fixture_recipe

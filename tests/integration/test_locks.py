@@ -29,7 +29,8 @@ from pathlib import Path
 import pytest
 
 from rocmbuild import recipe as recipe_mod
-from rocmbuild.build import cache, source
+from rocmbuild.store import cache
+from rocmbuild.sources import source
 from rocmbuild.errors import LockedError
 from rocmbuild.home import artifacts_dir
 from rocmbuild.fs.locks import LockWait

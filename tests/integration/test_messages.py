@@ -163,7 +163,7 @@ def test_a_remote_missing_objects_gets_a_fitting_hint_and_leaves_no_empty_cache(
 
 
 def test_a_sha_the_server_will_not_serve_names_that_setting():
-    from rocmbuild.build.git import fetch_refused
+    from rocmbuild.sources.git import fetch_refused
 
     sha = "0123456789abcdef0123456789abcdef01234567"
     out = "fatal: remote error: upload-pack: not our ref " + sha

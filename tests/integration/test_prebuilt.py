@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from rocmbuild.build import extract
+from rocmbuild.sources import extract
 from rocmbuild.errors import EXIT_BUILD, FetchError
 from tests.support.cli import rb
 from tests.support.snapshots import snapshot
@@ -223,7 +223,7 @@ SIX_WHEEL_SHA256 = "8abb2f1d86890a2dfb989f9a77cfcfd3e47c2a354b01111771326f8aa26e
 
 
 def test_a_pinned_pypi_package_is_downloaded_with_pip_and_checked(tmp_path):
-    from rocmbuild.build import archive
+    from rocmbuild.sources import archive
 
     dest = tmp_path / "six.whl"
     archive.download("pypi:six==1.16.0", dest, SIX_WHEEL_SHA256)
@@ -236,7 +236,7 @@ def test_a_pinned_pypi_package_is_downloaded_with_pip_and_checked(tmp_path):
 
 @pytest.mark.parametrize("spec", ["six", "six>=1.16", "six==1.*", "six==1.16.0,>=1", "not a requirement!"])
 def test_a_pypi_archive_must_pin_one_exact_version(tmp_path, spec):
-    from rocmbuild.build import archive
+    from rocmbuild.sources import archive
 
     with pytest.raises(FetchError) as ei:
         archive.download(f"pypi:{spec}", tmp_path / "x.whl", "0" * 64)

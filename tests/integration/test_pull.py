@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from rocmbuild.build import bundle
+from rocmbuild.store import bundle
 from rocmbuild.config import CacheConfig
 from rocmbuild.errors import FetchError
 from rocmbuild.remote import open_cache

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rocmbuild.build.requirements import DoctorCheck
+from rocmbuild.builder.requirements import DoctorCheck
 from rocmbuild.cli import app as cli
 from tests.support.cli import rb
 from tests.support.recipes import write_fixture_recipe

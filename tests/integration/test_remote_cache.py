@@ -3,7 +3,7 @@ htpasswd auth), a ``file://`` directory and a static web server on 127.0.0.1.
 
 Pushes run the real CLI (``rocmbuild push KEY``) on an artifact of the session's ``txn_world``;
 lookups and fetches go through rocmbuild.remote into a Root; the fetched bundle is imported
-with rocmbuild.build.bundle to prove the round trip. Keys and trust: Ed25519 keys, a signature
+with rocmbuild.store.bundle to prove the round trip. Keys and trust: Ed25519 keys, a signature
 by a key not trusted here, a signature that does not cover a changed manifest, a blob corrupted
 in the registry's storage dir.
 """
@@ -18,7 +18,7 @@ import sys
 
 import pytest
 
-from rocmbuild.build import bundle
+from rocmbuild.store import bundle
 from rocmbuild.config import CacheConfig
 from rocmbuild.errors import FetchError
 from rocmbuild.remote import open_cache, trust

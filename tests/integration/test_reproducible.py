@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from rocmbuild.build import cache
+from rocmbuild.store import cache
 from tests.support.cli import rb
 from tests.support.recipes import write_fixture_recipe
 
@@ -147,7 +147,7 @@ def test_check_without_a_cached_artifact_is_exit_2_with_a_hint(tmp_path, monorep
 def test_a_stopped_check_leaves_no_rebuild_and_gc_collects_a_killed_one(tmp_path, mocker):
     """A stop (SIGTERM, Ctrl-C: a BaseException) mid-rebuild removes ``build/.check-<key>-<pid>``;
     ``cache gc`` removes one whose process was killed (-9)."""
-    from rocmbuild.build import builder, check
+    from rocmbuild.builder import builder, check
     from rocmbuild.home import cache_home
 
     home, key = cache_home(), "c" * 64

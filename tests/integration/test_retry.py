@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from rocmbuild.build import logs as build_logs
-from rocmbuild.build import retry
+from rocmbuild.builder import logs as build_logs
+from rocmbuild.builder import retry
 from rocmbuild.home import cache_home
 from tests.support.cli import rb
 from tests.support.recipes import write_fixture_recipe
@@ -162,7 +162,7 @@ def test_a_tree_whose_key_is_locked_is_never_copied(tmp_path, monorepo):
     assert _build(recipe)[0] == 3
     (old_key, _record), = _trees().items()
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from pathlib import Path; from rocmbuild.build.cache import key_lock\n"
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; from rocmbuild.store.cache import key_lock\n"
          "with key_lock(Path(sys.argv[1]), sys.argv[2], wait=False):\n    print('held', flush=True); time.sleep(60)",
          str(cache_home()), old_key], stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from rocmbuild.build import hints, shims
+from rocmbuild.builder import hints, shims
 from rocmbuild.cli import app as cli
 from rocmbuild.errors import EXIT_INPUT, RecipeError
 from rocmbuild.flows import build as flow

@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from rocmbuild.proc import runner
-from rocmbuild.build import builder, cache
+from rocmbuild.builder import builder
+from rocmbuild.store import cache
 from rocmbuild.errors import LockedError
 from rocmbuild.home import build_dir, cache_home
 from tests.support.builds import make_checkout, make_recipe

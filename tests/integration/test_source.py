@@ -1,4 +1,4 @@
-"""rocmbuild.build.source against real git repositories and real tarballs (nothing mocked)."""
+"""rocmbuild.sources.source against real git repositories and real tarballs (nothing mocked)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import git
 import pytest
 
 from rocmbuild.fs.disk import sha256_file
-from rocmbuild.build import source
-from rocmbuild.build.git import remote_key
+from rocmbuild.sources import source
+from rocmbuild.sources.git import remote_key
 from rocmbuild.errors import FetchError, RecipeError
 from rocmbuild import recipe as recipe_mod
 from tests.support.project import MIOPEN_SRC, set_marker, set_version

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from rocmbuild import swap
-from rocmbuild.build.artifact import Artifact, FileEntry
+from rocmbuild.store.artifact import Artifact, FileEntry
 from rocmbuild.errors import InputError, TargetError
 from rocmbuild.swap import plan, state
 from rocmbuild.swap.observe import FsObserver, observe, unchanged

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from rocmbuild import doctor
-from rocmbuild.build.artifact import read_soname
+from rocmbuild.store.artifact import read_soname
 from rocmbuild.cli import app as cli
 from rocmbuild.errors import EXIT_INPUT, EXIT_OK, EXIT_VERIFY
 from rocmbuild.target.probe import run_probe

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from rocmbuild.fs import disk
-from rocmbuild.build import artifact
-from rocmbuild.build.artifact import Artifact, Manifest
+from rocmbuild.store import artifact
+from rocmbuild.store.artifact import Artifact, Manifest
 from rocmbuild.errors import InputError, LockedError, TargetError, VerifyError
 from rocmbuild import swap as transaction
 from rocmbuild.fs.root import Root

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from rocmbuild.build import bundle
+from rocmbuild.store import bundle
 from tests.support.cli import rb
 from tests.support.snapshots import listing
 

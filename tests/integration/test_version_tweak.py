@@ -1,4 +1,4 @@
-"""MIOpen's version tweak carries the source (build/tweak.py): the configure line of a MIOpen
+"""MIOpen's version tweak carries the source (builder/tweak.py): the configure line of a MIOpen
 recipe sets ``GIT`` so that ``rocm_setup_version``'s ``${GIT} describe ...`` prints the commit, and
 a real cmake run of a project doing what rocm-cmake's ROCMSetupVersion does writes that tweak into
 its version.h. Two sources (another commit, a patch) never get the same tweak.
@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from rocmbuild.build import cmake, retry, tweak
+from rocmbuild.builder import cmake, retry, tweak
 from rocmbuild.recipe.model import Build
 from tests.integration.test_cli_build import run_json, write_recipe
 

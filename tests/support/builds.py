@@ -11,7 +11,8 @@ import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
-from rocmbuild.build import builder, cache
+from rocmbuild.builder import builder
+from rocmbuild.store import cache
 from rocmbuild.home import cache_home
 from rocmbuild import recipe
 from tests.support.project import MIOPEN_SRC, set_version

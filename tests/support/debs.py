@@ -60,7 +60,7 @@ def compress(raw: bytes, compression: str | None) -> bytes:
     if compression == "bz2":
         import bz2
         return bz2.compress(raw)
-    from rocmbuild.build.debarchive import _zstd
+    from rocmbuild.sources.debarchive import _zstd
     return _zstd().compress(raw)
 
 

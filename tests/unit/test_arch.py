@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from rocmbuild.build.artifact import Manifest
+from rocmbuild.store.artifact import Manifest
 from rocmbuild.schema import SchemaError
 from rocmbuild.errors import EXIT_INPUT, InputError, RecipeError
 from rocmbuild.recipe import Overrides, apply_overrides, arch, parse

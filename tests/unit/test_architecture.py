@@ -21,7 +21,7 @@ LAYERS = (
     ("swap",),
     ("target",),
     ("remote",),
-    ("build",),
+    ("builder", "store", "sources"),
     ("recipe",),
     ("fs", "proc", "names", "schema", "home", "config", "ui", "progress", "steps", "errors", "__init__"),
 )
@@ -143,8 +143,8 @@ def test_sizes():
 
 #: the modules that act on targets and their state: every write goes through a rocmbuild.fs.root.Root
 CONFINED = ("rocmbuild.swap", "rocmbuild.flows.apply", "rocmbuild.flows.manage", "rocmbuild.flows.guards",
-            "rocmbuild.flows.export", "rocmbuild.flows.cache", "rocmbuild.build.bundle", "rocmbuild.build.unbundle",
-            "rocmbuild.build.cache", "rocmbuild.build.housekeeping", "rocmbuild.remote")
+            "rocmbuild.flows.export", "rocmbuild.flows.cache", "rocmbuild.store.bundle", "rocmbuild.store.unbundle",
+            "rocmbuild.store.cache", "rocmbuild.store.housekeeping", "rocmbuild.remote")
 _PATH_WRITES = {"os": {"replace", "rename", "renames", "unlink", "remove", "link", "symlink", "mkdir", "makedirs",
                        "rmdir", "removedirs", "chmod", "chown", "lchown", "truncate", "mkfifo", "mknod", "utime"},
                 "shutil": {"rmtree", "copy", "copy2", "copyfile", "copytree", "move", "copystat", "copymode"},

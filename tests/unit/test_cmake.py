@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rocmbuild.build import cmake
-from rocmbuild.build.builder import parse_progress
+from rocmbuild.builder import cmake
+from rocmbuild.builder.builder import parse_progress
 from rocmbuild.recipe import Build
 
 

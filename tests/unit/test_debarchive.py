@@ -1,4 +1,4 @@
-"""The .deb reader (rocmbuild/build/debarchive.py) against small packages the tests write byte by
+"""The .deb reader (rocmbuild/sources/debarchive.py) against small packages the tests write byte by
 byte: every compression dpkg uses, the same walls as tarballs (a member outside subdir, a link
 out, a device), and hostile containers (a huge or truncated member, a bad header or size field,
 no data.tar or two, wrong-typed fields, a control file that is not Debian's grammar). Every
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rocmbuild.build import debarchive, extract
+from rocmbuild.sources import debarchive, extract
 from rocmbuild.errors import EXIT_BUILD, BuildFilesystemError, CorruptArchiveError, FetchError
 from tests.support.debs import CONTROL, ar_member, good_members, tar_bytes, write_deb
 

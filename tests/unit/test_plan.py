@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from rocmbuild.build.artifact import FileEntry, LibraryEntry, Manifest
+from rocmbuild.store.artifact import FileEntry, LibraryEntry, Manifest
 from rocmbuild.errors import InputError, TargetError
 from rocmbuild.swap import plan, undo
 from rocmbuild.swap.observe import PathState

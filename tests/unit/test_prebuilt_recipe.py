@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rocmbuild.build import cache
+from rocmbuild.store import cache
 from rocmbuild.errors import RecipeError
 from rocmbuild.recipe.parsing import parse
 from tests.support.cli import REPO, rb

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from rocmbuild import progress
-from rocmbuild.build import logs
+from rocmbuild.builder import logs
 
 
 def test_ninja_gives_a_count_make_only_a_percent():

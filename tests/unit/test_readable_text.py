@@ -100,7 +100,7 @@ def test_a_hostile_history_record_renders_as_one_row_of_escaped_cells():
 
 
 def test_status_changes_and_checks_render_stored_and_reported_text_escaped():
-    from rocmbuild.build.requirements import DoctorCheck
+    from rocmbuild.builder.requirements import DoctorCheck
     from rocmbuild.cli.render import status_changes
     from rocmbuild.target.verdict import Check
 

@@ -240,4 +240,4 @@ def test_rocm_path_resolved_in_defines_and_env_only(tmp_path):
     assert r.build.define("A") == "/usr/x" and r.build.define("B") == ("/usr", "y") and r.build.define("C") is True
     assert r.build.define("D") == "$ROCM_PATHS"  # another variable: untouched
     assert dict(r.build.env)["CXX"] == "/usr/llvm/bin/clang++"
-    assert r.requires.programs == ("${ROCM_PATH}/bin/hipcc",)  # checked by its text (build/requirements.py)
+    assert r.requires.programs == ("${ROCM_PATH}/bin/hipcc",)  # checked by its text (builder/requirements.py)

@@ -1,11 +1,11 @@
 """Before each configure the tree's CMakeCache.txt is made to agree with this configure's command
-line (rocmbuild.build.retry.reconcile): a kept cache must not carry a setting this run does not ask for."""
+line (rocmbuild.builder.retry.reconcile): a kept cache must not carry a setting this run does not ask for."""
 
 from __future__ import annotations
 
 import json
 
-from rocmbuild.build import retry
+from rocmbuild.builder import retry
 
 CACHE = """# This is the CMakeCache file.
 

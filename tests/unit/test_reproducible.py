@@ -1,4 +1,4 @@
-"""build/reproducible.py and build/check.py without a compiler: flags, SOURCE_DATE_EPOCH, the key,
+"""builder/reproducible.py and builder/check.py without a compiler: flags, SOURCE_DATE_EPOCH, the key,
 the comparison."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from rocmbuild.build import cmake, reproducible
-from rocmbuild.build.cache import Tools
-from rocmbuild.build.check import compare
-from rocmbuild.build.manifest import FileEntry
+from rocmbuild.builder import cmake, reproducible
+from rocmbuild.store.cache import Tools
+from rocmbuild.builder.check import compare
+from rocmbuild.store.manifest import FileEntry
 from rocmbuild.errors import RecipeError
 from rocmbuild.recipe.parsing import parse
 from tests.support.recipes import fixture_recipe

@@ -1,4 +1,4 @@
-"""Pure helpers of rocmbuild.build.source, .git, .patches and .archive (no git, no network)."""
+"""Pure helpers of rocmbuild.sources.source, .git, .patches and .archive (no git, no network)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rocmbuild.build import archive, git, patches, source
+from rocmbuild.sources import archive, git, patches, source
 from rocmbuild.fs.disk import sha256_file
 from rocmbuild.errors import RecipeError
 from rocmbuild import recipe as recipe_mod

@@ -14,8 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rocmbuild.build import artifact, bundle, retry
-from rocmbuild.build.manifest import FileEntry, LibraryEntry, Manifest, parse_manifest
+from rocmbuild.store import artifact, bundle
+from rocmbuild.builder import retry
+from rocmbuild.store.manifest import FileEntry, LibraryEntry, Manifest, parse_manifest
 from rocmbuild.errors import ArtifactError, StateError
 from rocmbuild.recipe.lockfile import Lock
 from rocmbuild.recipe.overrides import Overrides

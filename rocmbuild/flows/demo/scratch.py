@@ -25,7 +25,7 @@ from pathlib import Path
 
 from rocmbuild.proc import runner
 from rocmbuild import ui
-from rocmbuild.build.git import Git
+from rocmbuild.sources.git import Git
 from rocmbuild.errors import InputError, RequirementError
 
 DATA = Path(__file__).resolve().parent / "data"

@@ -4,7 +4,7 @@ A ``.deb`` is an ``ar`` archive: ``debian-binary`` (``2.0``), ``control.tar[.xz|
 (the package's metadata) and ``data.tar[.xz|.zst|.gz|.bz2]``, the tree as installed below ``/``.
 :class:`DebReader` opens the data tar and answers the two calls the extractor makes of a
 ``TarFile`` (``getmembers``, ``extractfile``): its members pass the very walls a tarball's do
-(:func:`rocmbuild.build.extract.check_members`, the fd-relative writer, the disk re-check); there
+(:func:`rocmbuild.sources.extract.check_members`, the fd-relative writer, the disk re-check); there
 is no second, weaker extractor. The control file gives the package's provenance
 (:class:`Package`: name, version, architecture), recorded in the artifact's manifest.
 

@@ -8,7 +8,7 @@ running; ``cache gc`` reads the same record to find failed trees).
 Decisions:
 
 * The artifact is still keyed by every input; only the build tree is reused. The copy goes to the
-  new key's tree (never a tree in use: :func:`rocmbuild.build.buildtree.users`), made beside it
+  new key's tree (never a tree in use: :func:`rocmbuild.builder.buildtree.users`), made beside it
   under a temp name and renamed, so an interrupted copy is never taken for a tree. Files are
   copied with ``copy_file_range`` (a reflink on btrfs/XFS, like ``cp --reflink=auto -a``), their
   times kept (make and ninja compare them), symlinks kept.
@@ -43,8 +43,8 @@ from rocmbuild.proc import runner
 from rocmbuild import ui
 from rocmbuild import schema as s
 from rocmbuild.schema import MappingRecord
-from rocmbuild.build import buildtree, tweak
-from rocmbuild.build.cache import key_lock
+from rocmbuild.builder import buildtree, tweak
+from rocmbuild.store.cache import key_lock
 from rocmbuild.fs.disk import atomic_write_json
 from rocmbuild.errors import LockedError, RocmbuildError
 
@@ -308,7 +308,7 @@ def reconcile(tree: Path, argv: list[str], env: dict[str, str]) -> None:
     drop what an earlier configure of this tree (a failed attempt's copy, or this key's own earlier
     attempt with another launcher) left in ``CMakeCache.txt`` that this one does not ask for. A
     ``-D`` no longer given loses its entry; a changed environment, or a cache with no record of how
-    it was made, is removed whole; another ``GIT`` (the version tweak, build/tweak.py) also drops
+    it was made, is removed whole; another ``GIT`` (the version tweak, builder/tweak.py) also drops
     the entries MIOpen's CMake derived from the old one (``tweak.DERIVED``). Then records this
     configure."""
     cache, record = tree / "CMakeCache.txt", None

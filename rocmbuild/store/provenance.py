@@ -4,7 +4,7 @@
 *substituted* artifact: found by its key in a binary cache, its signature checked, then
 imported; ``cache`` names the cache's URL and ``signer`` the trusted key that signed it, or None
 when ``--allow-unsigned`` let an unsigned one in). Only a ``cache`` entry may be served as a
-recipe's cache hit (:func:`rocmbuild.build.cache.lookup`).
+recipe's cache hit (:func:`rocmbuild.store.cache.lookup`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rocmbuild import schema as s
-from rocmbuild.build import manifest as _manifest
+from rocmbuild.store import manifest as _manifest
 from rocmbuild.fs.disk import read_json
 from rocmbuild.errors import ArtifactError
 

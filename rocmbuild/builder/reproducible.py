@@ -35,15 +35,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
 from rocmbuild import ui
-from rocmbuild.build.git import Git, GitFailed
-from rocmbuild.build.tarball import download_path
-from rocmbuild.build.ziparchive import ZipReader, is_zip
+from rocmbuild.sources.git import Git, GitFailed
+from rocmbuild.sources.tarball import download_path
+from rocmbuild.sources.ziparchive import ZipReader, is_zip
 from rocmbuild.errors import RocmbuildError
 from rocmbuild.recipe.model import Build
 
 if TYPE_CHECKING:
-    from rocmbuild.build.cache import Tools
-    from rocmbuild.build.source import Checkout
+    from rocmbuild.store.cache import Tools
+    from rocmbuild.sources.source import Checkout
 
 #: SOURCE_DATE_EPOCH when the source gives no time: 1980-01-01T00:00:00Z, the earliest a zip
 #: member can carry (0 trips tools that write zip or DOS times)

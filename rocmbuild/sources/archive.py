@@ -1,15 +1,15 @@
 """Downloads and archives: streamed, checksummed downloads and safe extraction.
 
-Used for source tarballs (:mod:`rocmbuild.build.tarball`) and artifact bundles (:mod:`rocmbuild.build.bundle`).
+Used for source tarballs (:mod:`rocmbuild.sources.tarball`) and artifact bundles (:mod:`rocmbuild.store.bundle`).
 
 * :func:`download` fetches an https/http URL (``requests``, streamed, with a progress bar, retried
-  with backoff: :mod:`rocmbuild.build.net`), a
+  with backoff: :mod:`rocmbuild.sources.net`), a
   ``file://`` URL, a plain path, or a pinned PyPI package (``pypi:NAME==VERSION``, through
   ``pip download``), or a pinned Debian package (``apt:NAME=VERSION``, through ``apt-get
   download`` from the machine's apt sources) to ``dest`` through ``dest.part``, hashing as it goes; a sha256
   mismatch deletes the download (never the user's own local file) and raises :class:`FetchError`.
 * :func:`unsafe_member` is the first, per-header wall of safe extraction (absolute names, ``..``,
-  devices and FIFOs, links that leave the tree lexically); :mod:`rocmbuild.build.extract` adds
+  devices and FIFOs, links that leave the tree lexically); :mod:`rocmbuild.sources.extract` adds
   the rest (a model of the whole tree, fd-relative writes, the filter as another wall).
 """
 
@@ -49,7 +49,7 @@ SOURCE_HINT = ("the network or the server failed: run the command again later (d
 def _fetch_http(url: str, out, h, hint: str) -> None:
     import requests
 
-    from rocmbuild.build import net
+    from rocmbuild.sources import net
 
     with net.session() as s:
         resp = net.open_stream(s, url, hint)
@@ -111,7 +111,7 @@ def _fetch_apt(spec: str, workdir: Path, out, h) -> None:
     other download. Decision: like ``pypi:``, a registry is named by package, only an exact version
     is accepted, and the recipe's sha256 is still required (the same name and version may be
     different bytes in another archive: Debian, Ubuntu, AMD's repository)."""
-    from rocmbuild.build.debarchive import apt_spec
+    from rocmbuild.sources.debarchive import apt_spec
     from rocmbuild.errors import RequirementError
 
     try:

@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
 from rocmbuild import names, ui
-from rocmbuild.build import tarball
-from rocmbuild.build.git import (
+from rocmbuild.sources import tarball
+from rocmbuild.sources.git import (
     FULL_SHA_RE, SHORT_SHA_RE, Git, GitFailed, fetch_refused, is_full_sha, last_line, ls_remote, match_ref,
     missing_objects, normalize_url, remote_key, unknown_ref,
 )
-from rocmbuild.build.patches import apply_patches
+from rocmbuild.sources.patches import apply_patches
 from rocmbuild.fs.disk import FileLock
 from rocmbuild.fs.locks import LockWait
 from rocmbuild.errors import FetchError, RecipeError
@@ -30,7 +30,7 @@ from rocmbuild.home import src_dir
 from rocmbuild.recipe.model import Recipe
 
 if TYPE_CHECKING:
-    from rocmbuild.build.manifest import FoundFix
+    from rocmbuild.store.manifest import FoundFix
 
 #: identity used for cherry-pick commits (the original author is kept)
 COMMITTER = {
@@ -50,7 +50,7 @@ class Checkout:
     patches: tuple[str, ...]
     cherry_picks: tuple[str, ...]
     tarball_sha256: str | None = None
-    fixes: tuple["FoundFix", ...] = ()  # the [source] contains it was checked to have, where (build/fixes.py)
+    fixes: tuple["FoundFix", ...] = ()  # the [source] contains it was checked to have, where (sources/fixes.py)
 
 
 def resolve_ref(recipe: Recipe, *, timeout: float = 30) -> str:
@@ -172,7 +172,7 @@ def _fetch_commit(g: Git, url: str, sha: str, depth: int, ref: str | None) -> No
 
 def commits_mirror(home: Path, url: str, log: Path | None) -> Git | None:
     """The remote's commits-only mirror (every branch and tag, no trees, no blobs), fetched now;
-    None when the fetch fails. Short shas and the ancestry of a fix (build/fixes.py) are read there."""
+    None when the fetch fails. Short shas and the ancestry of a fix (sources/fixes.py) are read there."""
     scan = src_dir(home) / f"{remote_key(url)}-commits.git"
     scan.mkdir(parents=True, exist_ok=True)
     g = Git(scan, log)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Sequence
 
 from rocmbuild import ui
-from rocmbuild.build.git import Git, last_line
+from rocmbuild.sources.git import Git, last_line
 from rocmbuild.fs.disk import sha256_file
 from rocmbuild.errors import FetchError
 

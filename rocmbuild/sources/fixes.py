@@ -48,10 +48,10 @@ from typing import Iterable
 
 from packaging.version import InvalidVersion, Version
 
-from rocmbuild.build import source
-from rocmbuild.build.git import Git
-from rocmbuild.build.manifest import FoundFix
-from rocmbuild.build.source import Checkout
+from rocmbuild.sources import source
+from rocmbuild.sources.git import Git
+from rocmbuild.store.manifest import FoundFix
+from rocmbuild.sources.source import Checkout
 from rocmbuild.errors import FetchError, RecipeError
 from rocmbuild.recipe.model import Fix, Recipe
 

@@ -9,7 +9,7 @@ Decisions (docs/cache.md, "Housekeeping"):
   clone on the next build; an artifact never needs its source.
 * **Logs** ``logs/<recipe>/``: the newest :data:`KEEP_LOGS` of each recipe always stay (the last
   failure is the one a person reads); older ones go when older than ``--keep-days``. A log whose
-  writer is still running (:func:`rocmbuild.build.logs.writer`) is never removed. Logs of older
+  writer is still running (:func:`rocmbuild.builder.logs.writer`) is never removed. Logs of older
   releases (``logs/<key>-<stamp>.log``) count with the recipe their first line names; their
   ``logs/<key>.log`` links go when what they point to is gone.
 * Failed and interrupted build trees are housekeeping.py's ``build_dirs``.
@@ -20,8 +20,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from rocmbuild.build import logs as _logs
-from rocmbuild.build.housekeeping import Candidate, alive, disk_bytes, iso, remove
+from rocmbuild.builder import logs as _logs
+from rocmbuild.store.housekeeping import Candidate, alive, disk_bytes, iso, remove
 from rocmbuild.fs.disk import FileLock
 from rocmbuild.errors import LockedError
 from rocmbuild.home import logs_dir, src_dir

@@ -24,12 +24,13 @@ from typing import TYPE_CHECKING
 
 from rocmbuild import progress, ui
 from rocmbuild.proc import runner, stop
-from rocmbuild.build import buildtree, cmake, fixes, logs, reproducible, retry, tweak
-from rocmbuild.build.artifact import MANIFEST, TREE, Artifact, Manifest, find_libraries, scan_tree, seal
-from rocmbuild.build.cache import Inputs, key_lock, lookup
-from rocmbuild.build.debarchive import Package, is_deb, read_package
-from rocmbuild.build.extract import safe_extract
-from rocmbuild.build.manifest import FoundFix
+from rocmbuild.builder import buildtree, cmake, logs, reproducible, retry, tweak
+from rocmbuild.sources import fixes
+from rocmbuild.store.artifact import MANIFEST, TREE, Artifact, Manifest, find_libraries, scan_tree, seal
+from rocmbuild.store.cache import Inputs, key_lock, lookup
+from rocmbuild.sources.debarchive import Package, is_deb, read_package
+from rocmbuild.sources.extract import safe_extract
+from rocmbuild.store.manifest import FoundFix
 from rocmbuild.fs.disk import atomic_write_json
 from rocmbuild.fs.root import Root
 from rocmbuild.errors import BuildError, RecipeError, RequirementError
@@ -40,7 +41,7 @@ from rocmbuild.recipe.model import Recipe
 from rocmbuild.recipe.paths import prefix_problem
 
 if TYPE_CHECKING:
-    from rocmbuild.build.source import Checkout
+    from rocmbuild.sources.source import Checkout
 
 
 # --------------------------------------------------------------------------------------------
@@ -140,7 +141,7 @@ def build(recipe: Recipe, checkout: Checkout, *, home: Path, key: str, inp: Inpu
     The caller has checked the cache; a build of the same key that finished meanwhile is reused.
     ``wait`` is the policy for the key lock (:class:`rocmbuild.fs.disk.FileLock`) and for a build
     tree still used by a live process (not touched: exit 5, unless waiting). ``log`` is this
-    attempt's log (:func:`rocmbuild.build.logs.start`; a new one when not given).
+    attempt's log (:func:`rocmbuild.builder.logs.start`; a new one when not given).
     """
     with key_lock(home, key, wait=wait):
         hit = lookup(key, home)
@@ -202,7 +203,7 @@ def _compile(recipe: Recipe, checkout: Checkout, build_dir: Path, destdir: Path,
              use: Launcher, started, repro: reproducible.Settings | None = None) -> None:
     """cmake configure, build (with a progress bar) and install into ``destdir``; ``started(sid)``
     records each command's session in the build tree's owner record; ``repro``: the prefix maps
-    and SOURCE_DATE_EPOCH (build/reproducible.py; None: none)."""
+    and SOURCE_DATE_EPOCH (builder/reproducible.py; None: none)."""
     stamp = repro.env() if repro is not None else {}
     env = {**cmake.build_env(recipe.build), **dict(use.env), **stamp}
     hint = f"read the full log at {log}; fix the cause (missing dependency, wrong define) and run again"
@@ -305,7 +306,7 @@ def _package(recipe: Recipe, checkout: Checkout) -> Package | None:
 
 
 def _fixes_found(recipe: Recipe, checkout: Checkout, tree: Path, libraries) -> tuple[FoundFix, ...]:
-    """The declared fixes, where found: the artifact's bytes are searched (build/fixes.py); a
+    """The declared fixes, where found: the artifact's bytes are searched (sources/fixes.py); a
     prebuilt artifact without one is refused (exit 2) before it is published."""
     if not recipe.source.contains:
         return ()

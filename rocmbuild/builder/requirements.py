@@ -16,7 +16,7 @@ An entry of alternatives passes with the first one found (its check names it) an
 one's detail; an entry with ``when`` whose define is off is ``ok``, "not needed: NAME is OFF".
 A variable the recipe's defines or env use that is not resolvable is a failed check of its own
 (``variable ${HIP_CXX}``): the build stops before cmake could see the literal text. A hint table
-is picked for the machine (:mod:`rocmbuild.build.hints`).
+is picked for the machine (:mod:`rocmbuild.builder.hints`).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from packaging.version import InvalidVersion, Version
 from rocmbuild.proc import runner
 from rocmbuild.errors import RocmbuildError
 from rocmbuild.names import safe_text
-from rocmbuild.build import hints
+from rocmbuild.builder import hints
 from rocmbuild.recipe import Recipe, split_requirement, variables
 from rocmbuild.recipe.model import need
 from rocmbuild.recipe.requires import skipped

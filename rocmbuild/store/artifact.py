@@ -9,7 +9,7 @@ Layout of one artifact, ``$ROCMBUILD_HOME/artifacts/<key>/`` (built) or
     tree/              the install tree, relative to the recipe's install prefix
                        (e.g. tree/lib/libMIOpen.so.1.0, tree/share/miopen/db/...)
 
-The manifest's values and its schema are in :mod:`rocmbuild.build.manifest` (re-exported here);
+The manifest's values and its schema are in :mod:`rocmbuild.store.manifest` (re-exported here);
 ``identity.json`` is read by :data:`IDENTITY_SPEC` (one that is there but is not one: exit 3).
 
 Decisions: the artifact does not depend on any target and no target shares an inode with it
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Iterable
 
 from rocmbuild import schema as s
-from rocmbuild.build.manifest import (MANIFEST, SCHEMA, FileEntry, LibraryEntry, Manifest, corrupt,  # noqa: F401
+from rocmbuild.store.manifest import (MANIFEST, SCHEMA, FileEntry, LibraryEntry, Manifest, corrupt,  # noqa: F401
                                       parse_manifest, read_manifest)
 from rocmbuild.fs.disk import atomic_write_json, make_read_only, read_json, sha256_file
 from rocmbuild.errors import ArtifactError, InputError

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Mapping
 
-from rocmbuild.build import tweak as version_tweak
+from rocmbuild.builder import tweak as version_tweak
 from rocmbuild.recipe.model import Build, DefineValue
 
 LAUNCHER_VARIABLES = (
@@ -44,9 +44,9 @@ def jobs(build: Build) -> int:
 def configure_argv(build: Build, source_dir: Path, build_dir: Path, launcher_path: str | None = None,
                    tweak: str | None = None, flags: Mapping[str, str] | None = None) -> list[str]:
     """``launcher_path``: the resolved launcher (None: a named launcher by its name, else none);
-    ``tweak``: MIOpen's version tweak (:mod:`rocmbuild.build.tweak`; None: not set).
+    ``tweak``: MIOpen's version tweak (:mod:`rocmbuild.builder.tweak`; None: not set).
     ``flags``: flags variables (``CMAKE_C_FLAGS`` -> value) that replace the recipe's define of
-    that name (the value already holds it: build/reproducible.py) or follow the defines."""
+    that name (the value already holds it: builder/reproducible.py) or follow the defines."""
     flags = dict(flags or {})
     argv = [
         "cmake",

@@ -37,8 +37,8 @@ from typing import Any, Iterator, Mapping
 
 from rocmbuild.proc import runner
 from rocmbuild import ui
-from rocmbuild.build.artifact import MANIFEST, Artifact, Manifest
-from rocmbuild.build.provenance import origin
+from rocmbuild.store.artifact import MANIFEST, Artifact, Manifest
+from rocmbuild.store.provenance import origin
 from rocmbuild.fs.disk import FileLock, read_json, sha256_file
 from rocmbuild.fs.root import Root
 from rocmbuild.errors import FetchError, InputError
@@ -212,7 +212,7 @@ def cache_key(inp: Inputs) -> str:
 
 def log_path(home: Path, key: str) -> Path | None:
     """The newest build log of the artifact ``key`` (kept after success and failure; None: none)."""
-    from rocmbuild.build import logs
+    from rocmbuild.builder import logs
 
     return logs.newest(home, key)
 

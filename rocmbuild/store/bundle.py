@@ -4,7 +4,7 @@
 member) and ``rocmbuild-artifact/tree/...``, and beside it ``FILE.tar.gz.sha256`` (``sha256sum``
 format). ``import_bundle`` takes a path or an http(s) URL, checks the bundle's sha256, reads the
 manifest first and every header against it, then writes only what the manifest lists, each file
-checked against its size and sha256 on the way (:mod:`rocmbuild.build.unbundle`), into the local
+checked against its size and sha256 on the way (:mod:`rocmbuild.store.unbundle`), into the local
 artifact cache, apart from built artifacts, under ``artifacts/imported/<key>/`` with its
 provenance (``provenance.json``: the file or URL, the bundle's sha256, whether that was checked
 against a given one, the time), atomically. The importing machine needs no compiler and no source.
@@ -14,7 +14,7 @@ Decisions:
   through a :class:`~rocmbuild.fs.root.Root` of that directory (``artifacts/`` for an import: its
   temp dir, the rename into ``imported/``, setting aside an old entry): a temp name beneath it,
   ``fchmod`` 0644, fsync, ``renameat``, fsync of the directory. The export's file name is built
-  only from values checked by :mod:`rocmbuild.names` (:func:`~rocmbuild.build.unbundle.checked_names`):
+  only from values checked by :mod:`rocmbuild.names` (:func:`~rocmbuild.store.unbundle.checked_names`):
   a manifest's recipe name or version outside the grammar is a corrupt artifact (exit 3), refused
   at import and again at export (an artifact imported by an older rocmbuild).
 * ``-o``: an existing directory, or a path ending in ``/`` (created if missing, decision: a
@@ -40,8 +40,8 @@ Decisions:
   bundle is only trusted as what it is, for ``apply --artifact`` and ``export KEY`` (a re-export
   of an imported key is allowed: it carries the same manifest, and the importer checks it again).
   The one exception is a *substituted* artifact (provenance kind ``cache``, written only by
-  :mod:`rocmbuild.flows.substitute` after the signature check): see :func:`rocmbuild.build.cache.lookup`.
-* The manifest is read by its schema (:mod:`rocmbuild.build.manifest`) before anything is
+  :mod:`rocmbuild.flows.substitute` after the signature check): see :func:`rocmbuild.store.cache.lookup`.
+* The manifest is read by its schema (:mod:`rocmbuild.store.manifest`) before anything is
   extracted when it is the bundle's first member (as :func:`export` writes it); one it refuses is
   a corrupt artifact (``ArtifactError``, exit 3) naming the bundle and the field. ``provenance.json``
   is read by :data:`PROVENANCE_SPEC` the same way.
@@ -69,14 +69,14 @@ from pathlib import Path
 from typing import IO, Any, Iterator
 
 from rocmbuild import ui
-from rocmbuild.build import unbundle
-from rocmbuild.build.archive import download
-from rocmbuild.build.artifact import MANIFEST, TREE, Artifact, FileEntry, Manifest
-from rocmbuild.build.cache import corrupt, imported_dir
-from rocmbuild.build.provenance import (PROVENANCE, PROVENANCE_SPEC, Provenance, parse_provenance,  # noqa: F401
+from rocmbuild.store import unbundle
+from rocmbuild.sources.archive import download
+from rocmbuild.store.artifact import MANIFEST, TREE, Artifact, FileEntry, Manifest
+from rocmbuild.store.cache import corrupt, imported_dir
+from rocmbuild.store.provenance import (PROVENANCE, PROVENANCE_SPEC, Provenance, parse_provenance,  # noqa: F401
                                          read_provenance)
-from rocmbuild.build.tarball import touch_download
-from rocmbuild.build.unbundle import MAX_MANIFEST, TOP, checked_names  # noqa: F401 (re-exported)
+from rocmbuild.sources.tarball import touch_download
+from rocmbuild.store.unbundle import MAX_MANIFEST, TOP, checked_names  # noqa: F401 (re-exported)
 from rocmbuild.fs.disk import CHUNK, sha256_fd, sha256_file
 from rocmbuild.errors import ArtifactError, FetchError, InputError
 from rocmbuild.home import artifacts_dir, downloads_dir
@@ -251,7 +251,7 @@ def _expected_for_url(url: str) -> str | None:
     """The sha256 published beside ``url`` (``URL.sha256``); None when the server has none (404/410:
     the publisher did not write one, an input problem, exit 2). Unreachable, or 5xx after the
     retries: a FetchError (exit 3, try again later), never taken as "none published"."""
-    from rocmbuild.build import net
+    from rocmbuild.sources import net
 
     text = net.get_text(url + ".sha256", BUNDLE_HINT, missing_ok=True)
     return _parse_sha256_file(text) if text is not None else None

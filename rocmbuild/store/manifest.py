@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from rocmbuild import schema as s
-from rocmbuild.build.archive import inside
-from rocmbuild.build.debarchive import Package, valid_field
+from rocmbuild.sources.archive import inside
+from rocmbuild.sources.debarchive import Package, valid_field
 from rocmbuild.fs.disk import read_json
 from rocmbuild.errors import ArtifactError
 

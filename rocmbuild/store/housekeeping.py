@@ -12,7 +12,7 @@ Decisions:
   when it says ``running`` but nothing uses the tree (the run was killed: ``interrupted``); when
   the key has an artifact no more (``orphaned``: its artifact was removed); and when it has
   neither an attempt record nor an artifact (a tree of an older rocmbuild). A tree in use
-  (:func:`rocmbuild.build.buildtree.users`) or whose key lock is held is never touched.
+  (:func:`rocmbuild.builder.buildtree.users`) or whose key lock is held is never touched.
 * **Ages**: artifacts by last use, build trees by the attempt's ``ended`` (else the tree's
   mtime), downloads by mtime (a reused download is touched), quarantined entries by the time
   in their name. ``--keep-days N`` keeps everything younger than N days (default 30); a
@@ -33,11 +33,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
-from rocmbuild.build import buildtree, differs
-from rocmbuild.build.retry import ATTEMPT, AttemptRecord, read_attempt  # noqa: F401 - ATTEMPT: the record's name, for callers
-from rocmbuild.build.artifact import MANIFEST, Manifest
-from rocmbuild.build.provenance import origin
-from rocmbuild.build.cache import entries, imported_dir, key_lock
+from rocmbuild.builder import buildtree
+from rocmbuild.store import differs
+from rocmbuild.builder.retry import ATTEMPT, AttemptRecord, read_attempt  # noqa: F401 - ATTEMPT: the record's name, for callers
+from rocmbuild.store.artifact import MANIFEST, Manifest
+from rocmbuild.store.provenance import origin
+from rocmbuild.store.cache import entries, imported_dir, key_lock
 from rocmbuild.fs.root import ConfinementError, Root
 from rocmbuild.fs.disk import read_json
 from rocmbuild.errors import InputError, LockedError
@@ -118,7 +119,7 @@ class ArtifactInfo:
     last_used: str | None
     last_used_ts: float | None
     substituted: dict | None = None  # from a binary cache: {url, bundle_sha256, signer, imported}
-    build: Mapping[str, str] = field(default_factory=dict)  # what it was built with (build/differs.py)
+    build: Mapping[str, str] = field(default_factory=dict)  # what it was built with (store/differs.py)
 
 
 def artifact_info(home: Path, path: Path, seen: set | None = None) -> ArtifactInfo:
@@ -208,7 +209,7 @@ def build_dirs(home: Path, cutoff: float, gone: set = frozenset()) -> list[Candi
 def temps(home: Path) -> list[Candidate]:
     """``artifacts/.tmp-<key>-<pid>``: half-made artifacts of killed builds (checked under the key lock);
     ``build/.seed-<key>-<pid>``: half-made copies of a failed tree (``retry``), and
-    ``build/.check-<key>-<pid>``: ``build --check`` rebuilds (build/check.py), whose process is gone."""
+    ``build/.check-<key>-<pid>``: ``build --check`` rebuilds (builder/check.py), whose process is gone."""
     adir = artifacts_dir(home)
     out = []
     broot = build_dir(home)

@@ -4,7 +4,7 @@ Decisions:
 * Never trust ``tarfile``'s filter alone: it is version-dependent, and Python 3.11.7's
   ``filter="data"`` resolves links with ``os.path.realpath``, which gives up past PATH_MAX
   (CVE-2025-4517: nested long names and a chain of links climb out unseen).
-* Two walls before anything is written: each header by :func:`~rocmbuild.build.archive.unsafe_member`
+* Two walls before anything is written: each header by :func:`~rocmbuild.sources.archive.unsafe_member`
   (absolute names, ``..``, devices), then :func:`check_members` over a model of the tree the headers
   make: a member whose path goes through a symlink or a file, a duplicate that would replace
   anything (a directory over a directory is fine), a hardlink to anything but a regular file
@@ -21,8 +21,8 @@ Decisions:
   always keeps rw on files and rwx on directories (the tree is patched and removed later).
   Owners and groups in the archive are ignored. Parent directories without an entry of their own
   are created.
-* Zip archives (``.zip``, ``.whl``) are read as tar members (:mod:`rocmbuild.build.ziparchive`),
-  and so is a Debian package's data tar (``.deb``: :mod:`rocmbuild.build.debarchive`); both pass
+* Zip archives (``.zip``, ``.whl``) are read as tar members (:mod:`rocmbuild.sources.ziparchive`),
+  and so is a Debian package's data tar (``.deb``: :mod:`rocmbuild.sources.debarchive`); both pass
   the same walls; the format is told by the bytes, not the name. An RPM is refused with the way
   round (``rpm2cpio``).
 * A *subtree* (a prebuilt recipe's install tree) is the whole archive checked first, then the
@@ -52,9 +52,9 @@ import zlib
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
-from rocmbuild.build.archive import unsafe_member
-from rocmbuild.build.debarchive import RPM_HINT, DebFormatError, DebReader, Package, is_deb, is_rpm, zstd_errors
-from rocmbuild.build.ziparchive import ZipReader, is_zip
+from rocmbuild.sources.archive import unsafe_member
+from rocmbuild.sources.debarchive import RPM_HINT, DebFormatError, DebReader, Package, is_deb, is_rpm, zstd_errors
+from rocmbuild.sources.ziparchive import ZipReader, is_zip
 from rocmbuild.fs.disk import CHUNK
 from rocmbuild.errors import BuildFilesystemError, CorruptArchiveError, FetchError
 

@@ -22,16 +22,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rocmbuild import ui
-from rocmbuild.build import builder
-from rocmbuild.build.artifact import scan_tree
-from rocmbuild.build.cache import Inputs
-from rocmbuild.build.manifest import FileEntry
+from rocmbuild.builder import builder
+from rocmbuild.store.artifact import scan_tree
+from rocmbuild.store.cache import Inputs
+from rocmbuild.store.manifest import FileEntry
 from rocmbuild.errors import BuildError
 from rocmbuild.home import build_dir as build_root
 from rocmbuild.recipe.model import Recipe
 
 if TYPE_CHECKING:
-    from rocmbuild.build.source import Checkout
+    from rocmbuild.sources.source import Checkout
 
 #: what bypasses each launcher's cache for the rebuild (compile again, store the result)
 RECACHE = (("CCACHE_RECACHE", "1"), ("SCCACHE_RECACHE", "1"))

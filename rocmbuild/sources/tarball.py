@@ -7,7 +7,7 @@ again if it changed (and its mtime set to now: ``cache gc`` removes downloads un
 ``--keep-days``); the tree is extracted into a temp dir and renamed to
 ``home/src/tarball-<sha256[:16]>/`` (a half-extracted tree is never seen); a single top-level
 directory in the archive becomes the root. Downloading and safe extraction are
-:mod:`rocmbuild.build.archive`'s (shared with artifact bundles).
+:mod:`rocmbuild.sources.archive`'s (shared with artifact bundles).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import urllib.parse
 from pathlib import Path
 
 from rocmbuild import ui
-from rocmbuild.build.archive import download
-from rocmbuild.build.extract import safe_extract
+from rocmbuild.sources.archive import download
+from rocmbuild.sources.extract import safe_extract
 from rocmbuild.fs.disk import sha256_file
 from rocmbuild.home import downloads_dir, src_dir
 
@@ -39,7 +39,7 @@ def source_package(archive: str | None, sha256: str | None, home: Path) -> dict 
     ``.deb`` at hand (the checked download, else a local path), else the name and version an
     ``apt:`` archive pins (architecture None); None for anything else. Never fails: a damaged
     file is the build's to report."""
-    from rocmbuild.build.debarchive import apt_spec, is_deb, read_package
+    from rocmbuild.sources.debarchive import apt_spec, is_deb, read_package
 
     if not archive:
         return None

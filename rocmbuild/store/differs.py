@@ -94,7 +94,7 @@ def told_apart(items: Sequence[tuple[str | None, Mapping[str, str]]], *, verbose
 
 def of_artifact(path: str | Path | None) -> dict[str, str]:
     """The facts of the artifact at ``path`` (its manifest); {} when it is gone or unreadable."""
-    from rocmbuild.build.manifest import MANIFEST, read_manifest
+    from rocmbuild.store.manifest import MANIFEST, read_manifest
     from rocmbuild.errors import RocmbuildError
 
     if not path:
@@ -107,8 +107,8 @@ def of_artifact(path: str | Path | None) -> dict[str, str]:
 
 def cached(home: Path, recipe: str) -> list[tuple[str, dict[str, str]]]:
     """(key, facts) of every artifact of ``recipe`` in the cache at ``home`` (manifests only)."""
-    from rocmbuild.build.cache import entries
-    from rocmbuild.build.manifest import MANIFEST, read_manifest
+    from rocmbuild.store.cache import entries
+    from rocmbuild.store.manifest import MANIFEST, read_manifest
     from rocmbuild.errors import RocmbuildError
 
     out = []
@@ -127,7 +127,7 @@ def of_key(home: Path, key: object) -> dict[str, str]:
     (a history line is read from a file others may write) or not in the cache. Read only."""
     import re
 
-    from rocmbuild.build.cache import imported_dir
+    from rocmbuild.store.cache import imported_dir
     from rocmbuild.home import artifacts_dir
 
     if not isinstance(key, str) or not re.fullmatch(r"[0-9a-f]{64}", key):

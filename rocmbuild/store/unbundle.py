@@ -14,16 +14,16 @@ A bundle is read in two passes over the archive; the first writes nothing.
    gzip is a stream and rocmbuild always writes the manifest first, so rocmbuild never reads (let
    alone extracts) an archive to look for its manifest.
 2. Every further header is judged *as it is read*, before ``tarfile`` moves past its data (so a
-   bomb's data is not even decompressed): safe (:func:`~rocmbuild.build.archive.unsafe_member`:
+   bomb's data is not even decompressed): safe (:func:`~rocmbuild.sources.archive.unsafe_member`:
    no absolute name, no ``..``, no device or FIFO), not sparse (GNU ``S`` or PAX ``GNU.sparse.*``:
    a bundle never holds one), below ``rocmbuild-artifact/tree/``, and -- unless a directory --
    listed in the manifest as what it is: a file is a regular member of exactly the declared size
    (or a hardlink), a link is a symlink; no path twice. A directory is never written for itself:
    only the parents of listed entries are made (an empty directory in an old bundle is skipped).
-3. The headers together pass :func:`~rocmbuild.build.extract.check_members` (duplicates, paths
+3. The headers together pass :func:`~rocmbuild.sources.extract.check_members` (duplicates, paths
    through links or files, links leaving the archive when resolved over it), and the members
    below ``rocmbuild-artifact/tree/`` pass it again as a tree of their own
-   (:func:`~rocmbuild.build.extract.subtree`): a link may not climb out of ``tree/`` either.
+   (:func:`~rocmbuild.sources.extract.subtree`): a link may not climb out of ``tree/`` either.
 4. Each link's text is the manifest's, each hardlink names a file member listed with the same size
    and sha256, and every manifest entry is in the bundle.
 
@@ -35,7 +35,7 @@ total (each member its declared size, none twice), and :func:`extract_into` refu
 :class:`~rocmbuild.fs.root.Root` (no symlink followed, whatever is on disk), each file created
 ``O_EXCL``, streamed through sha256 with a budget of its declared size, compared, given its
 sealed mode (write bits dropped) and the manifest's mtime, fsynced, and its identity recorded
-(the sidecar of :func:`rocmbuild.build.artifact.seal`). A hardlink becomes a copy of its file
+(the sidecar of :func:`rocmbuild.store.artifact.seal`). A hardlink becomes a copy of its file
 (no two tree paths share an inode). :func:`check_streamed` is the same pass without writing
 (``apply --artifact --dry-run``).
 """
@@ -50,11 +50,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from rocmbuild.build.archive import unsafe_member
-from rocmbuild.build.artifact import IDENTITY, MANIFEST, TREE, FileEntry, Manifest, identity
-from rocmbuild.build.extract import CORRUPT, Refused, check_members, corrupt, parts_of, refusal, subtree
+from rocmbuild.sources.archive import unsafe_member
+from rocmbuild.store.artifact import IDENTITY, MANIFEST, TREE, FileEntry, Manifest, identity
+from rocmbuild.sources.extract import CORRUPT, Refused, check_members, corrupt, parts_of, refusal, subtree
 from rocmbuild.fs.disk import CHUNK
-from rocmbuild.build.manifest import BAD_ARTIFACT_HINT, parse_manifest
+from rocmbuild.store.manifest import BAD_ARTIFACT_HINT, parse_manifest
 from rocmbuild.errors import ArtifactError, BuildFilesystemError, FetchError, InputError
 from rocmbuild.names import bad_name_reason
 from rocmbuild.fs.root import Root

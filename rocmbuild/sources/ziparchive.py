@@ -1,7 +1,7 @@
 """Zip archives (``.zip``, ``.whl``) as tar members, so one extractor checks and writes both.
 
 Decisions: a zip entry becomes a :class:`ZipMember` (a ``tarfile.TarInfo``) and goes through the
-very walls a tar member does (:func:`rocmbuild.build.extract.check_members`, the fd-relative
+very walls a tar member does (:func:`rocmbuild.sources.extract.check_members`, the fd-relative
 writer, the disk re-check); there is no second, weaker extractor. The type comes from the Unix
 mode in the high 16 bits of ``external_attr``: a symlink there (``S_IFLNK``, its target being
 the entry's bytes) is a symlink member and is judged like one (absolute, ``..``, leaving the tree
