@@ -62,7 +62,7 @@ from rocmbuild.home import cache_home
 from rocmbuild.recipe import arch, variables
 from rocmbuild.swap import strays
 from rocmbuild.swap.mapping import layout_of
-from rocmbuild.target import gpu, loadpath, target, verify
+from rocmbuild.environment import gpu, loadpath, target, verify
 
 CMAKE_MIN = "3.16"
 GiB = 1 << 30

@@ -153,7 +153,7 @@ def therock_env(fixture_libs, tmp_path):
 @pytest.fixture
 def fake_gpu(tmp_path, monkeypatch):
     """Factory: ``fake_gpu(110501, ...)`` writes a KFD topology (node 0 is a CPU, then one node per
-    ``gfx_target_version``) and sets ``ROCMBUILD_SYSFS_ROOT`` to it, so ``rocmbuild.target.gpu.detect()``
+    ``gfx_target_version``) and sets ``ROCMBUILD_SYSFS_ROOT`` to it, so ``rocmbuild.environment.gpu.detect()``
     sees those GPUs (``fake_gpu()``: a machine without a GPU). Returns the sysfs root."""
 
     def make(*versions: int) -> Path:

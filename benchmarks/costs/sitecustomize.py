@@ -6,7 +6,7 @@ untimed apply). At exit it appends one JSON line to that file:
   was entered and returned: start-up is ``entered`` minus the parent's spawn time (interpreter,
   imports, parsing, up to the flow), ``left`` to the process's end is the output and exit;
 * ``probes``: the seconds of each start of the target's Python for the probe
-  (``rocmbuild.target.probe._capture``, which every probe goes through);
+  (``rocmbuild.environment.probe._capture``, which every probe goes through);
 * ``journal``: count and seconds of ``Journal.save`` (atomic write, its fsyncs included);
 * ``fsyncs``: count and seconds of ``os.fsync``/``os.fdatasync`` outside a journal save;
 * ``copies``: seconds and bytes of each ``rocmbuild.fs.disk.copy_fd`` (the library's bytes).
@@ -84,7 +84,7 @@ def _apply(fn):
 
 
 def _patch(name, module):
-    if name == "rocmbuild.target.probe":
+    if name == "rocmbuild.environment.probe":
         module._capture = _timed(module._capture, _probe)
     elif name == "rocmbuild.swap.journal":
         module.Journal.save = _journal_save(module.Journal.save)
@@ -95,7 +95,7 @@ def _patch(name, module):
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
-    NAMES = ("rocmbuild.target.probe", "rocmbuild.swap.journal", "rocmbuild.fs.disk", "rocmbuild.flows.apply")
+    NAMES = ("rocmbuild.environment.probe", "rocmbuild.swap.journal", "rocmbuild.fs.disk", "rocmbuild.flows.apply")
 
     def find_spec(self, name, path, target=None):
         if name not in self.NAMES:

@@ -320,7 +320,7 @@ def resolve_env_name(args: argparse.Namespace) -> None:
     if name is None:
         return
     from rocmbuild import ui
-    from rocmbuild.target import envs, target
+    from rocmbuild.environment import envs, target
 
     args.env = str(envs.find(name))
     target.named(args.env, name)
@@ -330,7 +330,7 @@ def resolve_env_name(args: argparse.Namespace) -> None:
 def check_target_paths(args: argparse.Namespace) -> None:
     """``--env`` / ``--python`` (and ``-n NAME``'s prefix) must be UTF-8 paths: refused here, before
     any build (exit 2), with the path shown escaped; ``target.resolve`` checks what it finds too."""
-    from rocmbuild.target import target
+    from rocmbuild.environment import target
 
     for flag in ("env", "python"):
         value = getattr(args, flag, None)

@@ -11,7 +11,7 @@ Decisions:
   one candidate per line, already filtered by the word's prefix. Nothing is ever printed on
   stderr and the exit code is 0: a broken recipe dir or a hanging conda must not break Tab.
 * A value's kind follows its option: choices complete their words, ``-n``/``--name`` the conda
-  env names (``target/envs.py``, its tools given a short timeout), a ``TXN`` metavar the ids in
+  env names (``environment/envs.py``, its tools given a short timeout), a ``TXN`` metavar the ids in
   the target's history (the ``--env``/``-n`` on the line, else ``$CONDA_PREFIX``/``$VIRTUAL_ENV``),
   ``PREFIX``/``DIR`` directories, ``FILE``/``PATH``/``EXE`` files, anything else nothing.
 """
@@ -143,7 +143,7 @@ def recipe_names(extra=None) -> list[str]:
 
 
 def env_names() -> list[str]:
-    from rocmbuild.target import envs
+    from rocmbuild.environment import envs
 
     return sorted(envs.conda_envs(timeout=TAB_TIMEOUT)[0])
 
@@ -152,7 +152,7 @@ def _target_prefix(given: dict) -> Path | None:
     if given.get("env"):
         return Path(os.path.expanduser(given["env"]))
     if given.get("env_name"):
-        from rocmbuild.target import envs
+        from rocmbuild.environment import envs
 
         found = envs.conda_envs(timeout=TAB_TIMEOUT)[0]
         return found.get(given["env_name"])

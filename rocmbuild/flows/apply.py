@@ -60,9 +60,9 @@ from rocmbuild.swap import plan as _plan
 from rocmbuild.swap import known, state
 from rocmbuild.swap.observe import FsObserver, PathState
 from rocmbuild import swap as _txn
-from rocmbuild.target import probe, target
-from rocmbuild.target import verify as verify_mod
-from rocmbuild.target.target import Target
+from rocmbuild.environment import probe, target
+from rocmbuild.environment import verify as verify_mod
+from rocmbuild.environment.target import Target
 
 NOT_BUILT_NOTE = "the artifact is not built yet: the file actions are known after the build"
 
@@ -337,7 +337,7 @@ class _BundleObserver(FsObserver):
 def _dry_arch(source: RecipeSource | BundleSource, art: Artifact | None, options: ApplyOptions):
     """The GPU verdict of the real apply: the artifact's targets, or (not built yet) the recipe's,
     its ``GPU_TARGETS = "auto"`` standing for this machine's GPUs."""
-    from rocmbuild.target import gpu
+    from rocmbuild.environment import gpu
 
     host = tuple(gpu.detect())
     if art is not None:

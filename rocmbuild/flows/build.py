@@ -36,7 +36,7 @@ from rocmbuild.names import safe_text
 from rocmbuild.recipe import Overrides, Recipe
 from rocmbuild.recipe import variables
 from rocmbuild.results import BuildPlan, BuildResult, SourcePlan
-from rocmbuild.target import gpu
+from rocmbuild.environment import gpu
 
 
 def load_recipe(name: str, recipes_dirs: Sequence[str] = (), overrides: Overrides = Overrides(),

@@ -16,7 +16,7 @@ Decisions:
 * The libraries the artifact's libraries need (:func:`refuse_needed`, ``DT_NEEDED``): one that
   torch's process maps in another version (``libamdhip64.so.7`` needed, ``.so.6`` loaded: ROCm 7
   against ROCm 6) is refused (exit 2), before anything is written; one found nowhere is a warning
-  (the verification after the swap proves the load: target/needed.py).
+  (the verification after the swap proves the load: environment/needed.py).
 * The GPU architecture (:func:`gpu_arch`): an artifact whose recorded targets do not cover every
   AMD GPU of this machine is refused (exit 2) before anything is recovered, locked or changed,
   unless ``--allow-other-arch`` (a warning; the result records it). A generic target covers its
@@ -47,8 +47,8 @@ from rocmbuild.recipe import arch
 from rocmbuild.swap import plan as _plan
 from rocmbuild.swap import state
 from rocmbuild import swap as _txn
-from rocmbuild.target import verify as verify_mod
-from rocmbuild.target.verify import Check, Verdict
+from rocmbuild.environment import verify as verify_mod
+from rocmbuild.environment.verify import Check, Verdict
 
 RESTORED_WARN_ONLY = ("compatibility",)
 
@@ -98,8 +98,8 @@ def verifier(python: Path, *, timeout: float, smoke: bool,
              env: dict[str, str | None] | None = None) -> Callable[["_txn.Expectation"], Verdict]:
     """The verify callback for :func:`rocmbuild.swap.transaction.execute` (see the module notes);
     ``env``: the target's activation (``Target.activation.extras()``), so the activated env is judged."""
-    from rocmbuild.target import probe
-    from rocmbuild.target import verify as verify_mod
+    from rocmbuild.environment import probe
+    from rocmbuild.environment import verify as verify_mod
 
     def verify(exp: "_txn.Expectation") -> Verdict:
         want_smoke = smoke and not exp.restored
@@ -143,9 +143,9 @@ def compat_refusal(check: Check, report, encoding: str) -> InputError:
 
 def refuse_needed(artifact: Artifact, t, libdir: Path) -> "needed.Needed":
     """The artifact's libraries' DT_NEEDED against what the target ``t`` provides
-    (:mod:`rocmbuild.target.needed`): a conflict is refused (:func:`needed_refusal`, exit 2),
+    (:mod:`rocmbuild.environment.needed`): a conflict is refused (:func:`needed_refusal`, exit 2),
     a SONAME found nowhere warned about; before anything is written."""
-    from rocmbuild.target import needed
+    from rocmbuild.environment import needed
 
     libs = artifact.manifest.libraries
     verdict = needed.check(artifact.tree, [lib.file for lib in libs], t.report, libdir, env=t.activation.extras(),
@@ -163,7 +163,7 @@ def refuse_needed(artifact: Artifact, t, libdir: Path) -> "needed.Needed":
 
 def needed_refusal(verdict, prefix: Path) -> InputError:
     """The error for an artifact whose library needs another version of a library torch loads."""
-    from rocmbuild.target.needed import rocm_of
+    from rocmbuild.environment.needed import rocm_of
 
     lines = []
     for c in verdict.conflicts:
@@ -253,7 +253,7 @@ def gpu_arch(targets: tuple[str, ...] | None, encoding: str | None, *, allow_oth
              host: tuple[str, ...] | None = None) -> arch.ArchMatch:
     """The artifact's targets against this machine's GPUs (detected unless ``host`` is given);
     a mismatch allowed by ``--allow-other-arch`` is warned about and marked ``allowed``."""
-    from rocmbuild.target import gpu
+    from rocmbuild.environment import gpu
 
     found = tuple(gpu.detect()) if host is None else host
     m = arch.match(targets, found, amd=encoding != "cudnn")

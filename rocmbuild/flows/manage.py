@@ -57,8 +57,8 @@ from rocmbuild.swap.observe import observe
 from rocmbuild.swap.records import Drift
 from rocmbuild.swap.paths import origin
 from rocmbuild import swap as _txn
-from rocmbuild.target import target, versions
-from rocmbuild.target import verify as verify_mod
+from rocmbuild.environment import target, versions
+from rocmbuild.environment import verify as verify_mod
 
 
 def _pick_state_dir(prefix: Path, redo: bool = False) -> Path:

@@ -9,7 +9,7 @@ from rocmbuild.errors import RocmbuildError
 
 if TYPE_CHECKING:
     from rocmbuild.swap.plan import Plan
-    from rocmbuild.target.verify import Verdict
+    from rocmbuild.environment.verify import Verdict
 
 Json = Mapping[str, Any]  # a JSON object made by a lower layer, carried through as it is
 BACKUP_BYTES_NOTE = "bytes only the backups keep alive (backup files with no other link)"

@@ -23,7 +23,7 @@ import shlex
 from typing import TYPE_CHECKING
 
 from rocmbuild.results.state import StatusChanges, placed_version, short_txn, version_drift
-from rocmbuild.target.verdict import Check
+from rocmbuild.environment.verdict import Check
 
 if TYPE_CHECKING:
     from rocmbuild.swap.records import Drift

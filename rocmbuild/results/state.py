@@ -12,9 +12,9 @@ if TYPE_CHECKING:
     from rocmbuild.store.manifest import FoundFix
     from rocmbuild.swap.records import Drift, Unreadable
     from rocmbuild.swap.strays import Stray
-    from rocmbuild.target.probe import LoadedLibrary
-    from rocmbuild.target.target import Target
-    from rocmbuild.target.verify import Verdict
+    from rocmbuild.environment.probe import LoadedLibrary
+    from rocmbuild.environment.target import Target
+    from rocmbuild.environment.verify import Verdict
 
 @dataclass(frozen=True)
 class InEffect(Record):

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from rocmbuild.recipe.arch import ArchMatch
     from rocmbuild.swap.plan import Plan
     from rocmbuild.swap.records import Pruned, Recovered
-    from rocmbuild.target.verify import Check, Verdict
+    from rocmbuild.environment.verify import Check, Verdict
 
 @dataclass(frozen=True)
 class ExportResult(VerbResult):

@@ -1,5 +1,5 @@
 """What a transaction asks of verification and what it hands back: the :class:`Expectation` a
-:class:`Verify` callback judges (returning a :class:`~rocmbuild.target.verify.Verdict`), and the
+:class:`Verify` callback judges (returning a :class:`~rocmbuild.environment.verify.Verdict`), and the
 :class:`Outcome` of a finished transaction."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 from rocmbuild.swap.plan import Plan
 from rocmbuild.swap.records import Pruned
-from rocmbuild.target.verify import Check, Verdict
+from rocmbuild.environment.verify import Check, Verdict
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from rocmbuild.swap.paths import Places, clean_relative, missing_dirs, plain_nam
 
 if TYPE_CHECKING:
     from rocmbuild.store.artifact import Artifact, LibraryEntry, Manifest
-    from rocmbuild.target.target import Target
+    from rocmbuild.environment.target import Target
 
 ACTION_KINDS = ("replace_file", "add_file", "replace_link", "remove")
 
@@ -159,7 +159,7 @@ class TargetFacts:
 
 def facts_from(target: "Target", stems: Iterable[str], version: str | None = None,
                placed: tuple[tuple[str, PathState, str], ...] = ()) -> TargetFacts:
-    """Target facts from a discovered :class:`rocmbuild.target.target.Target`."""
+    """Target facts from a discovered :class:`rocmbuild.environment.target.Target`."""
     loaded = []
     prefixes = (str(target.prefix), os.path.realpath(target.prefix))
     for stem in stems:

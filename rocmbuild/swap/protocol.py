@@ -36,7 +36,7 @@ from rocmbuild.swap.outcome import (Outcome, Verify, expectation_after, expectat
 from rocmbuild.swap.plan import Plan
 from rocmbuild.swap.records import Recovered, Restored
 from rocmbuild.swap.roots import Roots
-from rocmbuild.target.verify import Verdict
+from rocmbuild.environment.verify import Verdict
 
 Steps = list[tuple[FileAction, dict[str, Any]]]
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rocmbuild.target.verify import Verdict
+from rocmbuild.environment.verify import Verdict
 
 
 class Record(Mapping):

@@ -21,8 +21,8 @@ import pytest
 from rocmbuild import doctor
 from rocmbuild.cli import app as cli
 from rocmbuild.errors import EXIT_INPUT, EXIT_OK, EXIT_VERIFY, TargetError
-from rocmbuild.target import activation
-from rocmbuild.target.target import discover
+from rocmbuild.environment import activation
+from rocmbuild.environment.target import discover
 from tests.support.cli import REPO, rb
 from tests.support.envs import stage_library
 from tests.support.snapshots import snapshot

@@ -16,8 +16,8 @@ import pytest
 
 from rocmbuild.cli import app as cli
 from rocmbuild.errors import EXIT_INPUT
-from rocmbuild.target import needed
-from rocmbuild.target.probe import ProbeReport
+from rocmbuild.environment import needed
+from rocmbuild.environment.probe import ProbeReport
 from tests.support.envs import make_env
 from tests.support.snapshots import canaries, snapshot
 

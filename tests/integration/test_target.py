@@ -20,10 +20,10 @@ from packaging.version import Version
 
 from rocmbuild.cli import app as cli
 from rocmbuild.errors import EXIT_INPUT, EXIT_OK, EXIT_VERIFY, TargetError
-from rocmbuild.target.probe import run_probe
-from rocmbuild.target.verify import compatible, judge
-from rocmbuild.target.versions import decode_version
-from rocmbuild.target.target import discover, discover_at, resolve
+from rocmbuild.environment.probe import run_probe
+from rocmbuild.environment.verify import compatible, judge
+from rocmbuild.environment.versions import decode_version
+from rocmbuild.environment.target import discover, discover_at, resolve
 
 pytestmark = pytest.mark.slow
 

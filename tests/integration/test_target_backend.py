@@ -15,7 +15,7 @@ from rocmbuild import doctor
 from rocmbuild.store.artifact import read_soname
 from rocmbuild.cli import app as cli
 from rocmbuild.errors import EXIT_INPUT, EXIT_OK, EXIT_VERIFY
-from rocmbuild.target.probe import run_probe
+from rocmbuild.environment.probe import run_probe
 
 pytestmark = pytest.mark.slow
 

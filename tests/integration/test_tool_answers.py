@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from rocmbuild.target.target import discover
+from rocmbuild.environment.target import discover
 
 pytestmark = pytest.mark.slow
 

@@ -231,8 +231,8 @@ def test_recipe_hints_point_at_something_an_installed_wheel_has(tmp_path):
 
 
 def test_the_batchnorm_smoke_row_has_a_check_name():
-    from rocmbuild.target.smoke import check_smoke
-    from rocmbuild.target.verdict import Check
+    from rocmbuild.environment.smoke import check_smoke
+    from rocmbuild.environment.verdict import Check
 
     class Report:
         smoke = {"status": "passed", "device": "cpu", "checks": [

@@ -10,7 +10,7 @@ from rocmbuild.store.artifact import Manifest
 from rocmbuild.schema import SchemaError
 from rocmbuild.errors import EXIT_INPUT, InputError, RecipeError
 from rocmbuild.recipe import Overrides, apply_overrides, arch, parse
-from rocmbuild.target import gpu
+from rocmbuild.environment import gpu
 from tests.support.recipes import fixture_recipe
 
 

@@ -19,7 +19,7 @@ LAYERS = (
     ("flows", "doctor"),
     ("results",),
     ("swap",),
-    ("target",),
+    ("environment",),
     ("remote",),
     ("builder", "store", "sources"),
     ("recipe",),
@@ -71,7 +71,7 @@ def _offenders(found: list[str], rule: str) -> None:
 
 
 def _layer_breaks(module: str, tree: ast.Module):
-    if module in ("rocmbuild.__main__", "rocmbuild.target._probe"):
+    if module in ("rocmbuild.__main__", "rocmbuild.environment._probe"):
         return  # the entry point imports cli; the probe runs inside the target's Python (stdlib only)
     mine = _layer(_unit(module))
     for imported, names in _imports(tree, module):
@@ -116,8 +116,8 @@ def test_the_rules_report_every_offender():
 
 
 def test_the_probe_is_stdlib_only():
-    tree = ast.parse((PKG / "target" / "_probe.py").read_text())
-    for imported, _ in _imports(tree, "rocmbuild.target._probe"):
+    tree = ast.parse((PKG / "environment" / "_probe.py").read_text())
+    for imported, _ in _imports(tree, "rocmbuild.environment._probe"):
         assert not imported.startswith("rocmbuild"), "the probe runs inside the target's Python: stdlib (and torch) only"
 
 

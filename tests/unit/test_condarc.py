@@ -1,8 +1,8 @@
-"""The ``envs_dirs`` reader of ``.condarc`` files and the files conda reads (target/condarc.py)."""
+"""The ``envs_dirs`` reader of ``.condarc`` files and the files conda reads (environment/condarc.py)."""
 
 from __future__ import annotations
 
-from rocmbuild.target import condarc
+from rocmbuild.environment import condarc
 
 
 def test_block_list_with_quotes_comments_and_other_keys():

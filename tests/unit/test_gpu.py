@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from rocmbuild.target import gpu
+from rocmbuild.environment import gpu
 
 
 @pytest.mark.parametrize(

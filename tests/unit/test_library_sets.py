@@ -11,9 +11,9 @@ import re
 import pytest
 
 from rocmbuild.errors import EXIT_INPUT, InputError
-from rocmbuild.target.probe import ProbeReport
-from rocmbuild.target.verify import choose, judge
-from rocmbuild.target.versions import compatible_versions
+from rocmbuild.environment.probe import ProbeReport
+from rocmbuild.environment.verify import choose, judge
+from rocmbuild.environment.versions import compatible_versions
 
 CUDA = {"hip": None, "cuda": "13.0", "torch_version": "2.14.1+cu130", "version_int": 92400,
         "version_int_retry": 92400, "runtime_version": [9, 24, 0], "compile_version": [9, 24, 0]}
@@ -132,7 +132,7 @@ def test_one_mapped_file_is_judged_without_reading_its_soname(tmp_path, monkeypa
     def no_elf_read(path):
         raise AssertionError(f"read the SONAME of {path}")
 
-    monkeypatch.setattr("rocmbuild.target.probe.read_soname", no_elf_read)
+    monkeypatch.setattr("rocmbuild.environment.probe.read_soname", no_elf_read)
     v = judge(report([lib(placed)]), expect="9.24.0", expected_file=placed)
     c = {c.name: c for c in v.checks}
     assert v.ok and c["library"].ok and c["identity"].ok, v.render()

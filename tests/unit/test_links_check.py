@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from rocmbuild.target.verify import check_links
+from rocmbuild.environment.verify import check_links
 
 
 def test_every_name_resolving_to_the_placed_file_passes(tmp_path):

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from rocmbuild.target import _probe
-from rocmbuild.target.probe import PROBE_SCRIPT, ProbeReport, parse_output
-from rocmbuild.target.verify import compatible, judge
-from rocmbuild.target.versions import decode_version, encode_version
+from rocmbuild.environment import _probe
+from rocmbuild.environment.probe import PROBE_SCRIPT, ProbeReport, parse_output
+from rocmbuild.environment.verify import compatible, judge
+from rocmbuild.environment.versions import decode_version, encode_version
 
 
 @pytest.mark.parametrize(

@@ -102,7 +102,7 @@ def test_a_hostile_history_record_renders_as_one_row_of_escaped_cells():
 def test_status_changes_and_checks_render_stored_and_reported_text_escaped():
     from rocmbuild.builder.requirements import DoctorCheck
     from rocmbuild.cli.render import status_changes
-    from rocmbuild.target.verdict import Check
+    from rocmbuild.environment.verdict import Check
 
     c = StatusChanges(in_effect=(_apply("0001-20261129T235717Z", HOSTILE, HOSTILE),),
                       unreadable=(Unreadable("journal", "/p/.rocmbuild/journal/1.json", HOSTILE),))

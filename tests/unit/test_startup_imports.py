@@ -15,7 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("rich", "requests", "urllib3", "cryptography", "elftools", "rocmbuild.results", "rocmbuild.swap",
          "rocmbuild.recipe", "rocmbuild.sources", "rocmbuild.builder", "rocmbuild.store",
-         "rocmbuild.flows", "rocmbuild.target", "rocmbuild.progress")
+         "rocmbuild.flows", "rocmbuild.environment", "rocmbuild.progress")
 
 PROBE = """
 import io, json, sys, contextlib

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from rocmbuild.target.probe import ProbeReport
-from rocmbuild.target.verify import Check, Verdict
+from rocmbuild.environment.probe import ProbeReport
+from rocmbuild.environment.verify import Check, Verdict
 
 REPORT = ProbeReport.from_json({"python": "/env/bin/python", "prefix": "/env", "libraries": []})
 OK = Check("identity", True, "the file placed", "it")
@@ -36,7 +36,7 @@ def test_relaxed_keeps_other_failures_and_always_carries_warnings():
 
 def test_a_message_several_smoke_checks_share_is_rendered_once():
     """Issue 27, item 6: the smoke suite's checks share one hint; the text says it under the first."""
-    from rocmbuild.target.smoke import check_smoke
+    from rocmbuild.environment.smoke import check_smoke
 
     failed = [{"name": n, "status": "failed", "reason": "AssertionError: differs"} for n in ("matmul", "mlp")]
     lacking = [{"name": n, "status": "skipped", "cannot_run": True,

@@ -25,7 +25,7 @@ Decisions:
   rocmbuild runs from (``sys.prefix``: the README's ``. .venv/bin/activate``) and torch cannot be
   found there, that is a :class:`TargetError` asking for ``--env`` (``details.own_environment``),
   not a probe of rocmbuild's venv.
-* :func:`discover_at` probes the target *activated* (:mod:`rocmbuild.target.activation`: conda's
+* :func:`discover_at` probes the target *activated* (:mod:`rocmbuild.environment.activation`: conda's
   ``activate.d`` and env vars, a venv's ``bin/activate``); only when the activation changes a
   variable that can change what torch loads does it probe a second time with the caller's
   environment as it is (``Target.unactivated``); :attr:`Target.difference` says what differs and
@@ -58,10 +58,10 @@ from rocmbuild import ui
 from rocmbuild.errors import RequirementError, TargetError
 from rocmbuild.home import target_state_dir
 from rocmbuild.names import safe_text
-from rocmbuild.target import activation as activation_mod
-from rocmbuild.target import loadpath
-from rocmbuild.target.activation import Activation
-from rocmbuild.target.probe import LoadedLibrary, ProbeReport, run_probe
+from rocmbuild.environment import activation as activation_mod
+from rocmbuild.environment import loadpath
+from rocmbuild.environment.activation import Activation
+from rocmbuild.environment.probe import LoadedLibrary, ProbeReport, run_probe
 
 _MAIN = {"miopen": "libMIOpen", "cudnn": "libcudnn", "hip": "libamdhip64"}
 

@@ -26,8 +26,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from rocmbuild.target.activation import Activation, Change
-from rocmbuild.target.probe import BACKEND_LIBRARY, LoadedLibrary, ProbeReport, is_set
+from rocmbuild.environment.activation import Activation, Change
+from rocmbuild.environment.probe import BACKEND_LIBRARY, LoadedLibrary, ProbeReport, is_set
 
 CALLER = "the caller's environment"
 _SPLIT = {"LD_LIBRARY_PATH": r"[:;]", "LD_PRELOAD": r"[\s:]+", "PYTHONPATH": r":",

@@ -4,8 +4,8 @@
 :func:`rocmbuild.proc.runner.capture`: its own process group, stdin ``/dev/null``, the user's live
 environment passed through so ``LD_LIBRARY_PATH``, ``PYTHONPATH``, ``HSA_*`` etc. apply exactly
 as they would for the user, with the target's activation applied over it when the caller passes
-one: :mod:`rocmbuild.target.activation`). The probe prints one JSON object; it becomes a frozen
-:class:`ProbeReport`. Judging it is :mod:`rocmbuild.target.verify`'s. The report is taken when
+one: :mod:`rocmbuild.environment.activation`). The probe prints one JSON object; it becomes a frozen
+:class:`ProbeReport`. Judging it is :mod:`rocmbuild.environment.verify`'s. The report is taken when
 the probe process exits, even if a child that torch forked (or one that called ``setsid()``)
 still holds its pipes; that child is killed then (runner.py, reaper.py).
 
@@ -42,7 +42,7 @@ from rocmbuild import progress
 from rocmbuild.proc import runner
 from rocmbuild.store.artifact import read_soname
 from rocmbuild.errors import RequirementError, TargetError
-from rocmbuild.target.versions import decode_version, encode_version
+from rocmbuild.environment.versions import decode_version, encode_version
 
 PROBE_SCRIPT = Path(__file__).with_name("_probe.py")
 KINDS = ("miopen", "hip", "cudnn")
@@ -224,7 +224,7 @@ def _name_matches(path: str, library: str) -> bool:
 def run_probe(python: Path, *, timeout: float = 300, want_hash: bool = False, smoke: bool = False,
               env: runner.Env = None) -> ProbeReport:
     """Run the probe in ``python`` (a fresh process) and parse its JSON. ``env``: the target's
-    activation (:meth:`rocmbuild.target.activation.Activation.extras`) applied over the caller's.
+    activation (:meth:`rocmbuild.environment.activation.Activation.extras`) applied over the caller's.
 
     Raises :class:`TargetError` (exit 2) when the Python does not exist or run, prints no JSON,
     or runs longer than ``timeout`` seconds (its whole process group is killed first).

@@ -8,7 +8,7 @@ version vs torch's compile-time version).
 
 Decisions:
 
-* The compatibility rule (:func:`rocmbuild.target.versions.compatible_versions`) is applied to
+* The compatibility rule (:func:`rocmbuild.environment.versions.compatible_versions`) is applied to
   the tuples from ``getRuntimeVersion()``/``getCompileVersion()``, not to whether the call
   raised, so ``PYTORCH_SKIP_CUDNN_COMPATIBILITY_CHECK=1`` in the user's environment does not hide
   a mismatch.
@@ -36,10 +36,10 @@ from typing import Iterable
 from packaging.version import InvalidVersion, Version
 
 from rocmbuild.errors import InputError
-from rocmbuild.target.smoke import check_smoke
-from rocmbuild.target.verdict import Check, Verdict
-from rocmbuild.target.probe import BACKEND_LIBRARY, LoadedLibrary, ProbeReport, is_set, probe_kind
-from rocmbuild.target.versions import (ENCODINGS, as_tuple, compatible_versions, decode_version, encode_version,
+from rocmbuild.environment.smoke import check_smoke
+from rocmbuild.environment.verdict import Check, Verdict
+from rocmbuild.environment.probe import BACKEND_LIBRARY, LoadedLibrary, ProbeReport, is_set, probe_kind
+from rocmbuild.environment.versions import (ENCODINGS, as_tuple, compatible_versions, decode_version, encode_version,
                                        major_minor, show)
 
 
@@ -51,7 +51,7 @@ def compatible(artifact_version: str, report: ProbeReport, encoding: str = "miop
     """Would torch accept a library of ``artifact_version``? (Call BEFORE swapping.)
 
     Compares the artifact's major.minor with torch's compile-time version (PyTorch's rule, see
-    :mod:`rocmbuild.target.versions`). A torch without a compile-time version (CPU build, missing
+    :mod:`rocmbuild.environment.versions`). A torch without a compile-time version (CPU build, missing
     binding) fails.
     """
     compiled = report.compile_version

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from rocmbuild.proc import runner
 from rocmbuild.errors import RequirementError, TargetError
-from rocmbuild.target import condarc
+from rocmbuild.environment import condarc
 
 TOOL_TIMEOUT = 15.0
 HOME_ROOTS = ("miniconda3", "anaconda3", "miniforge3", "mambaforge", ".conda", "micromamba", ".local/share/mamba")

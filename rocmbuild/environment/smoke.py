@@ -9,8 +9,8 @@ broken torch is not the library's fault.
 
 from __future__ import annotations
 
-from rocmbuild.target.probe import ProbeReport
-from rocmbuild.target.verdict import Check
+from rocmbuild.environment.probe import ProbeReport
+from rocmbuild.environment.verdict import Check
 
 
 def check_smoke(report: ProbeReport) -> list[Check]:

@@ -37,7 +37,7 @@ from typing import Iterable, Mapping
 
 from rocmbuild.proc import runner
 from rocmbuild.errors import RequirementError
-from rocmbuild.target.probe import LoadedLibrary, ProbeReport, soname_from_name
+from rocmbuild.environment.probe import LoadedLibrary, ProbeReport, soname_from_name
 
 DEFAULT_DIRS = ("/lib", "/usr/lib", "/lib64", "/usr/lib64", "/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu",
                 "/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from rocmbuild.names import safe_text
-from rocmbuild.target.probe import ProbeReport
+from rocmbuild.environment.probe import ProbeReport
 
 
 @dataclass(frozen=True)
