@@ -52,7 +52,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from rocmbuild.proc import runner
-from rocmbuild.builder import builder
+from rocmbuild.builder import pipeline
 from rocmbuild.builder import hints
 from rocmbuild.builder.requirements import (FAIL, OK, WARN, DoctorCheck, build_variables, check_program,
                                           check_requirements, find_rocm, host_root, variable_checks)
@@ -317,9 +317,9 @@ LONG_BUILDS = ("miopen",)  # recipes whose build takes an hour: a retry without 
 def check_launcher_for(recipe) -> DoctorCheck | None:
     """A recipe that leaves the launcher to rocmbuild (``auto``): ccache found is ok; missing, a
     long recipe (MIOpen: its library or its name) gets a warning; else nothing to say."""
-    if not builder.auto_launcher(recipe):
+    if not pipeline.auto_launcher(recipe):
         return None
-    path = runner.which(builder.AUTO_LAUNCHER)
+    path = runner.which(pipeline.AUTO_LAUNCHER)
     if path:
         return DoctorCheck("compiler cache", OK, f"ccache ({path}); its cache: $ROCMBUILD_HOME/ccache")
     names = [recipe.name, *recipe.install.libraries]

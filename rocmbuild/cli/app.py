@@ -114,11 +114,11 @@ def _verb_parser(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.A
 
 
 def _text(result: VerbResult, quiet: bool) -> str:
-    """The text of ``result``: with ``-q`` its one line per result (brief.py), else render.py's."""
-    from rocmbuild.cli import brief, render
+    """The text of ``result``: with ``-q`` its one line per result (quiet.py), else render.py's."""
+    from rocmbuild.cli import quiet, render
 
     if quiet:
-        short = brief.brief(result)
+        short = quiet.brief(result)
         if short is not None:
             return short
     return render.text(result)

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from rocmbuild import ui
 from rocmbuild.store import differs
-from rocmbuild.cli import layout
+from rocmbuild.cli import textlayout
 from rocmbuild.cli.fleettext import size
 from rocmbuild.cli.statetext import origin_text
 from rocmbuild.names import safe_lines, safe_text
 from rocmbuild.results import CacheDirResult, CacheListResult, CacheRmResult, LogResult, short_txn
 
 
-_USE_WORDS = {  # what each role of cache list's "used by" means, in words (swap/known.py)
+_USE_WORDS = {  # what each role of cache list's "used by" means, in words (swap/knowntargets.py)
     "in-effect": "applied by txn {} and in effect (what it loads now)",
     "rollback": "applied by txn {}, in effect under a newer apply (`rollback` returns to it)",
     "redo": "applied by txn {}, undone by a rollback; `rocmbuild redo` re-applies it",
@@ -40,7 +40,7 @@ def _cache_list(r: CacheListResult) -> str:
                  f"{len(r.targets)} known target(s)" + (f" ({gone} no longer there)" if gone else ""))
     lines += [f"  cannot read {p} (a journal of {t.target.prefix or t.target.state_dir})"
               for t in r.targets for p in t.unreadable]
-    return layout.lines(lines)
+    return textlayout.lines(lines)
 
 
 def _cache_dir(r: CacheDirResult) -> str:
@@ -50,14 +50,14 @@ def _cache_dir(r: CacheDirResult) -> str:
 def _cache_rm(r: CacheRmResult) -> str:
     lines = [f"removed artifact {c.key[:16] if c.key else ''} {c.path} ({size(c.bytes)})" for c in r.removed]
     lines += [f"kept {k.path}: {k.reason}" for k in r.kept]
-    return layout.lines(lines)
+    return textlayout.lines(lines)
 
 
 def _log(r: LogResult) -> str:
     if r.followed:
         return ""  # printed as it came
     if r.text is None:
-        return layout.lines(r.logs)
+        return textlayout.lines(r.logs)
     return safe_lines(r.text.rstrip("\n"))
 
 

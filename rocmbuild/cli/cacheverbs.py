@@ -31,7 +31,7 @@ def _add_cache(sub) -> None:
 
 def _cmd_cache(args) -> VerbResult:
     from rocmbuild.errors import InputError
-    from rocmbuild.flows import cache
+    from rocmbuild.flows import cacheverify
 
     if args.action != "gc" and (args.keep_days is not None or args.dry_run):
         raise InputError(f"--keep-days and --dry-run belong to `cache gc`, not `cache {args.action}`",
@@ -43,15 +43,15 @@ def _cmd_cache(args) -> VerbResult:
         raise InputError("`cache rm` takes KEY|RECIPE (and --force); no other `cache` action does",
                          "run e.g. `rocmbuild cache rm miopen-develop` (`rocmbuild cache list` shows keys)")
     if args.action == "dir":
-        return cache.where()
+        return cacheverify.where()
     if args.action == "rm":
-        return cache.rm(args.what, force=args.force)
+        return cacheverify.rm(args.what, force=args.force)
     if args.action == "list":
-        return fleetverbs.remote_list(args.remote) if args.remote else cache.listing()
+        return fleetverbs.remote_list(args.remote) if args.remote else cacheverify.listing()
     if args.action == "gc":
-        days = cache.housekeeping.DEFAULT_KEEP_DAYS if args.keep_days is None else args.keep_days
-        return cache.gc(days, dry_run=args.dry_run)
-    return cache.verify()
+        days = cacheverify.housekeeping.DEFAULT_KEEP_DAYS if args.keep_days is None else args.keep_days
+        return cacheverify.gc(days, dry_run=args.dry_run)
+    return cacheverify.verify()
 
 
 def _add_log(sub) -> None:
@@ -65,9 +65,9 @@ def _add_log(sub) -> None:
 
 
 def _cmd_log(args) -> VerbResult:
-    from rocmbuild.flows import logs
+    from rocmbuild.flows import logview
 
-    return logs.log(args.recipe, args.recipes_dir, list_only=args.list, follow=args.follow and not args.json)
+    return logview.log(args.recipe, args.recipes_dir, list_only=args.list, follow=args.follow and not args.json)
 
 
 VERBS: list[tuple[Callable[[Any], None], Callable[[argparse.Namespace], VerbResult]]] = [

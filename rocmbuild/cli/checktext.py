@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from rocmbuild.builder.check import Difference
-from rocmbuild.cli import layout
+from rocmbuild.builder.rebuild import Difference
+from rocmbuild.cli import textlayout
 from rocmbuild.results import CheckResult
 
 
@@ -20,11 +20,11 @@ def _difference(d: Difference) -> list[str]:
 def check(r: CheckResult) -> str:
     verdict = (f"the rebuild is identical to the cached artifact ({r.compared} files)" if r.identical
                else f"{len(r.differences)} of {r.compared} files differ from the cached artifact")
-    out = [f"{r.recipe} ({layout.short(r.key)}): {verdict}"]
+    out = [f"{r.recipe} ({textlayout.short(r.key)}): {verdict}"]
     for d in r.differences:
         out += _difference(d)
     out += [f"artifact: {r.artifact}", f"log: {r.log}"]
-    return layout.lines(out)  # the files' sha256 in full (the key: 16 digits)
+    return textlayout.lines(out)  # the files' sha256 in full (the key: 16 digits)
 
 
 RENDERERS = ((CheckResult, check),)

@@ -164,12 +164,12 @@ def _target_prefix(given: dict) -> Path | None:
 
 def txn_ids(given: dict) -> list[str]:
     """The transaction ids in the history of the target named on the line, newest first."""
-    from rocmbuild.swap import state
+    from rocmbuild.swap import statedir
 
     prefix = _target_prefix(given)
     if prefix is None:
         return []
     ids: list[str] = []
-    for d in state.state_dirs_for(prefix.resolve()):
-        ids += [str(rec["id"]) for rec in state.read_history(d) if str(rec["id"]) not in ids]
+    for d in statedir.state_dirs_for(prefix.resolve()):
+        ids += [str(rec["id"]) for rec in statedir.read_history(d) if str(rec["id"]) not in ids]
     return ids[::-1]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import shlex
 
-from rocmbuild.cli import layout
+from rocmbuild.cli import textlayout
 from rocmbuild.results import DemoResult
 
 
@@ -16,7 +16,7 @@ def _demo(r: DemoResult) -> str:
              for s in r.steps]
     where = f"kept in {r.scratch}" if r.kept else f"{r.scratch} removed"
     verdict = "demo passed" if r.error is None else f"demo FAILED at {r.failed.name if r.failed else '?'}"
-    return layout.lines(["demo steps:", *lines, f"{verdict} in {r.seconds:.1f} s; {where}", *next_commands(r)])
+    return textlayout.lines(["demo steps:", *lines, f"{verdict} in {r.seconds:.1f} s; {where}", *next_commands(r)])
 
 
 def next_commands(r: DemoResult) -> list[str]:

@@ -5,7 +5,7 @@
 Renderers read the result's ``to_json()`` form where the text mirrors it key for key.
 
 Every value a renderer shows passes ``names.safe_text`` (rocmbuild.names): a renderer builds its
-text as a list of lines and joins them with ``layout.lines``, which escapes each (so a newline in a
+text as a list of lines and joins them with ``textlayout.lines``, which escapes each (so a newline in a
 description, a ref or a stored history line cannot start a line of its own); a block that is
 several lines already (a tree, a table, a nested renderer's text, a recipe file shown by ``show``)
 is escaped where it is made. ``--json`` keeps every string exact.
@@ -20,7 +20,7 @@ from rocmbuild.proc import runner
 from rocmbuild import ui
 from rocmbuild.store import differs
 from rocmbuild.names import safe_lines, safe_text
-from rocmbuild.cli import layout
+from rocmbuild.cli import textlayout
 from rocmbuild.cli.statetext import (HISTORY_HEADERS, activation_lines, databases_text, drift_text, history_row,
                                      origin_text, plan_tree, rel)
 from rocmbuild.results import (
@@ -57,7 +57,7 @@ def _recipes(r: RecipesResult) -> str:
     lines = [line for e in r.recipes
              for line in (f"{e.name:24} {e.description or ('INVALID: ' + e.error if e.error else '')}",
                           f"{'':24} {e.path}")]
-    return layout.lines(lines) or "no recipes found"
+    return textlayout.lines(lines) or "no recipes found"
 
 
 def found_text(f) -> str:
@@ -69,10 +69,10 @@ def found_text(f) -> str:
 def _show(r: ShowResult) -> str:
     fixes = [f"fixes: {'; '.join(r.fixes)}"] + [f"  {safe_text(w)}" for w in r.fixes_where] if r.fixes else []
     fixes += [f"from {package_words(r.package)}"] if r.package else []
-    text = layout.lines([f"{r.name}: {r.description}", f"file: {r.path}", *fixes]) + "\n" + safe_lines(r.toml)
+    text = textlayout.lines([f"{r.name}: {r.description}", f"file: {r.path}", *fixes]) + "\n" + safe_lines(r.toml)
     if not r.overridden:
         return text
-    return (text.rstrip("\n") + "\n\n" + layout.lines(["# the command line overrides the file (these are in effect):"]
+    return (text.rstrip("\n") + "\n\n" + textlayout.lines(["# the command line overrides the file (these are in effect):"]
                                                        + [f"#   {x}" for x in r.overridden]))
 
 
@@ -112,7 +112,7 @@ def build_plan(plan: BuildPlan) -> str:
     lines += [f"  skipped  {c.name}: {c.detail}" for c in plan.requirements
               if c.status == "ok" and c.detail.startswith("not needed: ")]
     lines += [f"  note     {n}" for n in plan.notes]
-    return layout.short_keys(layout.lines(lines))  # the key and the paths named after it: 16 digits
+    return textlayout.short_keys(textlayout.lines(lines))  # the key and the paths named after it: 16 digits
 
 
 @text.register
@@ -130,7 +130,7 @@ def _build(r: BuildResult) -> str:
         out.append(f"fixes: {'; '.join(found_text(f) for f in r.artifact.manifest.found())}")
     if data["log"]:
         out.append(f"log: {data['log']}")
-    return layout.lines(out)
+    return textlayout.lines(out)
 
 
 # --------------------------------------------------------------------------------------------
@@ -155,7 +155,7 @@ def _loaded(data: dict[str, Any]) -> str:
         lines += [f"    stray {s['path']}: {s['why']}" for s in lib.get("strays") or ()]
     if not data["libraries"]:
         lines.append("  no libMIOpen/libamdhip64/libcudnn loaded")
-    return layout.lines(lines)
+    return textlayout.lines(lines)
 
 
 @text.register
@@ -188,7 +188,7 @@ def status_changes(c: StatusChanges, prefix: str | None = None) -> str:
     lines += [drift_text(d, prefix) + " (`rocmbuild rollback` refuses without --force)" for d in c.drift]
     lines += [f"UNREADABLE {u.describe()}" + (": rocmbuild changes nothing here until it is dealt with "
               "(`rocmbuild recover` says how)" if u.kind == "journal" else "") for u in c.unreadable]
-    return layout.lines(lines or ["rocmbuild has changed nothing in this target" if not c.stock else
+    return textlayout.lines(lines or ["rocmbuild has changed nothing in this target" if not c.stock else
                                   "no apply by rocmbuild is in effect here"])
 
 
@@ -199,15 +199,15 @@ def _status(r: StatusResult) -> str:
     body = safe_text(r.summary) + "\n" + _loaded(r.to_json()) + "\n" + status_changes(r.changes, prefix)
     gate = r.drift_check
     if gate is not None and not gate.ok and r.error is None:  # with --check the error says it, once
-        body += "\n" + layout.lines([f"what to do: {gate.message} (`rocmbuild status --check` and `rocmbuild verify` "
+        body += "\n" + textlayout.lines([f"what to do: {gate.message} (`rocmbuild status --check` and `rocmbuild verify` "
                                      "exit 4 until then)"])
-    return layout.short_keys(body + databases_text(r.databases))
+    return textlayout.short_keys(body + databases_text(r.databases))
 
 
 @text.register
 def _verify(r: VerifyResult) -> str:
     came = f" (from {r.target.origin})" if r.target.origin != "--env" else ""
-    head = layout.lines([f"verified {r.target.prefix}{came}", *activation_lines(r.target.to_json())])
+    head = textlayout.lines([f"verified {r.target.prefix}{came}", *activation_lines(r.target.to_json())])
     return head + "\n" + r.verdict.render() + databases_text(r.databases)
 
 
@@ -233,7 +233,7 @@ def _cache_verify(r: CacheVerifyResult) -> str:
     bad = sum(e.status != "ok" for e in r.entries)
     lines.append(f"{len(r.entries)} artifact(s) in {r.cache} re-hashed: "
                  + (f"{bad} quarantined" if bad else "all match their manifests"))
-    return layout.lines(lines)
+    return textlayout.lines(lines)
 
 
 def _size(n: int) -> str:
@@ -253,20 +253,20 @@ def _cache_gc(r: CacheGcResult) -> str:
     lines.append(f"{len(r.removed)} item(s) {'would be removed' if r.dry_run else 'removed'}, {_size(r.freed_bytes)} "
                  + ("would be freed (dry run: nothing was removed)" if r.dry_run else "freed")
                  + f" (kept: whatever was used in the last {r.keep_days:g} day(s), and what targets use)")
-    return layout.lines(lines)
+    return textlayout.lines(lines)
 
 
 @text.register
 def _export(r: ExportResult) -> str:
     b = r.bundle
-    return layout.lines([f"{b.file}", f"{b.sha256}  (also in {b.sha256_file})",
+    return textlayout.lines([f"{b.file}", f"{b.sha256}  (also in {b.sha256_file})",
                          f"apply it elsewhere with: rocmbuild apply --artifact {b.file} --env PREFIX"])
 
 
 @text.register
 def _lock(r: LockResult) -> str:
     lk = r.lock
-    return layout.lines([f"{r.lock_file}: {lk['recipe']} @ {ref_words(lk['ref'])} -> {lk['commit']}",
+    return textlayout.lines([f"{r.lock_file}: {lk['recipe']} @ {ref_words(lk['ref'])} -> {lk['commit']}",
                          f"rebuild exactly this with: rocmbuild apply --from-lock {r.lock_file}"])
 
 
@@ -282,7 +282,7 @@ def _apply(r: ApplyResult) -> str:
     p = r.plan
     arch_line = [gpu_arch_line(r.gpu_arch)] if r.gpu_arch is not None else []
     if r.already_applied:
-        return layout.lines([f"already applied: {p.recipe} ({p.version_after or '?'}) is in place in {p.prefix}; "
+        return textlayout.lines([f"already applied: {p.recipe} ({p.version_after or '?'}) is in place in {p.prefix}; "
                              "nothing changed", *arch_line, *([origin_text(r.substituted)] if r.substituted else [])])
     lines = [f"applied {r.txn}: {p.recipe} {p.version_before or '?'} -> {p.version_after or '?'} "
              f"in {p.prefix} ({p.layout} layout)"]
@@ -296,7 +296,7 @@ def _apply(r: ApplyResult) -> str:
     if r.substituted:
         lines.append(origin_text(r.substituted))
     lines.append("undo with: rocmbuild rollback" + (f" --env {p.prefix}" if p.prefix else ""))
-    return layout.lines(lines)
+    return textlayout.lines(lines)
 
 
 @text.register
@@ -317,7 +317,7 @@ def _dry_run(d: DryRunResult) -> str:
         lines.append(f"target: the apply would be refused ({type(d.target_error).__name__}); nothing would change")
     elif d.target_note:
         lines.append(safe_text(f"target: {d.target_note}"))
-    return layout.short_keys("\n".join(lines))
+    return textlayout.short_keys("\n".join(lines))
 
 
 @text.register
@@ -337,45 +337,45 @@ def _rollback(r: RollbackResult) -> str:
         f" with {len(warnings)} warning(s): " + ", ".join(w["name"] for w in warnings) if warnings else ""))
     out.append("in effect now: " + (", ".join(short_txn(x) for x in r.in_effect) or "no apply (the stock state)")
                + ("" if p.redoes else "; `rocmbuild redo` re-applies what this undid"))
-    return layout.lines(out)
+    return textlayout.lines(out)
 
 
 @text.register
 def _history(h: HistoryResult) -> str:
     """A table at the terminal's width, newest first (a narrow terminal: one block per transaction)."""
-    cols = layout.width()
+    cols = textlayout.width()
     apart = differs.told_apart([(r.get("recipe"), r.get("build") or {}) for r in h.transactions],
                                verbose=ui.verbosity() > 0)  # what tells builds of one recipe apart
     rows = [history_row(r, built) for r, built in reversed(list(zip(h.transactions, apart)))]
-    out = [layout.wrap(safe_text(f"history of {h.prefix} (newest first)"), cols)]
-    out += [layout.wrap(safe_text(f"this state was {o['relation']} from {o['from']} ({o['state_dir']}): its "
+    out = [textlayout.wrap(safe_text(f"history of {h.prefix} (newest first)"), cols)]
+    out += [textlayout.wrap(safe_text(f"this state was {o['relation']} from {o['from']} ({o['state_dir']}): its "
                                   "transactions ran there; rollback and recover act on this prefix only"), cols)
             for o in h.origins]
-    table = layout.table(HISTORY_HEADERS, rows, cols) if rows else None
+    table = textlayout.table(HISTORY_HEADERS, rows, cols) if rows else None
     if table is not None:
         out.append(table)
     else:
-        out += [layout.wrap("  ".join(layout.cell_text(c, ", ") for c in row), cols, "  ") for row in rows]
+        out += [textlayout.wrap("  ".join(textlayout.cell_text(c, ", ") for c in row), cols, "  ") for row in rows]
     if not h.transactions:
         out.append("  no transactions" + (" that can be read" if h.unreadable else ""))
     shown, total = len(h.transactions), h.to_json()["total"]
     if total > shown:
-        out.append(layout.wrap(f"the newest {shown} of {total} transactions (--limit {h.limit}); "
+        out.append(textlayout.wrap(f"the newest {shown} of {total} transactions (--limit {h.limit}); "
                                "`rollback --to` takes a txn number", cols))
-    out += [layout.wrap(safe_text(f"in progress: {u.id} {u.verb} (pid {u.running_pid})" if u.running_pid else
+    out += [textlayout.wrap(safe_text(f"in progress: {u.id} {u.verb} (pid {u.running_pid})" if u.running_pid else
                                   f"UNFINISHED {u.id} {u.verb} (stopped at '{u.state}'): run `rocmbuild recover`"), cols)
             for u in h.unfinished]
-    out += [layout.wrap(safe_text(f"UNREADABLE {u.describe()}"), cols) for u in h.unreadable]
-    out.append(layout.wrap(f"backups hold {_size(h.backup_bytes)} on disk that nothing else keeps alive "
+    out += [textlayout.wrap(safe_text(f"UNREADABLE {u.describe()}"), cols) for u in h.unreadable]
+    out.append(textlayout.wrap(f"backups hold {_size(h.backup_bytes)} on disk that nothing else keeps alive "
                            "(backups hardlinked to files still in use cost nothing)", cols))
-    return layout.short_keys("\n".join(out))
+    return textlayout.short_keys("\n".join(out))
 
 
 @text.register
 def _recover(r: RecoverResult) -> str:
     if not r.recovered:
         return f"nothing to recover in {r.prefix}"
-    return layout.lines(f"recovered {e['verb']} {e['id']} (stopped at '{e['interrupted_at']}'): rolled back"
+    return textlayout.lines(f"recovered {e['verb']} {e['id']} (stopped at '{e['interrupted_at']}'): rolled back"
                         + ("" if e["restored"].get("ok") else " -- WARNING: the old state did not verify")
                         for e in r.recovered)
 

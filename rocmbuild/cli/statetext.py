@@ -1,5 +1,5 @@
 """The text of a target's state for a person: drift with versions, a history row, a dry run's
-plan as a before -> after tree. Wording only (render.py registers the renderers; layout.py lays
+plan as a before -> after tree. Wording only (render.py registers the renderers; textlayout.py lays
 the text out).
 
 Decisions:
@@ -8,8 +8,8 @@ Decisions:
   process's version for a drifted file it loads; else "version unknown".
 * Each value is shown through ``names.safe_text`` (a history line is read from a file anyone with
   write access to the prefix may have written): a history row's cells are one line each (its
-  state a tuple of one-line facts) and escaped by ``layout.table``; other lines pass
-  ``layout.lines``.
+  state a tuple of one-line facts) and escaped by ``textlayout.table``; other lines pass
+  ``textlayout.lines``.
 * Keys and sha256 digests read as their first 16 hex digits; paths inside the prefix as relative.
 """
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 
-from rocmbuild.cli import layout
+from rocmbuild.cli import textlayout
 from rocmbuild.names import safe_text
 from rocmbuild.results import short_txn
 
@@ -31,7 +31,7 @@ def drift_text(d, prefix: str | None = None) -> str:
     placed_kind = d.expected.split(" ", 1)[0]
     if placed_kind == "file":
         what = d.placed_version or "a file"
-        placed = f"placed {what}" + (f" (sha {layout.short(d.placed_sha256)})" if d.placed_sha256 else "")
+        placed = f"placed {what}" + (f" (sha {textlayout.short(d.placed_sha256)})" if d.placed_sha256 else "")
     else:
         placed = "placed " + ("nothing (it was removed)" if placed_kind == "absent" else d.expected)
     kind = d.found_kind or d.found.split(" ", 1)[0]
@@ -75,7 +75,7 @@ def history_state(r) -> tuple[str, ...]:
     return tuple(facts)
 
 
-def history_row(r, built: str = "") -> tuple[layout.Cell, ...]:
+def history_row(r, built: str = "") -> tuple[textlayout.Cell, ...]:
     """The cells of a history line (the table escapes each); ``built``: what tells its build apart
     from the other builds of its recipe listed (store/differs.py)."""
     what = r.get("recipe") or "-"
@@ -112,7 +112,7 @@ def _after(a, plan, version: str | None) -> str:
         return f"link -> {a.link}"
     what = f"{plan.recipe or 'the artifact'} {version}" if a.role == "library" and version else \
         f"file from {plan.recipe or 'the artifact'}"
-    return what + (f" (sha {layout.short(a.sha256)})" if a.sha256 else "")
+    return what + (f" (sha {textlayout.short(a.sha256)})" if a.sha256 else "")
 
 
 def _compat(tp) -> str:
@@ -134,7 +134,7 @@ def plan_tree(tp) -> str:
         dirs.setdefault(rel(d, plan.prefix) if d != plan.prefix else ".", []).append(
             f"{name}: {_before(a, plan)}{change}")
     version = tp.artifact_version or "(no version)"
-    head = (f"{plan.verb} {plan.recipe or '-'} {version} (artifact {layout.short(plan.artifact) or '-'}) on "
+    head = (f"{plan.verb} {plan.recipe or '-'} {version} (artifact {textlayout.short(plan.artifact) or '-'}) on "
             f"{plan.prefix} ({plan.layout} layout)")
     pending = len(plan.pending)
     lines = [_compat(tp), f"verification after the swap expects {plan.version_after or 'no particular version'}",
@@ -142,7 +142,7 @@ def plan_tree(tp) -> str:
               f"{pending} path(s) would change, {len(plan.actions) - pending} already as wanted")]
     lines += [f"name: {n.describe()}" for n in plan.names]  # which artifact name lands where, and why
     lines += [f"note: {n}" for n in plan.notes]
-    return layout.tree(head, dirs.items()) + "\n" + layout.lines(lines)
+    return textlayout.tree(head, dirs.items()) + "\n" + textlayout.lines(lines)
 
 
 def origin_text(o: dict) -> str:

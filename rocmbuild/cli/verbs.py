@@ -116,9 +116,9 @@ def _cmd_build(args) -> VerbResult:
     else:
         name, overrides = args.recipe, a.overrides_from(args)
     if args.check:
-        from rocmbuild.flows import check
+        from rocmbuild.flows import buildcheck
 
-        return check.check_result(name, args.recipes_dir, overrides, wait=a.lock_wait(args))
+        return buildcheck.check_result(name, args.recipes_dir, overrides, wait=a.lock_wait(args))
     return build.build_result(name, args.recipes_dir, overrides, wait=a.lock_wait(args), caches=a.cache_options(args))
 
 

@@ -57,8 +57,8 @@ from rocmbuild.fs.locks import LockWait
 from rocmbuild.recipe import Overrides, Recipe, arch
 from rocmbuild.results import ApplyResult, BuildPlan, BundleSummary, DryRunResult, TargetPlan
 from rocmbuild.swap import plan as _plan
-from rocmbuild.swap import known, state
-from rocmbuild.swap.observe import FsObserver, PathState
+from rocmbuild.swap import knowntargets, statedir
+from rocmbuild.swap.pathstate import FsObserver, PathState
 from rocmbuild import swap as _txn
 from rocmbuild.environment import probe, target
 from rocmbuild.environment import verify as verify_mod
@@ -223,13 +223,13 @@ def _swap(art: Artifact, t: Target, recovered: tuple, options: ApplyOptions) -> 
                              env=t.activation.extras())
     sdir = Path(the_plan.state_dir)
     if the_plan.already_applied:
-        with state.TargetLock(sdir, wait=options.wait, shared=True):
+        with statedir.TargetLock(sdir, wait=options.wait, shared=True):
             if _replan(art, facts, options).already_applied:
                 return _already(art, t, the_plan, verify, recovered, options)
         # changed between the probe and the lock: take the full path below
     if the_plan.outside:
-        state.register_outside_target(sdir, Path(the_plan.prefix), Path(the_plan.libdir))
-    with state.TargetLock(sdir, wait=options.wait):
+        statedir.register_outside_target(sdir, Path(the_plan.prefix), Path(the_plan.libdir))
+    with statedir.TargetLock(sdir, wait=options.wait):
         _remember(art, the_plan)
         raced = tuple(_txn.recover(sdir, verify_restored=verify)) if _txn.needs_recovery(sdir) else ()
         recovered += raced
@@ -255,7 +255,7 @@ def _remember(art: Artifact, the_plan: _plan.Plan) -> None:
     written in the home, never in the target."""
     state = state_home()
     try:
-        known.register(state, Path(the_plan.state_dir), Path(the_plan.prefix))
+        knowntargets.register(state, Path(the_plan.state_dir), Path(the_plan.prefix))
     except OSError as exc:
         ui.warn(f"could not record this target in {state} ({exc.strerror or exc}): `cache gc` will not know it")
     build.used(art, cache_home())

@@ -1,7 +1,7 @@
 """Build a recipe, or say what building it would run.
 
 recipe.load -> overrides -> requirements -> (ls-remote) cache key -> cache hit, or
-source.fetch -> builder.build -> Artifact. The source lock is held across fetch and build: the work
+source.fetch -> pipeline.build -> Artifact. The source lock is held across fetch and build: the work
 tree is shared per remote, and another rocmbuild must not check out a different ref under our
 running compiler. Both locks (source, artifact key) follow the one policy (``--wait``,
 ``--wait-timeout``): ``build`` has no target, so its options govern exactly these two. ``build_plan`` changes nothing and never fails for what only a build needs
@@ -21,7 +21,7 @@ from rocmbuild import home as home_layout
 from rocmbuild import progress
 from rocmbuild import recipe as _recipe
 from rocmbuild import ui
-from rocmbuild.builder import builder, cmake, hints, logs, reproducible, requirements, shims, tweak
+from rocmbuild.builder import pipeline, cmake, hints, logs, reproducible, requirements, shims, tweak
 from rocmbuild.store import cache, housekeeping
 from rocmbuild.sources import fixes, source
 from rocmbuild.store.artifact import Artifact
@@ -52,7 +52,7 @@ def load_recipe(name: str, recipes_dirs: Sequence[str] = (), overrides: Override
 def requirement_checks(r: Recipe) -> tuple[requirements.DoctorCheck, ...]:
     """The recipe's [requires] (and its launcher) as doctor-style checks."""
     checks = requirements.check_requirements(r)
-    launcher = builder.launcher_check(r)
+    launcher = pipeline.launcher_check(r)
     if launcher is not None:
         checks.append(requirements.DoctorCheck(**launcher.to_json()))
     return tuple(checks)
@@ -136,7 +136,7 @@ def build_recipe(r: Recipe, before_build: Callable[[str | None], None] | None = 
     elif hit is not None:
         ui.info(f"{r.name}: cache hit {key[:16]} (no configure, no compile)")
     if hit is not None:
-        hit = _with_fixes(builder.for_recipe(hit, r), r, home, wait)  # today's [verify] and contains: not in the key
+        hit = _with_fixes(pipeline.for_recipe(hit, r), r, home, wait)  # today's [verify] and contains: not in the key
         if before_build is not None:
             before_build(hit.manifest.version)
         return used(hit, home)
@@ -153,13 +153,13 @@ def build_recipe(r: Recipe, before_build: Callable[[str | None], None] | None = 
             key = cache.cache_key(inp)
             hit = cache.lookup(key, home)
             if hit is not None:
-                return used(_carries(builder.for_recipe(hit, r), checkout.fixes), home)
+                return used(_carries(pipeline.for_recipe(hit, r), checkout.fixes), home)
             log = logs.start(home, key, f"# rocmbuild: build of {r.name}: the ref moved during the fetch (its log: {log})",
                              r.name)
         if before_build is not None:
             before_build(checkout.version)
         shims.make(r, home)  # ${HALF_INCLUDE_DIR}'s half/half.hpp, when rocmbuild provides it
-        return used(builder.for_recipe(builder.build(r, checkout, home=home, key=key, inp=inp, wait=wait, log=log), r), home)
+        return used(pipeline.for_recipe(pipeline.build(r, checkout, home=home, key=key, inp=inp, wait=wait, log=log), r), home)
 
 
 def _discard(home: Path, key: str) -> None:
@@ -270,7 +270,7 @@ def _soft_commit(r: Recipe, offline: bool) -> tuple[str | None, str | None]:
 def _soft_launcher(r: Recipe) -> str | None:
     """The launcher ``build`` would use (a named one missing from PATH: by its name)."""
     try:
-        return builder.check_launcher(r)
+        return pipeline.check_launcher(r)
     except RequirementError:
         return r.build.launcher
 

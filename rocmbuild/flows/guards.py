@@ -45,7 +45,7 @@ from rocmbuild.errors import InputError, StateError, TargetError
 from rocmbuild.fs.locks import LockWait
 from rocmbuild.recipe import arch
 from rocmbuild.swap import plan as _plan
-from rocmbuild.swap import state
+from rocmbuild.swap import statedir
 from rocmbuild import swap as _txn
 from rocmbuild.environment import verify as verify_mod
 from rocmbuild.environment.verify import Check, Verdict
@@ -57,9 +57,9 @@ def unreadable_state(prefix: Path) -> list[_txn.Unreadable]:
     """Every journal and history line of the target (all its state dirs) that cannot be read, and
     every outside-prefix target record (it may be this target's)."""
     out: list[_txn.Unreadable] = []
-    for d in state.state_dirs_for(prefix):
-        out += _txn.unreadable(d) + state.history_lines(d)[1]
-    return out + state.unreadable_targets()
+    for d in statedir.state_dirs_for(prefix):
+        out += _txn.unreadable(d) + statedir.history_lines(d)[1]
+    return out + statedir.unreadable_targets()
 
 
 def refuse_unreadable(prefix: Path) -> None:
@@ -87,9 +87,9 @@ def recover_prefix(prefix: Path, *, wait: bool | LockWait, verify_restored=None)
     first while a journal cannot be read (:func:`refuse_unreadable`)."""
     refuse_unreadable(prefix)
     out: list[dict[str, Any]] = []
-    for d in state.state_dirs_for(prefix):
+    for d in statedir.state_dirs_for(prefix):
         if _txn.needs_recovery(d):
-            with state.TargetLock(d, wait=wait):
+            with statedir.TargetLock(d, wait=wait):
                 out += _txn.recover(d, verify_restored=verify_restored)
     return out
 

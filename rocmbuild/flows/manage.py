@@ -49,13 +49,13 @@ from rocmbuild.results import (
     VerifyResult,
     txn_order,
 )
-from rocmbuild.results.drift import drift_check
-from rocmbuild.results.state import dotted
-from rocmbuild.swap import dbreport, state, strays
+from rocmbuild.results.driftresult import drift_check
+from rocmbuild.results.stateresult import dotted
+from rocmbuild.swap import dbreport, statedir, strays
 from rocmbuild.swap.mapping import layout_of
-from rocmbuild.swap.observe import observe
-from rocmbuild.swap.records import Drift
-from rocmbuild.swap.paths import origin
+from rocmbuild.swap.pathstate import observe
+from rocmbuild.swap.swaprecords import Drift
+from rocmbuild.swap.landing import origin
 from rocmbuild import swap as _txn
 from rocmbuild.environment import target, versions
 from rocmbuild.environment import verify as verify_mod
@@ -67,7 +67,7 @@ def _pick_state_dir(prefix: Path, redo: bool = False) -> Path:
     def newest(d: Path) -> str | None:
         m = _txn.model(d)
         return m.redo.rollback if redo and m.redo else (None if redo else (m.stack[-1] if m.stack else None))
-    dirs = [(d, newest(d)) for d in state.state_dirs_for(prefix)]
+    dirs = [(d, newest(d)) for d in statedir.state_dirs_for(prefix)]
     dirs = [(d, n) for d, n in dirs if n]
     if not dirs:
         if redo:
@@ -87,7 +87,7 @@ def _state_dir_of(prefix: Path, to: str) -> tuple[Path, str]:
     if _txn.is_stock(to):
         return _pick_state_dir(prefix), to
     where: dict[str, Path] = {}
-    for d in state.state_dirs_for(prefix):
+    for d in statedir.state_dirs_for(prefix):
         for j in _txn.journals(d):
             where.setdefault(j.id, d)
     full = _txn.resolve_txn(list(where), to)
@@ -96,7 +96,7 @@ def _state_dir_of(prefix: Path, to: str) -> tuple[Path, str]:
 
 def _nothing_to_undo(prefix: Path, to: str | None) -> bool:
     """``--if-applied``: no apply in effect (with ``--to``: none in effect beyond the state after it)."""
-    dirs = state.state_dirs_for(prefix)
+    dirs = statedir.state_dirs_for(prefix)
     if to is None or _txn.is_stock(to):
         return not any(_txn.model(d).stack for d in dirs)
     sdir, full = _state_dir_of(prefix, to)
@@ -136,7 +136,7 @@ def redo(*, env: str | None = None, python: str | None = None, force: bool = Fal
 def _restore(prefix: Path, py, sdir: Path, make, *, wait, keep: int, probe_timeout: float,
              recovered: list) -> RollbackResult:
     """Run a rollback or redo plan (``make``, called under the lock) as a verified transaction."""
-    with state.TargetLock(sdir, wait=wait):
+    with statedir.TargetLock(sdir, wait=wait):
         if _txn.needs_recovery(sdir):
             recovered += _txn.recover(sdir)
         p = replace(make(), python=str(py))
@@ -180,10 +180,10 @@ def history(*, env: str | None = None, python: str | None = None, limit: int | N
     unfinished: list[Unfinished] = []
     origins: list[dict] = []
     total = 0
-    for d in state.state_dirs_for(prefix):
+    for d in statedir.state_dirs_for(prefix):
         m = _txn.model(d)
         pruned = {j.id for j in _txn.journals(d) if j.data.get("backups_pruned")}
-        lines, _bad = state.history_lines(d)
+        lines, _bad = statedir.history_lines(d)
         for rec in lines:
             rows.append({**rec, **_effect_of(m, rec), "backups_pruned": rec["id"] in pruned,
                          "state_dir": str(d), "origin": origin(rec.get("prefix_identity"), prefix),
@@ -213,7 +213,7 @@ def status_changes(prefix: Path, loaded: dict[tuple[int, int], str | None] | Non
     ``loaded``: (device, inode) -> version of each library the target's torch loads now: a drifted
     file that is one of them gets that version (the process vouches for it; nothing is dlopened here)."""
     dirs, in_effect, unfinished, drift, total, stocks, redos = [], [], [], [], 0, [], []
-    for d in state.state_dirs_for(Path(prefix)):
+    for d in statedir.state_dirs_for(Path(prefix)):
         dirs.append(str(d))
         m = _txn.model(d)
         redos += [m.redo] if m.redo else []
@@ -294,7 +294,7 @@ def status(*, env: str | None = None, python: str | None = None, probe_timeout: 
 
 
 def _with_drift(t, verdict):
-    """``verdict`` with the drift check (results/drift.py) appended: what torch loads must be what
+    """``verdict`` with the drift check (results/driftresult.py) appended: what torch loads must be what
     rocmbuild's history says is in place. Only when rocmbuild changed this target."""
     libs = (_library_status(t, x) for x in t.report.libraries if not x.deleted)
     loaded = {(s.library.dev, s.library.inode): s.version for s in libs}

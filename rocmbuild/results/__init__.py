@@ -14,13 +14,13 @@ Decisions:
 """
 
 from rocmbuild.store.cache import CacheReport as CacheVerifyResult  # made in build/, held as it is
-from rocmbuild.results.cache import CacheDirResult, CacheGcResult, CacheListResult, CacheRmResult, LogResult
+from rocmbuild.results.cacheresult import CacheDirResult, CacheGcResult, CacheListResult, CacheRmResult, LogResult
 from rocmbuild.results.base import BACKUP_BYTES_NOTE, Json, Record, VerbResult
-from rocmbuild.results.build import BuildPlan, BuildResult, CheckResult, RecipeEntry, RecipesResult, ShowResult, SourcePlan
-from rocmbuild.results.fleet import ConfigListResult, KeyResult, PushResult, RemoteArtifact, RemoteListResult, Setting
-from rocmbuild.results.demo import DemoCheck, DemoFailed, DemoResult, DemoStep
-from rocmbuild.results.shell import CompletionResult
-from rocmbuild.results.state import (
+from rocmbuild.results.buildresult import BuildPlan, BuildResult, CheckResult, RecipeEntry, RecipesResult, ShowResult, SourcePlan
+from rocmbuild.results.fleetresult import ConfigListResult, KeyResult, PushResult, RemoteArtifact, RemoteListResult, Setting
+from rocmbuild.results.demoresult import DemoCheck, DemoFailed, DemoResult, DemoStep
+from rocmbuild.results.shellresult import CompletionResult
+from rocmbuild.results.stateresult import (
     DoctorResult,
     HistoryResult,
     InEffect,
@@ -33,7 +33,7 @@ from rocmbuild.results.state import (
     short_txn,
     txn_order,
 )
-from rocmbuild.results.txn import (
+from rocmbuild.results.txnresult import (
     ApplyResult,
     BundleSummary,
     DryRunResult,

@@ -209,7 +209,7 @@ def build_dirs(home: Path, cutoff: float, gone: set = frozenset()) -> list[Candi
 def temps(home: Path) -> list[Candidate]:
     """``artifacts/.tmp-<key>-<pid>``: half-made artifacts of killed builds (checked under the key lock);
     ``build/.seed-<key>-<pid>``: half-made copies of a failed tree (``retry``), and
-    ``build/.check-<key>-<pid>``: ``build --check`` rebuilds (builder/check.py), whose process is gone."""
+    ``build/.check-<key>-<pid>``: ``build --check`` rebuilds (builder/rebuild.py), whose process is gone."""
     adir = artifacts_dir(home)
     out = []
     broot = build_dir(home)

@@ -28,7 +28,7 @@ from rocmbuild.store.artifact import MANIFEST, Artifact, Manifest, artifact_root
 from rocmbuild.fs.disk import ContentMismatch, read_json
 from rocmbuild.errors import FetchError, InputError
 from rocmbuild.fs.root import ConfinementError, Root, file_mode
-from rocmbuild.swap.observe import PathState, same_kind
+from rocmbuild.swap.pathstate import PathState, same_kind
 from rocmbuild.swap.plan import Action
 from rocmbuild.swap.roots import Roots, state_sub
 

@@ -20,10 +20,10 @@ import os
 from pathlib import Path
 
 from rocmbuild import ui
-from rocmbuild.swap.effect import model
+from rocmbuild.swap.ineffect import model
 from rocmbuild.swap.journal import FINISHED, backup_dir, foreign, journals, now, seq
-from rocmbuild.swap.observe import PathState
-from rocmbuild.swap.records import Pruned
+from rocmbuild.swap.pathstate import PathState
+from rocmbuild.swap.swaprecords import Pruned
 from rocmbuild.swap.roots import open_state
 
 

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Callable
 
 from rocmbuild.errors import TargetError
 from rocmbuild.fs.root import ConfinementError, Root
-from rocmbuild.swap.observe import Observer
-from rocmbuild.swap.paths import under
+from rocmbuild.swap.pathstate import Observer
+from rocmbuild.swap.landing import under
 
 if TYPE_CHECKING:
     from rocmbuild.store.artifact import Manifest

@@ -28,11 +28,11 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from rocmbuild.fs.disk import sha256_file
-from rocmbuild.swap import state
+from rocmbuild.swap import statedir
 from rocmbuild.swap.dbfiles import db_dir_of, is_db_name
 from rocmbuild.swap.history import placed as placed_files
 from rocmbuild.swap.journal import active
-from rocmbuild.swap.observe import observe
+from rocmbuild.swap.pathstate import observe
 
 CUSTOM = "MIOPEN_CUSTOM_CACHE_DIR"
 SYSTEM = "MIOPEN_SYSTEM_DB_PATH"
@@ -76,7 +76,7 @@ def _names(d: Path) -> list[str]:
 def _placed(prefix: Path) -> tuple[dict[str, tuple[Any, str]], list[Any]]:
     recs: dict[str, tuple[Any, str]] = {}
     applies = []
-    for sdir in state.state_dirs_for(prefix):
+    for sdir in statedir.state_dirs_for(prefix):
         recs.update({p: (st, sha) for p, st, sha in placed_files(sdir)})
         try:
             applies += [j for j in active(sdir) if j.verb == "apply"]

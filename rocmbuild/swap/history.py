@@ -1,5 +1,5 @@
 """What rocmbuild did to a target: drift, the stock version, and the ``history.jsonl`` line of
-each finished transaction (what is in effect: swap/effect.py; rollback and redo plans: swap/restore.py).
+each finished transaction (what is in effect: swap/ineffect.py; rollback and redo plans: swap/restore.py).
 
 Decisions:
 * what rocmbuild placed at a path is what the last committed transaction on it left there
@@ -14,13 +14,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rocmbuild.swap import state
+from rocmbuild.swap import statedir
 from rocmbuild.swap.backups import dir_unique_bytes
-from rocmbuild.swap.effect import model
+from rocmbuild.swap.ineffect import model
 from rocmbuild.swap.journal import FINISHED, Journal, backup_dir, journals
-from rocmbuild.swap.paths import prefix_identity, relative_to
-from rocmbuild.swap.observe import FsObserver, PathState, found, observe, unchanged
-from rocmbuild.swap.records import Drift
+from rocmbuild.swap.landing import prefix_identity, relative_to
+from rocmbuild.swap.pathstate import FsObserver, PathState, found, observe, unchanged
+from rocmbuild.swap.swaprecords import Drift
 from rocmbuild.swap.restore import last_touch
 
 
@@ -47,7 +47,7 @@ def placed(state_dir: Path) -> tuple[tuple[str, PathState, str], ...]:
 
 def drift(state_dir: Path) -> list[Drift]:
     """Paths rocmbuild placed (the last committed transaction on each) that no longer are what it left there (judged
-    by :func:`rocmbuild.swap.observe.unchanged`: identity with the ctime, then the recorded sha256)."""
+    by :func:`rocmbuild.swap.pathstate.unchanged`: identity with the ctime, then the recorded sha256)."""
     out = []
     obs = FsObserver()
     for path, (j, after, source, digest) in sorted(_placed_by(state_dir).items()):
@@ -66,7 +66,7 @@ def stock_version(state_dir: Path) -> tuple[str, str | None] | None:
     """What the target had before rocmbuild's first transaction here: (that transaction's id, the
     version it found then; None: not recorded). None when no journal or history line says it."""
     firsts = [(j.id, j.plan.version_before) for j in journals(state_dir)[:1]]
-    firsts += [(r["id"], r.get("version_before")) for r in state.read_history(state_dir)]
+    firsts += [(r["id"], r.get("version_before")) for r in statedir.read_history(state_dir)]
     return min(firsts, key=lambda f: f[0]) if firsts else None
 
 
@@ -92,8 +92,8 @@ def write_history(j: Journal) -> bool:
     was written. Returns True when a line was appended."""
     sdir = Path(j.plan.state_dir)
     appended = False
-    if not any(r.get("id") == j.id for r in state.read_history(sdir)):
-        state.append_history(sdir, history_record(j, outcome=j.data.get("history_outcome") or j.state))
+    if not any(r.get("id") == j.id for r in statedir.read_history(sdir)):
+        statedir.append_history(sdir, history_record(j, outcome=j.data.get("history_outcome") or j.state))
         appended = True
     j.set(history_written=True)
     return appended

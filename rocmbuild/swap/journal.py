@@ -10,7 +10,7 @@ Decisions:
   its file name's) is left out of :func:`journals`, never guessed at, and listed by :func:`unreadable` with what it still tells (the id from its name,
   a verb, state and paths found in its text, where its backups are) for every verb to report;
 * on disk (schema 2) every path inside the prefix is relative to it and the journal records the
-  prefix's identity (:func:`~rocmbuild.swap.paths.prefix_identity`); loading makes them absolute
+  prefix's identity (:func:`~rocmbuild.swap.landing.prefix_identity`); loading makes them absolute
   under the prefix the state dir is in *now* (``<prefix>/.rocmbuild``), so a copied or moved env
   acts on itself only. A schema-1 journal (absolute paths) is rebased the same way from the prefix
   it names. A loaded journal of an own state dir whose file paths leave that prefix is unreadable;
@@ -36,10 +36,10 @@ from rocmbuild.fs import disk
 from rocmbuild import schema as s
 from rocmbuild.home import STATE_DIRNAME
 from rocmbuild.swap import actions as _actions
-from rocmbuild.swap.paths import origin, prefix_identity, rebased, relative_to, under
-from rocmbuild.swap.observe import PATH_STATE_SPEC
+from rocmbuild.swap.landing import origin, prefix_identity, rebased, relative_to, under
+from rocmbuild.swap.pathstate import PATH_STATE_SPEC
 from rocmbuild.swap.plan import PLAN_SPEC, Plan
-from rocmbuild.swap.records import Unreadable
+from rocmbuild.swap.swaprecords import Unreadable
 from rocmbuild.swap.roots import Roots, write_state_file
 
 FAILPOINTS = ("after-journal", "after-stage", "after-backup", "mid-swap", "after-swap", "after-verify",
@@ -359,8 +359,8 @@ def pending(state_dir: Path) -> list[Journal]:
 
 def active(state_dir: Path) -> list[Journal]:
     """The committed transactions whose changes the files still show, oldest first: the applies in
-    effect and the rollbacks and redos layered over them (the replay: :mod:`rocmbuild.swap.effect`,
+    effect and the rollbacks and redos layered over them (the replay: :mod:`rocmbuild.swap.ineffect`,
     whose ``in_effect`` is what a person calls "in effect": the applies only)."""
-    from rocmbuild.swap.effect import model  # the replay lives there; it reads the journals from here
+    from rocmbuild.swap.ineffect import model  # the replay lives there; it reads the journals from here
 
     return list(model(state_dir).layers)

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Iterable
 
 from rocmbuild.errors import TargetError
-from rocmbuild.swap.observe import Observer, PathState, resolve
+from rocmbuild.swap.pathstate import Observer, PathState, resolve
 
 LAYOUTS = ("conda", "wheel", "therock", "system")
 

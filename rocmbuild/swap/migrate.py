@@ -39,8 +39,8 @@ from rocmbuild import ui
 from rocmbuild.errors import LockedError
 from rocmbuild.home import cache_home, known_targets_dir, state_home, targets_dir
 from rocmbuild.fs.root import ConfinementError, Root
-from rocmbuild.swap import known
-from rocmbuild.swap.state import TargetLock
+from rocmbuild.swap import knowntargets
+from rocmbuild.swap.statedir import TargetLock
 
 logger = logging.getLogger(__name__)
 
@@ -124,7 +124,7 @@ def _move_state_dir(old_root: Root, new_root: Root, name: str, tally: _Tally) ->
 def _move_record(old_root: Root, new_root: Root, name: str, tally: _Tally, old_targets: Path, new_targets: Path) -> None:
     where = Path(old_root.path) / name
     try:
-        data = known.read_record(where)
+        data = knowntargets.read_record(where)
     except (OSError, ValueError):  # unreadable: moved as it is (cache gc still sees it and says so)
         data = None
     if data is None or not str(data["state_dir"]).startswith(str(old_targets) + "/"):
@@ -140,7 +140,7 @@ def _move_record(old_root: Root, new_root: Root, name: str, tally: _Tally, old_t
             old_root.unlink(name)  # the same target's record is there (a newer apply wrote it)
         return
     sdir = new_targets / Path(data["state_dir"]).name
-    new_root.write_atomic(known.record_name(sdir), known.record_json(sdir, data["prefix"], data["registered"]))
+    new_root.write_atomic(knowntargets.record_name(sdir), knowntargets.record_json(sdir, data["prefix"], data["registered"]))
     old_root.unlink(name)
     tally.moved += 1
 

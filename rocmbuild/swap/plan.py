@@ -7,11 +7,11 @@ Decisions (the mapping rules in full: docs/transactions.md, "Planning"):
 * ``[install] data`` dirs land at ``<libdir>/../<data path>``; missing parents are recorded so a
   revert removes them again; a library loaded from outside the prefix is refused unless asked;
   old MIOpen DB files the artifact does not replace are moved aside (:mod:`rocmbuild.swap.dbfiles`);
-* every destination is checked by :class:`~rocmbuild.swap.paths.Places` (only the lib dir and its
+* every destination is checked by :class:`~rocmbuild.swap.landing.Places` (only the lib dir and its
   ``../share``, never the state dir, never through a symlink out of the prefix) before any action;
 * "already there" is decided by identity (the cache's inode, or the identity the active
   transaction recorded after its swap), hashing only a same-size regular file otherwise;
-* everything is observed through an :class:`~rocmbuild.swap.observe.Observer`: pure, testable.
+* everything is observed through an :class:`~rocmbuild.swap.pathstate.Observer`: pure, testable.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from rocmbuild.swap import strays
 from rocmbuild.swap.dbfiles import stale_actions
 from rocmbuild.swap.mapping import (After, NameMap, check_chains, find_beside, layout_of, lib_dir_names,
                                      placed_unchanged, soname_notes)
-from rocmbuild.swap.observe import PATH_STATE_SPEC, FsObserver, Observer, PathState, resolve
-from rocmbuild.swap.paths import Places, clean_relative, missing_dirs, plain_name
+from rocmbuild.swap.pathstate import PATH_STATE_SPEC, FsObserver, Observer, PathState, resolve
+from rocmbuild.swap.landing import Places, clean_relative, missing_dirs, plain_name
 
 if TYPE_CHECKING:
     from rocmbuild.store.artifact import Artifact, LibraryEntry, Manifest
@@ -93,7 +93,7 @@ class Plan:
     artifact: str | None = None  # artifact key
     artifact_path: str | None = None
     notes: tuple[str, ...] = ()
-    undoes: tuple[str, ...] = ()  # rollback: the applies this plan takes out of effect (swap/effect.py)
+    undoes: tuple[str, ...] = ()  # rollback: the applies this plan takes out of effect (swap/ineffect.py)
     restores_to: str | None = None  # rollback/redo: the state after this txn id ("stock": before all) comes back
     redoes: str | None = None  # redo: the rollback whose undoing it is (what that rollback undid comes back)
     remove_dirs: tuple[str, ...] = ()  # rollback: dirs created by undone transactions (removed if empty)
@@ -318,7 +318,7 @@ def _member_actions(m: "Manifest", mem: _Member, tree: Path, places: Places,
 def _data_actions(m: "Manifest", libdir: Path, tree: Path, seen: set[str], places: Places,
                   placed: dict[str, tuple[PathState, str]]) -> list[Action]:
     """The actions placing the ``[install] data`` dirs' files and links under ``<libdir>/..``
-    (only in the lib dir or ``share``: :class:`~rocmbuild.swap.paths.Places`)."""
+    (only in the lib dir or ``share``: :class:`~rocmbuild.swap.landing.Places`)."""
     actions = []
     roots = (libdir, libdir.parent / "share")
     for d in m.data:

@@ -30,11 +30,11 @@ from rocmbuild.swap.history import history_missing, write_history
 from rocmbuild.swap.journal import (FINISHED, JOURNAL_SCHEMA, Journal, backup_dir, failpoint, journal_dir,
                                     journals, new_id, now, pending)
 from rocmbuild.fs.root import ConfinementError
-from rocmbuild.swap.observe import PathState
-from rocmbuild.swap.outcome import (Outcome, Verify, expectation_after, expectation_before,
+from rocmbuild.swap.pathstate import PathState
+from rocmbuild.swap.txnoutcome import (Outcome, Verify, expectation_after, expectation_before,
                                     failures_json, verdict_json)
 from rocmbuild.swap.plan import Plan
-from rocmbuild.swap.records import Recovered, Restored
+from rocmbuild.swap.swaprecords import Recovered, Restored
 from rocmbuild.swap.roots import Roots
 from rocmbuild.environment.verify import Verdict
 

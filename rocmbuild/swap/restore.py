@@ -1,7 +1,7 @@
 """Plans that bring an earlier state back: ``rollback``, ``rollback --to N`` and ``redo``.
 
 Decisions (docs/transactions.md, "Rollback and redo"):
-* every one of them returns the target to a *point* of :mod:`rocmbuild.swap.effect` (the state
+* every one of them returns the target to a *point* of :mod:`rocmbuild.swap.ineffect` (the state
   right after a transaction, or ``stock``): for each path that a committed transaction after that
   point touched, the state before the first of them that touched it (chronology, not the stack:
   it is what was on disk then), from that transaction's backup, or any backup holding the same
@@ -26,9 +26,9 @@ from typing import Any
 from rocmbuild.errors import InputError, TargetError
 from rocmbuild.swap import actions as _actions
 from rocmbuild.swap.backups import find_backup
-from rocmbuild.swap.effect import STOCK, Effect, model
+from rocmbuild.swap.ineffect import STOCK, Effect, model
 from rocmbuild.swap.journal import Journal, journals, seq
-from rocmbuild.swap.observe import PathState
+from rocmbuild.swap.pathstate import PathState
 from rocmbuild.swap.plan import Plan
 from rocmbuild.swap.undo import Undo, make_rollback
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from rocmbuild.errors import StatePathError
 from rocmbuild.home import STATE_DIRNAME, state_home, targets_dir
 from rocmbuild.fs.root import ConfinementError, Root
-from rocmbuild.swap.paths import under
+from rocmbuild.swap.landing import under
 
 
 def _state_refused(state_dir: Path, exc: BaseException) -> StatePathError:

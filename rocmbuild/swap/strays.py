@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from rocmbuild.errors import TargetError
-from rocmbuild.swap.observe import FsObserver, Observer, resolve
+from rocmbuild.swap.pathstate import FsObserver, Observer, resolve
 
 FLAG = "--move-strays"
 PRELOAD = "TheRock's preload"

@@ -1,6 +1,6 @@
 """The rollback plan: every path back to the state before the transactions it undoes; changes
 nothing. Decisions: a path that is not what rocmbuild left there is drift (judged by
-:func:`rocmbuild.swap.observe.unchanged`) and refuses unless forced; a restore is "done" by the
+:func:`rocmbuild.swap.pathstate.unchanged`) and refuses unless forced; a restore is "done" by the
 backup's inode, or (a backup copied across filesystems) by its bytes, hashed only when size and
 mode already match.
 """
@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Iterable
 
 from rocmbuild.errors import TargetError
-from rocmbuild.swap.observe import FsObserver, Observer, PathState, found, unchanged
-from rocmbuild.swap.paths import missing_dirs
+from rocmbuild.swap.pathstate import FsObserver, Observer, PathState, found, unchanged
+from rocmbuild.swap.landing import missing_dirs
 from rocmbuild.swap.plan import Action, Plan
-from rocmbuild.swap.records import Drift
+from rocmbuild.swap.swaprecords import Drift
 
 
 @dataclass(frozen=True)

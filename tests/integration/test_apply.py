@@ -282,8 +282,8 @@ HOLDER = textwrap.dedent("""
     import sys, time
     from rocmbuild.fs import disk
     from rocmbuild.home import cache_home
-    from rocmbuild.swap import state
-    lock = state.TargetLock(sys.argv[1]).acquire()
+    from rocmbuild.swap import statedir
+    lock = statedir.TargetLock(sys.argv[1]).acquire()
     print("locked", flush=True)
     time.sleep(float(sys.argv[2]))
     lock.release()

@@ -10,7 +10,7 @@ import pytest
 
 from rocmbuild.fs import disk
 from rocmbuild.proc import runner
-from rocmbuild.builder import builder as build
+from rocmbuild.builder import pipeline as build
 from rocmbuild.store import cache
 from rocmbuild.store.artifact import Manifest, read_soname
 from rocmbuild.errors import EXIT_BUILD, EXIT_INPUT, BuildError, RequirementError
@@ -131,12 +131,12 @@ import sys
 signal.signal(signal.SIGINT, signal.default_int_handler)
 from pathlib import Path
 from types import SimpleNamespace
-from rocmbuild.builder import builder as build
+from rocmbuild.builder import pipeline as build
 from rocmbuild.store import cache
 from rocmbuild import recipe
 from rocmbuild.fs import disk
 from rocmbuild.home import cache_home
-from rocmbuild.swap import state
+from rocmbuild.swap import statedir
 r = recipe.load(sys.argv[1])
 src = Path(sys.argv[2])
 co = SimpleNamespace(root=src, source_dir=src, url="file:///unused", ref="develop", commit="c" * 40,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from rocmbuild import doctor, recipe as recipe_mod
-from rocmbuild.builder import builder
+from rocmbuild.builder import pipeline
 from rocmbuild.store import cache
 from rocmbuild.errors import RecipeError
 from rocmbuild.flows import build as build_flow
@@ -114,16 +114,16 @@ def test_an_exported_bundle_carries_the_current_verify(tmp_path, monorepo):
 def test_launcher_auto_uses_ccache_with_its_own_dir_and_none_turns_it_off(tmp_path, monorepo):
     path = _recipe(tmp_path, monorepo.url)
     r = recipe_mod.load(str(path))
-    assert r.build.launcher is None and builder.check_launcher(r) == shutil.which("ccache")
-    use = builder.launcher(r, cache_home())
+    assert r.build.launcher is None and pipeline.check_launcher(r) == shutil.which("ccache")
+    use = pipeline.launcher(r, cache_home())
     assert dict(use.env) == {"CCACHE_DIR": str(cache_home() / "ccache"), "CCACHE_BASEDIR": str(cache_home())}
     auto_key = cache.inputs(r, commit="a" * 40, home=cache_home()).key
     for name in ("none", "ccache", "auto"):
         other = recipe_mod.apply_overrides(r, recipe_mod.Overrides(launcher=name))
         assert cache.inputs(other, commit="a" * 40, home=cache_home()).key == auto_key
     none = recipe_mod.apply_overrides(r, recipe_mod.Overrides(launcher="none"))
-    assert builder.check_launcher(none) is None
-    assert builder.launcher(recipe_mod.apply_overrides(r, recipe_mod.Overrides(launcher="ccache")),
+    assert pipeline.check_launcher(none) is None
+    assert pipeline.launcher(recipe_mod.apply_overrides(r, recipe_mod.Overrides(launcher="ccache")),
                             cache_home()).env == ()  # a named ccache keeps the user's configuration
     plan = json.loads(rb("plan", path, "--json").stdout)
     assert f"-DCMAKE_C_COMPILER_LAUNCHER:FILEPATH={shutil.which('ccache')}" in plan["commands"]["configure"]

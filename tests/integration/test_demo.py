@@ -165,9 +165,9 @@ def test_a_failed_check_fails_loudly_and_keeps_the_scratch_dir(tmp_path, mocker,
     """A fault injected into the version check: the demo exits 1 naming the step and what was
     found, lists the steps so far, and keeps its dir for the report."""
     from rocmbuild.cli.app import main
-    from rocmbuild.flows.demo import steps
+    from rocmbuild.flows.demo import demostep
 
-    mocker.patch.object(steps, "loaded_version", return_value=3006000)  # the env answers the wrong number
+    mocker.patch.object(demostep, "loaded_version", return_value=3006000)  # the env answers the wrong number
     keep = tmp_path / "scratch"
     code = main(["demo", "--keep", str(keep), "--json"])  # the old name of --keep-dir still works
     out = json.loads(capsys.readouterr().out)

@@ -258,7 +258,7 @@ def test_no_space_while_building_exit_3_target_untouched(monorepo, env350, tmp_p
     env = env350("conda")
     before, listing = snapshot(env.prefix), untouched(env.prefix)
     recipe = write_fixture_recipe(tmp_path / "recipes", "nospace", url=monorepo.url, ref="rocm-7.1.0", jobs=2)
-    mocker.patch("rocmbuild.builder.builder.atomic_write_json",
+    mocker.patch("rocmbuild.builder.pipeline.atomic_write_json",
                  side_effect=OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
     code = cli.main(["apply", str(recipe), "--env", str(env.prefix), "--json"])
     out = json.loads(capsys.readouterr().out)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from rocmbuild.builder import logs
-from rocmbuild.flows.logs import tail
+from rocmbuild.flows.logview import tail
 from rocmbuild.names import safe_lines
 from tests.support.cli import kill_group, rb
 from tests.support.recipes import write_fixture_recipe

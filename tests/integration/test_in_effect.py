@@ -1,4 +1,4 @@
-"""One model of "in effect" (swap/effect.py) as a person reads it: status's headline and list,
+"""One model of "in effect" (swap/ineffect.py) as a person reads it: status's headline and list,
 history's state column, rollback --to N (the state after N), redo, cache list's words, and the
 one-line pruning note -- the CLI's text and its --json, on real fake-torch envs."""
 
@@ -68,7 +68,7 @@ def test_the_headline_says_drift_when_torch_loads_another_version():
     """The history says 3.5.1 is in place, torch loads 3.5.0 (a library written over, a forced
     rollback over drift): DRIFT in the headline, and ``version_drift`` in the JSON."""
     from rocmbuild.results import InEffect, StatusChanges, Stock
-    from rocmbuild.results.state import summary, version_drift
+    from rocmbuild.results.stateresult import summary, version_drift
 
     top = InEffect("0001-20260101T000000Z", "apply", "miopen-demo", None, "3.5.0", "3.5.1", ())
     c = StatusChanges(in_effect=(top,), stock=Stock("0001-20260101T000000Z", "3.5.0"))

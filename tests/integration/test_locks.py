@@ -34,7 +34,7 @@ from rocmbuild.sources import source
 from rocmbuild.errors import LockedError
 from rocmbuild.home import artifacts_dir
 from rocmbuild.fs.locks import LockWait
-from rocmbuild.swap import state
+from rocmbuild.swap import statedir
 from tests.support.cli import REPO, rb
 from tests.support.leaks import running
 
@@ -235,7 +235,7 @@ def test_the_waiting_line_comes_within_a_second(kind, txn_world, home_copy, hold
     h = holders.start(path)
     policy = LockWait(wait=True, timeout=1.5)
     if kind == "target":
-        lock = state.TargetLock(path.parent, wait=policy)
+        lock = statedir.TargetLock(path.parent, wait=policy)
         take = lock.acquire
     elif kind == "source":
         take = source.source_lock(recipe_mod.load(txn_world.recipe("mini")), home=home, wait=policy).__enter__
@@ -306,9 +306,9 @@ def test_a_shared_holder_is_found_and_named(tmp_path, holders):
     (sdir / "lock").write_text(json.dumps({"pid": 999999999, "since": 1.0}))  # a stale record, too
     h = holders.start(sdir / "lock", mode="shared")
     with pytest.raises(LockedError) as ei:
-        state.TargetLock(sdir).acquire()
+        statedir.TargetLock(sdir).acquire()
     assert f"held (shared) by pid {h.pid}" in ei.value.message and holders.marker in ei.value.message
     assert "kill" not in ei.value.hint  # a live reader, not a leftover
     holders.finish(h)
-    with state.TargetLock(sdir):  # free again: the stale record is taken over
+    with statedir.TargetLock(sdir):  # free again: the stale record is taken over
         assert json.loads((sdir / "lock").read_text())["pid"] == os.getpid()

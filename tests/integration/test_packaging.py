@@ -33,11 +33,11 @@ def test_wheel_ships_recipes_beside_patches(wheel):
     assert any(n.startswith("rocmbuild/patches/") for n in names)  # patches/<recipe>/ sit beside recipes/
 
 
-DEMO_FILES = ["rocmbuild/flows/demo/__init__.py", "rocmbuild/flows/demo/scratch.py", "rocmbuild/flows/demo/steps.py",
+DEMO_FILES = ["rocmbuild/flows/demo/__init__.py", "rocmbuild/flows/demo/scratch.py", "rocmbuild/flows/demo/demostep.py",
               "rocmbuild/flows/demo/data/miopen-demo.toml", "rocmbuild/flows/demo/data/torch/__init__.py",
               "rocmbuild/flows/demo/data/miopen/CMakeLists.txt", "rocmbuild/flows/demo/data/miopen/src/miopen.c",
               "rocmbuild/flows/demo/data/miopen/include/miopen/miopen.h",
-              "rocmbuild/flows/demo/data/miopen/db/gfx1151.db.txt", "rocmbuild/results/demo.py"]
+              "rocmbuild/flows/demo/data/miopen/db/gfx1151.db.txt", "rocmbuild/results/demoresult.py"]
 
 
 def test_wheel_ships_the_demo_and_every_package(wheel):

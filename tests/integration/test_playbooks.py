@@ -242,8 +242,8 @@ HOLDER = textwrap.dedent("""
     # hold the target's lock until the apply has substituted the artifact (the target's lock comes next), then
     # a few seconds more: the first attempts meet the lock (exit 5), a later one gets through
     import os, sys, time
-    from rocmbuild.swap import state
-    lock = state.TargetLock(sys.argv[1]).acquire()
+    from rocmbuild.swap import statedir
+    lock = statedir.TargetLock(sys.argv[1]).acquire()
     print("locked", flush=True)
     while not os.path.exists(sys.argv[2]):
         time.sleep(0.05)

@@ -147,7 +147,7 @@ def test_check_without_a_cached_artifact_is_exit_2_with_a_hint(tmp_path, monorep
 def test_a_stopped_check_leaves_no_rebuild_and_gc_collects_a_killed_one(tmp_path, mocker):
     """A stop (SIGTERM, Ctrl-C: a BaseException) mid-rebuild removes ``build/.check-<key>-<pid>``;
     ``cache gc`` removes one whose process was killed (-9)."""
-    from rocmbuild.builder import builder, check
+    from rocmbuild.builder import pipeline, rebuild
     from rocmbuild.home import cache_home
 
     home, key = cache_home(), "c" * 64
@@ -156,10 +156,10 @@ def test_a_stopped_check_leaves_no_rebuild_and_gc_collects_a_killed_one(tmp_path
         (build_dir / "CMakeFiles").mkdir(parents=True)
         raise KeyboardInterrupt
 
-    mocker.patch.object(builder, "rebuild_into", side_effect=half_build)
-    mocker.patch.object(builder, "launcher", return_value=builder.Launcher())
+    mocker.patch.object(pipeline, "rebuild_into", side_effect=half_build)
+    mocker.patch.object(pipeline, "launcher", return_value=pipeline.Launcher())
     with pytest.raises(KeyboardInterrupt):
-        check.rebuild(mocker.Mock(), mocker.Mock(), home=home, key=key, inp=mocker.Mock(), log=tmp_path / "log")
+        rebuild.rebuild(mocker.Mock(), mocker.Mock(), home=home, key=key, inp=mocker.Mock(), log=tmp_path / "log")
     assert not list((home / "build").glob(".check-*"))
     dead = subprocess.Popen(["true"])
     dead.wait()

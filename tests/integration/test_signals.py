@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from rocmbuild.proc import runner
-from rocmbuild.builder import builder
+from rocmbuild.builder import pipeline
 from rocmbuild.store import cache
 from rocmbuild.errors import LockedError
 from rocmbuild.home import build_dir, cache_home
@@ -220,13 +220,13 @@ def test_a_build_tree_in_use_is_never_reused(tmp_path):
     try:
         t0 = time.monotonic()
         with pytest.raises(LockedError) as ei:
-            builder.build(r, co, home=home, key=key, inp=inp)
+            pipeline.build(r, co, home=home, key=key, inp=inp)
         assert time.monotonic() - t0 < 5
         assert ei.value.exit_code == 5 and f"pid {holder.pid}" in ei.value.message and "--wait" in ei.value.hint
         assert not list((home / "artifacts").glob(".tmp-*"))
         threading.Timer(1.0, holder.kill).start()
         t0 = time.monotonic()
-        art = builder.build(r, co, home=home, key=key, inp=inp, wait=True)  # waits for the holder, then builds
+        art = pipeline.build(r, co, home=home, key=key, inp=inp, wait=True)  # waits for the holder, then builds
         assert time.monotonic() - t0 > 0.9 and art.path.is_dir()
     finally:
         holder.kill()

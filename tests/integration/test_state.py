@@ -22,8 +22,8 @@ import pytest
 from rocmbuild import swap
 from rocmbuild.store.artifact import Artifact, FileEntry
 from rocmbuild.errors import InputError, TargetError
-from rocmbuild.swap import plan, state
-from rocmbuild.swap.observe import FsObserver, observe, unchanged
+from rocmbuild.swap import plan, statedir
+from rocmbuild.swap.pathstate import FsObserver, observe, unchanged
 from tests.support.cli import rb
 from tests.support.fake_torch import write_knobs
 from tests.support.snapshots import inodes, listing, snapshot
@@ -372,4 +372,4 @@ def test_a_bad_history_line_hides_none_of_the_others(txn_home, env350):
     r = rb("rollback", "--env", env.prefix)  # a bad history line warns, it does not block
     assert r.returncode == 0, r.stderr
     assert "unreadable history" in r.stderr and "line 2" in r.stderr
-    assert len(state.history_lines(env.prefix / ".rocmbuild")[0]) == 3
+    assert len(statedir.history_lines(env.prefix / ".rocmbuild")[0]) == 3

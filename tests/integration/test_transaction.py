@@ -27,7 +27,7 @@ from rocmbuild.errors import InputError, LockedError, TargetError, VerifyError
 from rocmbuild import swap as transaction
 from rocmbuild.fs.root import Root
 from rocmbuild.swap.roots import Roots
-from rocmbuild.swap import actions, plan, state
+from rocmbuild.swap import actions, plan, statedir
 from tests.support.cli import REPO
 from tests.support.envs import stage_library
 from tests.support.snapshots import inodes, snapshot
@@ -118,7 +118,7 @@ def test_commit_hardlinks_backups_and_staged_files(art, prefix):
     assert new.read_bytes() == cached.read_bytes() and cached.stat().st_nlink == 1
     assert (prefix / "share/miopen/db/gfx1151.db.txt").read_bytes() == b"fixture perf db\n"
     assert art.intact() == []
-    (line,) = state.read_history(Path(p.state_dir))
+    (line,) = statedir.read_history(Path(p.state_dir))
     assert line["id"] == out.id and line["outcome"] == "committed" and line["version_before"] == "3.5.0"
     assert transaction.drift(Path(p.state_dir)) == []
 
@@ -260,7 +260,7 @@ def test_killed_at_every_step_recovery_is_idempotent(art, prefix, tmp_path, poin
     assert snapshot(prefix) == before and inodes(prefix) == ids
     assert not list(prefix.rglob(".*rocmbuild-*"))
     assert transaction.pending(sdir) == []
-    assert state.read_history(sdir)[-1]["outcome"].startswith("recovered: rolled back")
+    assert statedir.read_history(sdir)[-1]["outcome"].startswith("recovered: rolled back")
     # and the next transaction succeeds
     out = transaction.execute(plan.make(art, facts(prefix)), verify=Verifier())
     assert out.state == "committed"
@@ -293,28 +293,28 @@ def test_rollback_plan_restores_and_detects_drift(art, prefix, fixture_libs):
 
 def test_lock_excludes_a_second_holder_and_names_the_pid(tmp_path):
     sdir = tmp_path / "prefix" / ".rocmbuild"
-    with state.TargetLock(sdir):
+    with statedir.TargetLock(sdir):
         # the holder record names this process (the lock file held its bare pid before it was a record)
         assert json.loads((sdir / "lock").read_text())["pid"] == os.getpid()
         with pytest.raises(LockedError) as ei:
-            state.TargetLock(sdir).acquire()
+            statedir.TargetLock(sdir).acquire()
         assert ei.value.exit_code == 5 and f"pid {os.getpid()}" in ei.value.message
         with pytest.raises(LockedError):
-            state.TargetLock(sdir, shared=True).acquire()
-    with state.TargetLock(sdir, shared=True):
+            statedir.TargetLock(sdir, shared=True).acquire()
+    with statedir.TargetLock(sdir, shared=True):
         pass
     other = tmp_path / "other" / ".rocmbuild"
-    with state.TargetLock(other, shared=True):  # no state yet: creates nothing
+    with statedir.TargetLock(other, shared=True):  # no state yet: creates nothing
         assert not other.exists()
 
 
 def test_outside_prefix_state_dir_is_found_by_prefix(tmp_path, monkeypatch):
     monkeypatch.setenv("ROCMBUILD_HOME", str(tmp_path / "home"))
-    d = state.target_state_dir(tmp_path / "env", Path("/opt/rocm/lib"), outside=True)
+    d = statedir.target_state_dir(tmp_path / "env", Path("/opt/rocm/lib"), outside=True)
     assert d.parent == tmp_path / "home" / "state" / "targets" and len(d.name) == 16  # ROCMBUILD_HOME/state
-    state.register_outside_target(d, tmp_path / "env", Path("/opt/rocm/lib"))
-    assert state.state_dirs_for(tmp_path / "env") == [d]
-    assert state.state_dirs_for(tmp_path / "elsewhere") == []
+    statedir.register_outside_target(d, tmp_path / "env", Path("/opt/rocm/lib"))
+    assert statedir.state_dirs_for(tmp_path / "env") == [d]
+    assert statedir.state_dirs_for(tmp_path / "elsewhere") == []
 
 
 def _record_fsyncs(mocker) -> list[str]:
@@ -620,17 +620,17 @@ def test_killed_after_commit_recovery_writes_the_history_line_once(art, prefix, 
     sdir = Path(p.state_dir)
     (j,) = transaction.journals(sdir)
     assert j.state == "committed" and j.data["history_written"] is False
-    assert state.read_history(sdir) == [] and transaction.pending(sdir) == []
+    assert statedir.read_history(sdir) == [] and transaction.pending(sdir) == []
     assert transaction.needs_recovery(sdir) is True
     r = _py(RECOVER, sdir)
     assert r.returncode == 0 and r.stdout.strip() == "0", r.stderr  # nothing rolled back ...
     assert "wrote the missing history line" in r.stderr
-    (line,) = state.read_history(sdir)  # ... but the history line is there
+    (line,) = statedir.read_history(sdir)  # ... but the history line is there
     assert line["id"] == j.id and line["outcome"] == "committed"
     assert transaction.Journal.load(j.path).data["history_written"] is True
     assert transaction.needs_recovery(sdir) is False
     transaction.recover(sdir)
-    assert len(state.read_history(sdir)) == 1  # idempotent
+    assert len(statedir.read_history(sdir)) == 1  # idempotent
     assert [x.id for x in transaction.active(sdir)] == [j.id]
 
 

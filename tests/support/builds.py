@@ -1,7 +1,7 @@
 """Artifacts of the fixture project without git: a plain copy as the checkout, the real build.
 
 For tests of the build, the artifact and the bundle that do not need a fetch: the "checkout"
-is a copy of ``tests/fixtures/miopen`` with the fields ``builder.build`` reads, and the recipe
+is a copy of ``tests/fixtures/miopen`` with the fields ``pipeline.build`` reads, and the recipe
 is the fixture recipe with no ``subdir`` (the copy is the project itself).
 """
 
@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
-from rocmbuild.builder import builder
+from rocmbuild.builder import pipeline
 from rocmbuild.store import cache
 from rocmbuild.home import cache_home
 from rocmbuild import recipe
@@ -35,8 +35,8 @@ def make_checkout(tmp_path: Path, version: str = "3.5.1") -> SimpleNamespace:
 
 
 def do_build(r, co):
-    """``builder.build`` of ``co`` in the current ``ROCMBUILD_HOME``: (artifact, home, key)."""
+    """``pipeline.build`` of ``co`` in the current ``ROCMBUILD_HOME``: (artifact, home, key)."""
     home = cache_home()
     inp = cache.inputs(r, commit=co.commit, home=home)
     key = cache.cache_key(inp)
-    return builder.build(r, co, home=home, key=key, inp=inp), home, key
+    return pipeline.build(r, co, home=home, key=key, inp=inp), home, key

@@ -143,7 +143,7 @@ def test_sizes():
 
 #: the modules that act on targets and their state: every write goes through a rocmbuild.fs.root.Root
 CONFINED = ("rocmbuild.swap", "rocmbuild.flows.apply", "rocmbuild.flows.manage", "rocmbuild.flows.guards",
-            "rocmbuild.flows.export", "rocmbuild.flows.cache", "rocmbuild.store.bundle", "rocmbuild.store.unbundle",
+            "rocmbuild.flows.export", "rocmbuild.flows.cacheverify", "rocmbuild.store.bundle", "rocmbuild.store.unbundle",
             "rocmbuild.store.cache", "rocmbuild.store.housekeeping", "rocmbuild.remote")
 _PATH_WRITES = {"os": {"replace", "rename", "renames", "unlink", "remove", "link", "symlink", "mkdir", "makedirs",
                        "rmdir", "removedirs", "chmod", "chown", "lchown", "truncate", "mkfifo", "mknod", "utime"},

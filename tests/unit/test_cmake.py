@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rocmbuild.builder import cmake
-from rocmbuild.builder.builder import parse_progress
+from rocmbuild.builder.pipeline import parse_progress
 from rocmbuild.recipe import Build
 
 

@@ -10,7 +10,7 @@ import pytest
 from rocmbuild.store.artifact import FileEntry, LibraryEntry, Manifest
 from rocmbuild.errors import InputError, TargetError
 from rocmbuild.swap import plan, undo
-from rocmbuild.swap.observe import PathState
+from rocmbuild.swap.pathstate import PathState
 from rocmbuild.swap.plan import LoadedFact, TargetFacts
 
 ART = Path("/cache/artifacts/k")

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import re
 
-from rocmbuild.cli import layout
+from rocmbuild.cli import textlayout
 from rocmbuild.results import InEffect, StatusChanges, Stock
-from rocmbuild.results.state import summary
-from rocmbuild.swap.records import Drift, Unreadable
+from rocmbuild.results.stateresult import summary
+from rocmbuild.swap.swaprecords import Drift, Unreadable
 
 
 def _apply(txn: str, recipe: str = "miopen-3.5.1", after: str | None = "3.5.1") -> InEffect:
@@ -36,15 +36,15 @@ def test_summary_names_the_latest_apply_across_state_dirs_and_appends_what_is_wr
 
 def test_short_keys_shortens_every_64_hex_run_and_nothing_shorter():
     key, commit = "ab" * 32, "c" * 40
-    text = layout.short_keys(f"cache {key}: /home/x/artifacts/.tmp-{key}-12/destdir @ {commit}")
+    text = textlayout.short_keys(f"cache {key}: /home/x/artifacts/.tmp-{key}-12/destdir @ {commit}")
     assert not re.search(r"[0-9a-f]{64}", text)
     assert f"cache {key[:16]}…:" in text and f".tmp-{key[:16]}…-12/" in text and commit in text
-    assert layout.short_keys("a" * 65) == "a" * 65  # not a key: a longer run is left alone
+    assert textlayout.short_keys("a" * 65) == "a" * 65  # not a key: a longer run is left alone
 
 
 def test_wrap_breaks_at_spaces_and_after_slashes_never_inside_a_name():
     text = "history of /tmp/pytest-of-root/pytest-12/test_something_long0/env1-conda-3.5.0 (newest first)"
-    out = layout.wrap(text, 30)
+    out = textlayout.wrap(text, 30)
     assert all(len(line) <= 30 for line in out.splitlines()), out
     assert "".join(out.split()) == "".join(text.split())  # nothing lost, nothing added but breaks
     for name in ("pytest-of-root/", "test_something_long0/", "env1-conda-3.5.0", "(newest"):
@@ -56,12 +56,12 @@ def test_table_fits_or_says_it_cannot():
              ("in effect", "backups pruned"))]
     headers = ("txn", "when", "what", "version", "state")
     for cols in (60, 200):
-        out = layout.table(headers, rows, cols)
+        out = textlayout.table(headers, rows, cols)
         assert out is not None and max(len(line) for line in out.splitlines()) <= cols, out
         assert "miopen-develop" in out and "rollback" in out and "pruned" in out
-    wide = layout.table(headers, rows, 200)
+    wide = textlayout.table(headers, rows, 200)
     assert "0003 rollback  2026-11-29 23:57:19  miopen-develop (undoes 0002)" in wide
-    assert layout.table(headers, rows, 30) is None  # the longest words do not fit: the caller lists rows
+    assert textlayout.table(headers, rows, 30) is None  # the longest words do not fit: the caller lists rows
 
 
 # --------------------------------------------------------------------------------------------
@@ -77,13 +77,13 @@ def _inert(text: str) -> None:
 
 def test_tables_trees_and_lines_escape_every_value():
     rows = [("0001 apply", "2026-11-29", HOSTILE, "3.5.0 -> 3.5.1", ("in effect", HOSTILE))]
-    out = layout.table(("txn", "when", "what", "version", "state"), rows, 400)
+    out = textlayout.table(("txn", "when", "what", "version", "state"), rows, 400)
     _inert(out)
     assert "evil\\x1b[2J" in out and "in effect" in out
-    tree = layout.tree(HOSTILE, [(HOSTILE, [HOSTILE, "ok"])], 200)
+    tree = textlayout.tree(HOSTILE, [(HOSTILE, [HOSTILE, "ok"])], 200)
     _inert(tree)
     assert tree.count("evil\\x1b[2J\\x0d\\x0aFAKE: all good\\u202e") == 3
-    lines = layout.lines(["one", HOSTILE, "three"])
+    lines = textlayout.lines(["one", HOSTILE, "three"])
     _inert(lines)
     assert lines.splitlines()[0] == "one" and lines.splitlines()[2] == "three"
 
@@ -94,7 +94,7 @@ def test_a_hostile_history_record_renders_as_one_row_of_escaped_cells():
     row = history_row({"id": "0001-20261129T235717Z", "verb": "apply", "recipe": HOSTILE, "commit": "c" * 12 + HOSTILE,
                        "time": "2026-11-29T23:57:17Z", "version_before": HOSTILE, "version_after": "3.5.1",
                        "outcome": HOSTILE})
-    out = layout.table(("txn", "when", "what", "version", "state"), [row], 400)
+    out = textlayout.table(("txn", "when", "what", "version", "state"), [row], 400)
     _inert(out)
     assert out.count("FAKE: all good") == 3 and len(out.splitlines()) == 3  # recipe, version, state: one row
 

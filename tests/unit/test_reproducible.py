@@ -1,4 +1,4 @@
-"""builder/reproducible.py and builder/check.py without a compiler: flags, SOURCE_DATE_EPOCH, the key,
+"""builder/reproducible.py and builder/rebuild.py without a compiler: flags, SOURCE_DATE_EPOCH, the key,
 the comparison."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 from rocmbuild.builder import cmake, reproducible
 from rocmbuild.store.cache import Tools
-from rocmbuild.builder.check import compare
+from rocmbuild.builder.rebuild import compare
 from rocmbuild.store.manifest import FileEntry
 from rocmbuild.errors import RecipeError
 from rocmbuild.recipe.parsing import parse

@@ -21,8 +21,8 @@ from rocmbuild.errors import ArtifactError, StateError
 from rocmbuild.recipe.lockfile import Lock
 from rocmbuild.recipe.overrides import Overrides
 from rocmbuild.schema import SchemaError
-from rocmbuild.swap import journal, known, state
-from rocmbuild.swap.observe import PathState
+from rocmbuild.swap import journal, knowntargets, statedir
+from rocmbuild.swap.pathstate import PathState
 from rocmbuild.swap.plan import Action, Plan
 
 SHA = "a" * 64
@@ -108,13 +108,13 @@ def _target_record(data):
     d = _TMP / "target"
     d.mkdir(exist_ok=True)
     (d / "target.json").write_text(json.dumps(data))
-    return state.read_target_record(d)
+    return statedir.read_target_record(d)
 
 
 def _known_record(data):
-    p = _TMP / "known.json"
+    p = _TMP / "knowntargets.json"
     p.write_text(json.dumps(data))
-    return known.read_record(p)
+    return knowntargets.read_record(p)
 
 
 PARSERS = {  # name: (parse, valid record, the documented error, what a success returns)
@@ -128,7 +128,7 @@ PARSERS = {  # name: (parse, valid record, the documented error, what a success 
     "action": (Action.from_json, lambda: _plan()["actions"][0], SchemaError, Action),
     "path-state": (PathState.from_json, lambda: _plan()["actions"][0]["before"], SchemaError, PathState),
     "journal": (_journal_load, _journal, SchemaError, journal.Journal),
-    "history-line": (lambda d: state.parse_history_line(d, "history.jsonl line 1"), _history, SchemaError, dict),
+    "history-line": (lambda d: statedir.parse_history_line(d, "history.jsonl line 1"), _history, SchemaError, dict),
     "target-record": (_target_record, lambda: {"prefix": "/env", "libdir": "/opt/rocm/lib"}, StateError, dict),
     "known-record": (_known_record, lambda: {"state_dir": "/env/.rocmbuild", "prefix": "/env"}, SchemaError, dict),
 }
@@ -213,7 +213,7 @@ def test_the_history_reader_keeps_every_good_line(tmp_path):
     good = json.dumps(_history())
     lines = [good, "[1]", json.dumps({**_history(), "commit": 7}), "{", "9" * 5000, "[" * 5000, good]
     (sdir / "history.jsonl").write_text("\n".join(lines) + "\n")
-    ok, bad = state.history_lines(sdir)
+    ok, bad = statedir.history_lines(sdir)
     assert len(ok) == 2 and [u.line for u in bad] == [2, 3, 4, 5, 6]
     assert "'commit'" in bad[1].error and ok[0]["files"] == [str(tmp_path / "lib/x")]
     with pytest.raises(TypeError):
@@ -226,7 +226,7 @@ def test_history_lines_never_raise(lines):
     sdir = _TMP / "hist" / ".rocmbuild"
     sdir.mkdir(parents=True, exist_ok=True)
     (sdir / "history.jsonl").write_text("\n".join(x.replace("\n", " ") for x in lines) + "\n")
-    ok, bad = state.history_lines(sdir)
+    ok, bad = statedir.history_lines(sdir)
     assert len(ok) + len(bad) <= len(lines)
 
 
@@ -236,6 +236,6 @@ def test_a_known_target_record_that_cannot_be_read_is_listed(tmp_path):
     reg.mkdir()
     (reg / "a.json").write_text(json.dumps({"state_dir": "/env/.rocmbuild", "prefix": "/env"}))
     (reg / "b.json").write_text(json.dumps({"state_dir": 7}))
-    (bad,) = known.unreadable_records(tmp_path)
+    (bad,) = knowntargets.unreadable_records(tmp_path)
     assert "b.json" in bad and "'state_dir'" in bad and "expected" in bad
-    assert [t.state_dir for t in known.known(tmp_path)] == ["/env/.rocmbuild"]
+    assert [t.state_dir for t in knowntargets.known(tmp_path)] == ["/env/.rocmbuild"]

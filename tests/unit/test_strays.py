@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rocmbuild.swap import actions, strays
-from rocmbuild.swap.observe import FsObserver
+from rocmbuild.swap.pathstate import FsObserver
 
 
 def _lib(d: Path, name: str, data: bytes = b"\x7fELF") -> Path:

@@ -27,7 +27,7 @@ from rocmbuild import doctor, recipe, ui
 from rocmbuild.proc import stop
 from rocmbuild.errors import EXIT_INPUT, EXIT_OK
 from rocmbuild.flows.demo import scratch
-from rocmbuild.flows.demo.steps import differs, run_step, same_as, snapshot, version_check
+from rocmbuild.flows.demo.demostep import differs, run_step, same_as, snapshot, version_check
 from rocmbuild.results import DemoCheck, DemoResult, DemoStep
 
 RECIPE = scratch.RECIPE

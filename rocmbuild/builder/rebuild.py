@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rocmbuild import ui
-from rocmbuild.builder import builder
+from rocmbuild.builder import pipeline
 from rocmbuild.store.artifact import scan_tree
 from rocmbuild.store.cache import Inputs
 from rocmbuild.store.manifest import FileEntry
@@ -101,11 +101,11 @@ def rebuild(recipe: Recipe, checkout: Checkout, *, home: Path, key: str, inp: In
     """Build ``checkout`` from zero in :func:`check_dir` and return every file of its install
     tree (as :func:`scan_tree` lists them); the directory is removed before this returns or raises."""
     work = check_dir(home, key)
-    use = builder.launcher(recipe, home)
+    use = pipeline.launcher(recipe, home)
     if use.path is not None:
         use = replace(use, env=use.env + RECACHE)
     try:
-        tree = builder.rebuild_into(recipe, checkout, work, home=home, inp=inp, log=log, use=use)
+        tree = pipeline.rebuild_into(recipe, checkout, work, home=home, inp=inp, log=log, use=use)
         return scan_tree(tree)
     finally:
         shutil.rmtree(work, ignore_errors=True)

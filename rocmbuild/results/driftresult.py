@@ -22,11 +22,11 @@ from __future__ import annotations
 import shlex
 from typing import TYPE_CHECKING
 
-from rocmbuild.results.state import StatusChanges, placed_version, short_txn, version_drift
+from rocmbuild.results.stateresult import StatusChanges, placed_version, short_txn, version_drift
 from rocmbuild.environment.verdict import Check
 
 if TYPE_CHECKING:
-    from rocmbuild.swap.records import Drift
+    from rocmbuild.swap.swaprecords import Drift
 
 NAME = "drift"
 

@@ -1,6 +1,6 @@
 """``rocmbuild cache verify``: re-hash every cached artifact, built and imported, against its
 manifest; quarantine what does not match. ``cache list`` and ``cache gc``: the cache
-(:mod:`rocmbuild.store.housekeeping`) beside what the known targets use (:mod:`rocmbuild.swap.known`).
+(:mod:`rocmbuild.store.housekeeping`) beside what the known targets use (:mod:`rocmbuild.swap.knowntargets`).
 
 Decisions:
 * Every byte is read (``Artifact.bytes_problems``): this is the slow, thorough check that the
@@ -37,9 +37,9 @@ from rocmbuild.errors import ArtifactError, InputError
 from rocmbuild.home import artifacts_dir, cache_home, state_home
 from rocmbuild.store.cache import CacheEntry
 from rocmbuild.results import CacheDirResult, CacheGcResult, CacheListResult, CacheRmResult, CacheVerifyResult
-from rocmbuild.results.cache import Kept, ListedArtifact, ListedTarget
-from rocmbuild.swap import known
-from rocmbuild.swap.known import Use
+from rocmbuild.results.cacheresult import Kept, ListedArtifact, ListedTarget
+from rocmbuild.swap import knowntargets
+from rocmbuild.swap.knowntargets import Use
 
 PROVENANCE = bundle.PROVENANCE
 
@@ -86,8 +86,8 @@ def verify(home: Path | None = None) -> CacheVerifyResult:
 
 def _uses(state: Path) -> tuple[list[ListedTarget], dict[str, list[Use]]]:
     targets, by_key = [], defaultdict(list)
-    for t in known.known(state):
-        used, bad = known.uses(t)
+    for t in knowntargets.known(state):
+        used, bad = knowntargets.uses(t)
         targets.append(ListedTarget(t, tuple(bad)))
         for u in used:
             by_key[u.key].append(u)
@@ -165,7 +165,7 @@ def gc(keep_days: float = housekeeping.DEFAULT_KEEP_DAYS, *, dry_run: bool = Fal
     with nullcontext() if dry_run else FileLock(home / ".gc.lock", wait=False, what="the cache's garbage collection"):
         targets, by_key = _uses(state_home())
         bad = [p for t in targets for p in t.unreadable]
-        records = known.unreadable_records(state_home())
+        records = knowntargets.unreadable_records(state_home())
         blocked = None
         if bad:
             blocked = f"a known target's journal cannot be read ({bad[0]}): what it uses is unknown"

@@ -41,8 +41,8 @@ from rocmbuild.fs.disk import FileLock, read_json
 from rocmbuild.errors import RocmbuildError, StateError, StatePathError, from_os_error
 from rocmbuild.fs.locks import LockWait
 from rocmbuild.home import STATE_DIRNAME, state_home, target_state_dir, targets_dir
-from rocmbuild.swap.paths import rebased
-from rocmbuild.swap.records import Unreadable
+from rocmbuild.swap.landing import rebased
+from rocmbuild.swap.swaprecords import Unreadable
 from rocmbuild.swap.roots import open_state, write_state_file
 
 __all__ = ["STATE_DIRNAME", "target_state_dir", "TargetLock", "register_outside_target", "state_dirs_for",

@@ -14,7 +14,7 @@ Decisions:
 * What a target uses, from its journals (:func:`uses`), each with the transaction and a role:
   ``in-effect`` (the latest apply in effect: what it loads now), ``rollback`` (an earlier apply
   in effect: a plain ``rollback`` brings its state back), ``redo`` (an apply that a rollback
-  undid and ``rocmbuild redo`` can re-apply: swap/effect.py's redo stack, until the next apply)
+  undid and ``rocmbuild redo`` can re-apply: swap/ineffect.py's redo stack, until the next apply)
   and ``recovery`` (an unfinished transaction: recovery finishes or reverts it).
 * A journal that cannot be read hides what it used: it is reported, and ``cache gc`` then
   removes no artifact at all (it cannot know which one that journal needs).
@@ -34,9 +34,9 @@ from rocmbuild.fs.disk import read_json
 from rocmbuild.errors import StateError
 from rocmbuild.fs.root import Root
 from rocmbuild.home import STATE_DIRNAME, known_targets_dir, targets_dir
-from rocmbuild.swap.effect import replay
+from rocmbuild.swap.ineffect import replay
 from rocmbuild.swap.journal import FINISHED, journals, unreadable
-from rocmbuild.swap.state import read_target_record
+from rocmbuild.swap.statedir import read_target_record
 
 ROLES = ("in-effect", "rollback", "redo", "recovery")
 

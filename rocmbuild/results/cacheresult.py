@@ -7,7 +7,7 @@ from typing import Any
 
 from rocmbuild.store.housekeeping import ArtifactInfo, Candidate
 from rocmbuild.results.base import VerbResult
-from rocmbuild.swap.known import KnownTarget, Use
+from rocmbuild.swap.knowntargets import KnownTarget, Use
 
 
 @dataclass(frozen=True)

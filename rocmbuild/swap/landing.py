@@ -24,7 +24,7 @@ from pathlib import Path
 
 from rocmbuild.errors import InputError, TargetError
 from rocmbuild.home import STATE_DIRNAME
-from rocmbuild.swap.observe import Observer, resolve
+from rocmbuild.swap.pathstate import Observer, resolve
 
 BAD_ARTIFACT = "the artifact (or its bundle) is corrupt or malicious: build or export it again"
 

@@ -3,7 +3,7 @@
 recipe.load -> overrides -> (ls-remote) key -> the cached artifact (built here, or substituted
 from a binary cache; none: exit 2, nothing fetched or built) -> requirements -> under the source
 lock, fetch -> under the artifact's key lock, rebuild from zero beside the cache
-(builder/check.py) -> compare every path -> ``CheckResult`` (identical: exit 0; different: exit 3,
+(builder/rebuild.py) -> compare every path -> ``CheckResult`` (identical: exit 0; different: exit 3,
 the differing paths with both sha256 and sizes).
 
 Decisions: only the local cache is asked (no binary cache is looked up: the check is of what
@@ -22,7 +22,7 @@ from typing import Sequence
 
 from rocmbuild import progress, ui
 from rocmbuild.store import cache
-from rocmbuild.builder import check, logs
+from rocmbuild.builder import rebuild, logs
 from rocmbuild.sources import source
 from rocmbuild.store.artifact import Artifact
 from rocmbuild.store.provenance import origin
@@ -65,12 +65,12 @@ def check_recipe(r: Recipe, *, wait: bool | LockWait = False) -> CheckResult:
             art = _cached(r, key, home)
         with cache.key_lock(home, key, wait=wait):
             cache.check_untampered(art)  # a cached file changed on disk: quarantined, exit 3
-            check.remove_stale(home, key)
+            rebuild.remove_stale(home, key)
             ui.info(f"rebuilding {r.name} from zero to compare with the cached artifact {key[:16]} "
                     "(the cache is not touched)")
-            rebuilt = check.rebuild(r, checkout, home=home, key=key, inp=inp, log=log)
+            rebuilt = rebuild.rebuild(r, checkout, home=home, key=key, inp=inp, log=log)
     paths = {f.path for f in art.manifest.files} | {f.path for f in rebuilt}
-    differences = check.compare(art.manifest.files, rebuilt)
+    differences = rebuild.compare(art.manifest.files, rebuilt)
     return CheckResult(recipe=r.name, key=key, artifact=str(art.path), substituted=origin(art.path),
                        compared=len(paths), differences=differences, duration_s=time.monotonic() - start,
                        log=str(log))

@@ -7,13 +7,13 @@ from typing import TYPE_CHECKING, Any
 
 from rocmbuild.errors import RocmbuildError
 from rocmbuild.results.base import Json, Record, VerbResult, plan_target, records_json, seconds_json, verdict_json
-from rocmbuild.results.build import BuildPlan
+from rocmbuild.results.buildresult import BuildPlan
 
 if TYPE_CHECKING:
     from rocmbuild.store.bundle import Export
     from rocmbuild.recipe.arch import ArchMatch
     from rocmbuild.swap.plan import Plan
-    from rocmbuild.swap.records import Pruned, Recovered
+    from rocmbuild.swap.swaprecords import Pruned, Recovered
     from rocmbuild.environment.verify import Check, Verdict
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from rocmbuild.results.base import BACKUP_BYTES_NOTE, Json, Record, VerbResult, 
 
 if TYPE_CHECKING:
     from rocmbuild.store.manifest import FoundFix
-    from rocmbuild.swap.records import Drift, Unreadable
+    from rocmbuild.swap.swaprecords import Drift, Unreadable
     from rocmbuild.swap.strays import Stray
     from rocmbuild.environment.probe import LoadedLibrary
     from rocmbuild.environment.target import Target
@@ -173,7 +173,7 @@ class StatusResult(VerbResult):
     libraries: tuple[LibraryStatus, ...]
     changes: StatusChanges
     databases: Any = None  # swap.dbreport.DbReport: the MIOpen databases the library reads (None: no MIOpen)
-    drift_check: Any = None  # target.verdict.Check (results/drift.py); None: rocmbuild never changed this target
+    drift_check: Any = None  # target.verdict.Check (results/driftresult.py); None: rocmbuild never changed this target
     gate: bool = False  # --check: a failed drift check is this result's error (exit 4)
 
     def torch_json(self) -> dict[str, Any]:

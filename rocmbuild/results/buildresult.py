@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from rocmbuild.builder.check import NotReproducible
+from rocmbuild.builder.rebuild import NotReproducible
 from rocmbuild.errors import RocmbuildError
 from rocmbuild.results.base import Json, Record, VerbResult, seconds_json
 
 if TYPE_CHECKING:
     from rocmbuild.store.artifact import Artifact
-    from rocmbuild.builder.check import Difference
+    from rocmbuild.builder.rebuild import Difference
     from rocmbuild.builder.requirements import DoctorCheck
 
 # recipes, show
@@ -148,7 +148,7 @@ class BuildResult(VerbResult):
 
 @dataclass(frozen=True)
 class CheckResult(VerbResult):
-    """``build --check``: the cached artifact against a rebuild from zero (builder/check.py)."""
+    """``build --check``: the cached artifact against a rebuild from zero (builder/rebuild.py)."""
 
     recipe: str
     key: str
