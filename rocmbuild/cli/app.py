@@ -114,11 +114,11 @@ def _verb_parser(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.A
 
 
 def _text(result: VerbResult, quiet: bool) -> str:
-    """The text of ``result``: with ``-q`` its one line per result (quiet.py), else render.py's."""
-    from rocmbuild.cli import quiet, render
+    """The text of ``result``: with ``-q`` its one line per result (oneline.py), else render.py's."""
+    from rocmbuild.cli import oneline, render
 
     if quiet:
-        short = quiet.brief(result)
+        short = oneline.brief(result)
         if short is not None:
             return short
     return render.text(result)
