@@ -1,6 +1,6 @@
 """rocmbuild: build GPU libraries from recipes and swap them into PyTorch environments.
 
-``main`` parses the command line (verbs.py lists every verb; ``completion`` is added here, since
+``main`` parses the command line (``commands/`` has one module per verb; ``completion`` is added here, since
 it reads the parser itself), runs the verb and prints its result once: with ``--json`` exactly
 one JSON object on stdout, ``{"ok", "verb", "exit_code", ...}`` plus ``"error": {"message", "hint",
 ...}`` on failure (docs/json.md); otherwise the text render.py makes, on stdout. An error is
@@ -26,7 +26,7 @@ from rocmbuild.names import safe_lines
 from rocmbuild.cli import args as a
 from rocmbuild.cli import completion, help
 from rocmbuild.cli.args import Parser, UsageError
-from rocmbuild.cli.verbs import VERBS
+from rocmbuild.cli.commands import VERBS
 from rocmbuild.errors import EXIT_INPUT, EXIT_INTERNAL, EXIT_OK, InputError, RocmbuildError, from_os_error
 
 if TYPE_CHECKING:  # progress (rich), the results and swap trees, the renderers: imported once a verb runs, so
@@ -42,7 +42,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Callable]]:
     handlers: dict[str, Callable] = {}
     for add, cmd in VERBS:
         add(sub)
-        handlers[cmd.__name__.removeprefix("_cmd_")] = cmd
+        handlers[cmd.__module__.rpartition(".cmd_")[2]] = cmd  # rocmbuild.cli.commands.cmd_<verb>.run
     completion.add(sub)
     handlers["completion"] = lambda args: completion.command(args, parser)
     for name, p in sub.choices.items():

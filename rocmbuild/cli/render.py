@@ -1,7 +1,7 @@
 """All human text: each verb's result (rocmbuild.results) as the text a person reads.
 
 ``text(result)`` picks the renderer by the result's type. Kept apart from parsing and exit codes
-(app.py, verbs.py) and from the flows that do the work, so wording changes touch only this file.
+(app.py, commands/) and from the flows that do the work, so wording changes touch only this file.
 Renderers read the result's ``to_json()`` form where the text mirrors it key for key.
 
 Every value a renderer shows passes ``names.safe_text`` (rocmbuild.names): a renderer builds its

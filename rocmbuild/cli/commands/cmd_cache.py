@@ -1,18 +1,15 @@
-"""The cache verbs: ``cache`` (dir, list, rm, gc, verify) and ``log``; one ``_add_``/``_cmd_``
-pair each, like verbs.py, whose :data:`~rocmbuild.cli.verbs.VERBS` lists them in their place."""
+"""``rocmbuild cache``: its arguments (:func:`add`) and the call they make (:func:`run`)."""
 
 from __future__ import annotations
 
-import argparse
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING
 
 from rocmbuild.cli import args as a
-from rocmbuild.cli import fleetverbs
-if TYPE_CHECKING:  # imported by the verb that makes one (cli/verbs.py)
+if TYPE_CHECKING:  # imported by run, the verb that makes one
     from rocmbuild.results import VerbResult
 
 
-def _add_cache(sub) -> None:
+def add(sub) -> None:
     p = sub.add_parser("cache", help="the artifact cache: `cache dir` says where, `cache list` shows it, `cache rm` "
                        "removes one artifact, `cache gc` cleans it, `cache verify` re-hashes it")
     p.add_argument("action", choices=["dir", "verify", "list", "rm", "gc"],
@@ -29,7 +26,7 @@ def _add_cache(sub) -> None:
     a.common(p)
 
 
-def _cmd_cache(args) -> VerbResult:
+def run(args) -> VerbResult:
     from rocmbuild.errors import InputError
     from rocmbuild.flows import cacheverify
 
@@ -47,30 +44,14 @@ def _cmd_cache(args) -> VerbResult:
     if args.action == "rm":
         return cacheverify.rm(args.what, force=args.force)
     if args.action == "list":
-        return fleetverbs.remote_list(args.remote) if args.remote else cacheverify.listing()
+        return remote_list(args.remote) if args.remote else cacheverify.listing()
     if args.action == "gc":
         days = cacheverify.housekeeping.DEFAULT_KEEP_DAYS if args.keep_days is None else args.keep_days
         return cacheverify.gc(days, dry_run=args.dry_run)
     return cacheverify.verify()
 
 
-def _add_log(sub) -> None:
-    p = sub.add_parser("log", help="print the newest build log of a recipe (--list: every log; --follow: as it grows)")
-    p.add_argument("recipe", help="recipe name or path to a .toml file")
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--list", action="store_true", help="list its logs, oldest first, instead")
-    g.add_argument("-f", "--follow", action="store_true", help="print the newest log as it is written, until its build ends")
-    a.common(p)
-    a.recipe_dirs(p)
+def remote_list(url: str) -> VerbResult:
+    from rocmbuild.flows import fleet
 
-
-def _cmd_log(args) -> VerbResult:
-    from rocmbuild.flows import logview
-
-    return logview.log(args.recipe, args.recipes_dir, list_only=args.list, follow=args.follow and not args.json)
-
-
-VERBS: list[tuple[Callable[[Any], None], Callable[[argparse.Namespace], VerbResult]]] = [
-    (_add_cache, _cmd_cache),
-    (_add_log, _cmd_log),
-]
+    return fleet.remote_list(url)
