@@ -4,7 +4,7 @@
 does for the full text. Progress, notes and details are off with ``-q`` (stderr: only warnings
 and errors); what is left is what a script wants to read or log.
 
-Decisions (per verb; docs/cli.md in words):
+Decisions (per verb; docs/progress.md, "quiet", in words):
 * a verb with one outcome prints one line (``apply``, ``rollback``, ``build``, ``plan``,
   ``status``, ``verify``, ``export``, ``lock``, ``recover``, ``cache verify``, ``cache gc``,
   ``push``, ``demo``): the line a person would grep for, e.g.

@@ -1,9 +1,13 @@
 """Files: durable writes, hashing, copies, locks -- one place for each.
 
-Every write that matters goes through :func:`atomic_write_bytes`: a temp file in the same
-directory, fsync, ``os.replace``, fsync of the directory. Directories that must survive a power cut
-(``journal/``, ``backups/<txn>/``, the state dir itself) are made by :func:`makedirs_durable`: each
-new directory is followed by an fsync of its parent, the only place its name is recorded.
+A durable write is a temp file in the same directory, fsync, ``os.replace``, fsync of the directory:
+:meth:`rocmbuild.fs.root.Root.write_atomic` for everything under a root (a target, its state dir,
+journals and history), :func:`atomic_write_bytes` here for a file named by its path (the builder's
+records in a build tree, a staged artifact's manifest and identities, a lock file the user names).
+Two writers of one protocol; the second only for directories rocmbuild itself made. Directories
+that must survive a power cut (``journal/``, ``backups/<txn>/``, the state dir itself) are made by
+:func:`makedirs_durable`: each new directory is followed by an fsync of its parent, the only place
+its name is recorded.
 """
 
 from __future__ import annotations

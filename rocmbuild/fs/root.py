@@ -1,5 +1,5 @@
 """The one way to touch a root: a directory fd, and every path resolved beneath it at the moment
-of use (DESIGN.md, Confinement).
+of use (docs/transactions.md, Confinement).
 
 A :class:`Root` holds an open directory (a target prefix, a state dir, the cache home and its
 dirs, an export destination). Each operation takes a path *relative* to it, resolved beneath

@@ -12,7 +12,7 @@ Decisions:
 * ``target.json`` is read by :data:`TARGET_SPEC`; one that cannot be read is a StateError (exit 2)
   where its state dir is about to be used, and is listed (:func:`unreadable_targets`) by every
   verb that lists what cannot be read;
-* ``history.jsonl`` is rewritten atomically (read, append one line, atomic_write_bytes) rather than
+* ``history.jsonl`` is rewritten atomically (read, append one line, ``write_state_file``: the state dir's Root) rather than
   appended in place: it is small, and a torn last line can never happen.
 * The lock is ``fcntl.flock`` on the ``lock`` file (:class:`rocmbuild.fs.disk.FileLock`): the holder
   writes its holder record into the file after locking; a refused locker reads it to name the

@@ -9,6 +9,7 @@ all it found at once and the suite counts rules, not files.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[2] / "rocmbuild"
@@ -209,3 +210,43 @@ def test_the_confinement_rule_catches_path_writes():
                      "open(p, 'wb')\natomic_write_json(p, {})\nroots.target.unlink('lib/x')\nroot.rmdir('a')\n"
                      "os.utime(fd, ns=(1, 1))\nos.symlink(t, name, dir_fd=dfd)\nopen(fd, 'wb', closefd=False)\n")
     assert [n for n, _ in _path_writes(tree)] == [2, 3, 4, 5, 6]
+
+
+# True docs: the map names every module, and no docstring cites a file the repository lacks.
+DOCS = PKG.parent / "docs"
+#: a citation of a repository file in a docstring or comment: docs/x.md, tests/..., benchmarks/..., a bare x.md
+CITED = re.compile(r"(?<![\w/.$<{-])((?:docs|tests|benchmarks|examples|recipes|patches)/[\w./-]+\.(?:md|py|toml|sh)"
+                   r"|[\w-]+\.md)\b")
+
+
+def _unnamed(doc: str, path: Path) -> bool:
+    rel = path.relative_to(PKG).as_posix()
+    if path.name == "__init__.py" or "/data/" in f"/{rel}":
+        return False
+    if rel.startswith("cli/commands/cmd_"):
+        return "cmd_<verb>.py" not in doc
+    return f"`{path.name}`" not in doc and rel not in doc
+
+
+def test_the_architecture_map_names_every_module():
+    doc = (DOCS / "architecture.md").read_text()
+    _offenders([f"{p.relative_to(PKG)} is not named in docs/architecture.md" for p in sorted(PKG.rglob("*.py"))
+                if _unnamed(doc, p)], "the map names every module")
+
+
+def test_no_docstring_cites_a_missing_file():
+    found = []
+    for path in sorted(PKG.rglob("*.py")):
+        for m in CITED.finditer(path.read_text()):
+            cited = m.group(1)
+            if not any((base / cited).exists() for base in (PKG.parent, DOCS)):
+                found.append(f"{path.relative_to(PKG.parent)} cites {cited}, which the repository does not have")
+    _offenders(found, "no docstring cites a missing file")
+
+
+def test_the_docs_rules_catch_offenders(tmp_path):
+    doc = "`kept.py` and cli/commands/cmd_<verb>.py"
+    assert _unnamed(doc, PKG / "swap" / "gone.py") and not _unnamed(doc, PKG / "swap" / "kept.py")
+    assert not _unnamed(doc, PKG / "cli" / "commands" / "cmd_apply.py")
+    assert [m.group(1) for m in CITED.finditer("see docs/cli.md and DESIGN.md, not x/docs/y.md")] == [
+        "docs/cli.md", "DESIGN.md"]
