@@ -8,10 +8,10 @@ history, protocol, recovery
 """
 
 from rocmbuild.swap.backups import backup_bytes, find_backup, protected_backups, prune
-from rocmbuild.swap.ineffect import STOCK, Effect, Redo, model
+from rocmbuild.swap.ineffect import STOCK, Effect, Redo, active, model
 from rocmbuild.swap.history import drift, placed, stock_version
 from rocmbuild.swap.restore import is_stock, point_before, redo_plan, resolve_txn, rollback_plan
-from rocmbuild.swap.journal import (FAILPOINTS, FINISHED, Journal, active, foreign, journals, new_id, pending,
+from rocmbuild.swap.journal import (FAILPOINTS, FINISHED, Journal, foreign, journals, new_id, pending,
                                     unreadable)
 from rocmbuild.swap.plan import Plan, TargetFacts, facts_from, make
 from rocmbuild.swap.txnoutcome import (Expectation, Outcome, Verify, expectation_after, expectation_before, failures_json,

@@ -31,7 +31,7 @@ from rocmbuild.fs.disk import sha256_file
 from rocmbuild.swap import statedir
 from rocmbuild.swap.dbfiles import db_dir_of, is_db_name
 from rocmbuild.swap.history import placed as placed_files
-from rocmbuild.swap.journal import active
+from rocmbuild.swap.ineffect import active
 from rocmbuild.swap.pathstate import observe
 
 CUSTOM = "MIOPEN_CUSTOM_CACHE_DIR"

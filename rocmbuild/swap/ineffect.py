@@ -55,7 +55,7 @@ class Effect:
 
     committed: tuple[Journal, ...] = ()  # oldest first
     in_effect: tuple[Journal, ...] = ()  # the applies in effect, oldest first
-    layers: tuple[Journal, ...] = ()  # the legacy replay (what :func:`rocmbuild.swap.journal.active` was)
+    layers: tuple[Journal, ...] = ()  # the legacy replay (what :func:`active` returns)
     stacks: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # point -> applies in effect after it
     undone_by: Mapping[str, str] = field(default_factory=dict)  # apply id -> the rollback that undid it last
     redone_by: Mapping[str, str] = field(default_factory=dict)  # apply id -> the redo that brought it back last
@@ -180,3 +180,10 @@ def model(state_dir: Path) -> Effect:
 def in_effect(state_dir: Path) -> list[Journal]:
     """The applies in effect in ``state_dir``, oldest first."""
     return list(model(state_dir).in_effect)
+
+
+def active(state_dir: Path) -> list[Journal]:
+    """The committed transactions whose changes the files still show, oldest first: the applies in
+    effect and the rollbacks and redos layered over them (the replay's layers;
+    ``in_effect`` is what a person calls "in effect": the applies only)."""
+    return list(model(state_dir).layers)

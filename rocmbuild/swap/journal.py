@@ -355,12 +355,3 @@ def foreign(state_dir: Path) -> list[tuple[str, str]]:
 def pending(state_dir: Path) -> list[Journal]:
     """Journals not committed and not rolled back (crashed or running right now)."""
     return [j for j in journals(state_dir) if j.state not in FINISHED]
-
-
-def active(state_dir: Path) -> list[Journal]:
-    """The committed transactions whose changes the files still show, oldest first: the applies in
-    effect and the rollbacks and redos layered over them (the replay: :mod:`rocmbuild.swap.ineffect`,
-    whose ``in_effect`` is what a person calls "in effect": the applies only)."""
-    from rocmbuild.swap.ineffect import model  # the replay lives there; it reads the journals from here
-
-    return list(model(state_dir).layers)
