@@ -1,10 +1,9 @@
 """Files: durable writes, hashing, copies, locks -- one place for each.
 
-A durable write is a temp file in the same directory, fsync, ``os.replace``, fsync of the directory:
-:meth:`rocmbuild.fs.root.Root.write_atomic` for everything under a root (a target, its state dir,
-journals and history), :func:`atomic_write_bytes` here for a file named by its path (the builder's
-records in a build tree, a staged artifact's manifest and identities, a lock file the user names).
-Two writers of one protocol; the second only for directories rocmbuild itself made. Directories
+A durable write is a temp file in the same directory, fsync, ``os.replace``, fsync of the directory,
+made by one writer, :meth:`rocmbuild.fs.root.Root.write_atomic`; :func:`atomic_write_bytes` here is
+its form for a file named by its path (the builder's records in a build tree, a staged artifact's
+manifest and identities, a lock file the user names): its directory opened as a root. Directories
 that must survive a power cut (``journal/``, ``backups/<txn>/``, the state dir itself) are made by
 :func:`makedirs_durable`: each new directory is followed by an fsync of its parent, the only place
 its name is recorded.
@@ -59,25 +58,14 @@ def makedirs_durable(path: Path) -> None:
 
 
 def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o644) -> None:
+    """Write the file ``path`` whole or not at all, its directory made durably first: the directory
+    opened as a root and :meth:`rocmbuild.fs.root.Root.write_atomic`, the one atomic writer."""
+    from rocmbuild.fs.root import Root  # root.py builds on this module: imported when first used
+
     path = Path(path)
     makedirs_durable(path.parent)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException as exc:
-        if isinstance(exc, OSError) and exc.filename is None:  # a write() names no file: say which
-            exc.filename = str(path)
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    fsync_dir(path.parent)
+    with Root.open(path.parent, "directory") as parent:
+        parent.write_atomic(path.name, data, mode)
 
 
 def atomic_write_json(path: Path, obj: Any) -> None:

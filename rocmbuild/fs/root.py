@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import errno
 import os
+import secrets
 import stat
 
 from rocmbuild.fs.beneath import DIR_FLAGS, culprit, has_openat2, open_beneath, parts, walk_open
@@ -320,10 +321,12 @@ class Root:
             os.fsync(dfd)
 
     def write_atomic(self, rel: str | os.PathLike, data: bytes, mode: int = 0o644) -> None:
-        """Write ``rel`` whole or not at all: a temp beside it, fsync, rename, fsync the directory."""
+        """Write ``rel`` whole or not at all: a temp beside it, fsync, rename, fsync the directory.
+        The one atomic writer: :func:`rocmbuild.fs.disk.atomic_write_bytes` (a file named by its
+        path) opens the file's directory as a root and calls this."""
         with self.parent(rel, create=True) as (dfd, name):
-            tmp = f".{name}.{os.getpid()}.tmp"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+            tmp = f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"  # unique: two threads, one name
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
                          dir_fd=dfd)
             try:
                 try:
