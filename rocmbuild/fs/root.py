@@ -21,6 +21,9 @@ Decisions:
 * copies go kernel-side: a reflink (``FICLONE``) where the filesystem can, else
   ``copy_file_range(2)``; both only for a trusted source (a sealed cache file whose identity
   still holds); an untrusted source is streamed through sha256 and compared.
+
+One module because :class:`Root` is one door: every operation a root offers resolves its path the
+same way beneath the same fd, and a newcomer reads the whole door in one place.
 """
 
 from __future__ import annotations
