@@ -56,7 +56,7 @@ def check_recipe(r: Recipe, *, wait: bool | LockWait = False) -> CheckResult:
     art = _cached(r, key, home)
     build.require(r)
     with source.source_lock(r, home=home, wait=wait):
-        log = logs.start(home, key, f"# rocmbuild build --check of {r.name} ({key})")
+        log = logs.start(home, key, f"# rocmbuild build --check of {r.name} ({key})", r.name)
         with progress.phase("fetch", f"fetching {r.name}"):
             checkout = source.fetch(r, home=home, log=log, locked=True)
         if checkout.commit != commit:  # the ref moved: check what was really fetched

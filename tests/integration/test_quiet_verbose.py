@@ -52,7 +52,11 @@ def test_quiet_apply_rollback_history_status_print_one_line_each(txn_home, targe
     assert len(rows) == 2 and rows[0].split()[1] == "rollback" and rows[1].split()[1] == "apply", rows
     assert rows[0].endswith("(done; `redo` undoes it)") and "(undone by" in rows[1], rows  # the state, as the table
 
-    assert rb("redo", "--env", env.prefix).returncode == 0  # a redo reads as a redo (issue 27), not a rollback
+    redo = rb("redo", "--env", env.prefix, "-q")  # a redo reads as a redo (issue 27), not a rollback
+    assert redo.returncode == 0, redo.stderr
+    (line,) = redo.stdout.splitlines()
+    undone = back.stdout.split()[2]  # the apply the rollback undid, in effect again
+    assert line.startswith(f"redid {undone} (undid the rollback ") and "3.5.0 -> 3.5.1" in line, line
     rows = rb("history", "--env", env.prefix, "-q").stdout.splitlines()
     assert rows[0].split()[1] == "redo" and rows[2].endswith("redone by " + rows[0].split()[0][:4] + ")"), rows
     assert rb("rollback", "--env", env.prefix).returncode == 0

@@ -100,6 +100,9 @@ def test_check_of_a_reproducible_build_is_identical(tmp_path, monorepo):
     assert d["verb"] == "build" and d["ok"] is True and d["identical"] is True and d["differences"] == []
     assert d["key"] == built["key"] and d["artifact"] == str(art) and d["compared"] >= 5
     assert Path(d["log"]).is_file()
+    # the check's log is the recipe's newest, where `rocmbuild log RECIPE` and latest.log look
+    assert Path(d["log"]).parent == home / "logs" / built["recipe"]
+    assert (home / "logs" / built["recipe"] / "latest.log").resolve() == Path(d["log"]).resolve()
     assert {p: (p.lstat().st_ino, p.lstat().st_mtime_ns) for p in art.rglob("*")} == before  # never touched
     assert not list((home / "build").glob(".check-*"))  # the rebuild is removed
     assert cache.lookup(built["key"], home) is not None
