@@ -96,7 +96,7 @@ def recover_prefix(prefix: Path, *, wait: bool | LockWait, verify_restored=None)
 
 def verifier(python: Path, *, timeout: float, smoke: bool,
              env: dict[str, str | None] | None = None) -> Callable[["_txn.Expectation"], Verdict]:
-    """The verify callback for :func:`rocmbuild.swap.transaction.execute` (see the module notes);
+    """The verify callback for :func:`rocmbuild.swap.protocol.execute` (see the module notes);
     ``env``: the target's activation (``Target.activation.extras()``), so the activated env is judged."""
     from rocmbuild.environment import probe
     from rocmbuild.environment import verify as verify_mod

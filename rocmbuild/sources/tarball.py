@@ -1,6 +1,6 @@
 """Archive sources: one checked download per sha256; a tarball source is extracted fresh for
 every fetch, a prebuilt one is not extracted here at all (the builder extracts its subtree
-straight into the artifact: :mod:`rocmbuild.build.prebuilt`).
+straight into the artifact: :mod:`rocmbuild.builder.pipeline`).
 
 Decisions: a cached download (``home/downloads/<sha256>``) is re-hashed before reuse and fetched
 again if it changed (and its mtime set to now: ``cache gc`` removes downloads unused for

@@ -250,3 +250,30 @@ def test_the_docs_rules_catch_offenders(tmp_path):
     assert not _unnamed(doc, PKG / "cli" / "commands" / "cmd_apply.py")
     assert [m.group(1) for m in CITED.finditer("see docs/cli.md and DESIGN.md, not x/docs/y.md")] == [
         "docs/cli.md", "DESIGN.md"]
+
+
+#: a docstring's cross-reference (``:mod:`rocmbuild.x` ``, ``:func:`~rocmbuild.x.f` ``...)
+DOTTED = re.compile(r":\w+:`~?rocmbuild((?:\.\w+)+)`")
+
+
+def _missing_module(dotted: str) -> bool:
+    """``rocmbuild.a.b...`` names no module: ``a`` is neither a module nor a package, or ``a`` is a
+    package and ``b`` is neither its module nor a name its ``__init__`` defines or imports."""
+    parts = dotted.strip(".").split(".")
+    first = PKG / parts[0]
+    if (PKG / f"{parts[0]}.py").exists():
+        return False
+    if not first.is_dir():
+        return True
+    if len(parts) == 1 or (first / f"{parts[1]}.py").exists() or (first / parts[1]).is_dir():
+        return False
+    init = first / "__init__.py"
+    return not (init.exists() and re.search(rf"\b{re.escape(parts[1])}\b", init.read_text()))
+
+
+def test_no_docstring_names_a_missing_module():
+    found = [f"{path.relative_to(PKG.parent)} names rocmbuild{m.group(1)}, which does not exist"
+             for path in sorted(PKG.rglob("*.py")) for m in DOTTED.finditer(path.read_text())
+             if _missing_module(m.group(1))]
+    _offenders(found, "no docstring names a missing module")
+    assert _missing_module(".build.prebuilt") and _missing_module(".swap.gone") and not _missing_module(".swap.plan.Plan")
