@@ -4,7 +4,8 @@ Read in order, a later file winning key by key: ``/etc/rocmbuild/config.toml`` (
 ``$XDG_CONFIG_HOME/rocmbuild/config.toml`` (default ``~/.config/rocmbuild/config.toml``, the
 user), then the file ``$ROCMBUILD_CONFIG`` names (a run, a CI job). The command line wins over
 all of them. A file that does not exist is skipped; ``$ROCMBUILD_CONFIG`` naming a missing file is
-an error (it was asked for).
+an error (it was asked for); a default path that is a directory, a FIFO or a socket is a file that
+cannot be read (below), never skipped silently and never read (a FIFO would block forever).
 
 Keys (anything else is ignored with a warning and a "did you mean" for a near miss)::
 
@@ -43,6 +44,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import stat
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -238,13 +240,39 @@ def _one(path: Path, k: str, v: Any) -> dict[str, Any]:
 _SETTING = {"trust": "trust.public_keys", "sign": "sign.key"}
 
 
+class _NotAFile(Exception):
+    def __init__(self, what: str) -> None:
+        super().__init__(what)
+        self.what = what
+
+
+def _read(path: Path) -> str:
+    """A config file's text; a path that is no regular file (a directory, a FIFO that would block
+    the read forever, a socket) raises :class:`_NotAFile` saying what it is."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        os.close(fd)
+        raise
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise _NotAFile("directory" if stat.S_ISDIR(mode) else "FIFO" if stat.S_ISFIFO(mode) else "special file")
+    with os.fdopen(fd, "rb") as f:
+        return f.read().decode()
+
+
 def read_file(path: Path) -> tuple[dict[str, Any], dict[str, InputError]]:
     """One file's settings, flattened, and the problem of each key whose value is bad (``""``:
     the whole file cannot be read). Unknown keys warn and are ignored."""
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(_read(path))
     except tomllib.TOMLDecodeError as exc:
         return {}, {"": _bad(path, "", f"not valid TOML: {exc}", "fix the syntax (https://toml.io)")}
+    except _NotAFile as exc:  # a directory, FIFO, socket, device: never read (a FIFO would hang)
+        return {}, {"": _bad(path, "", f"is a {exc.what}, not a config file",
+                             "a config file is a TOML file: move that away and write the settings into a file "
+                             "of that name (or leave the path absent)")}
     except (OSError, UnicodeDecodeError) as exc:
         return {}, {"": _bad(path, "", f"cannot read the config file: {exc}", "fix its permissions or remove it")}
     values: dict[str, Any] = {}
@@ -266,10 +294,10 @@ def load(system: Path = SYSTEM_FILE) -> Config:
     problems: dict[str, InputError] = {}
     files = []
     for path, required in candidates(system):
-        if not path.is_file():
-            if required:
-                raise InputError(f"ROCMBUILD_CONFIG names {path}, which is not a file",
-                                 "point ROCMBUILD_CONFIG at a config.toml, or unset it")
+        if required and not path.is_file():
+            raise InputError(f"ROCMBUILD_CONFIG names {path}, which is not a file",
+                             "point ROCMBUILD_CONFIG at a config.toml, or unset it")
+        if not os.path.exists(path):  # absent (a dangling link too): nothing set there
             continue
         files.append(str(path))
         values, bad = read_file(path)

@@ -134,3 +134,26 @@ def test_the_config_sets_defaults_and_the_flag_wins(txn_home, tmp_path):
 
     assert parallel() == "3"
     assert parallel("--jobs", "5") == "5"
+
+
+@pytest.mark.parametrize("kind", ["directory", "FIFO"])
+def test_a_config_path_that_is_a_directory_or_a_fifo_is_an_error_saying_so(tmp_path, kind):
+    """Issue 26, small: the user's ``config.toml`` made a directory was silently ignored (and a
+    FIFO there would block every verb forever): now it is the file's problem, named with what it
+    is: ``config list`` and a verb that uses a setting exit 2, one that uses none warns and goes on."""
+    import os
+
+    user = config.user_file()
+    user.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "directory":
+        user.mkdir()
+    else:
+        os.mkfifo(user)
+    r = rb("config", "list", "--json", timeout=60)
+    err = json.loads(r.stdout)["error"]
+    assert r.returncode == 2 and err["message"] == f"{user}: is a {kind}, not a config file", err
+    assert "TOML file" in err["hint"]
+    r = rb("plan", "no-such-recipe", "--offline", "--json", timeout=60)  # uses jobs: refused before the recipe
+    assert r.returncode == 2 and f"is a {kind}" in json.loads(r.stdout)["error"]["message"], r.stdout
+    r = rb("recipes", "--json", timeout=60)  # uses no setting: one warning, and it goes on
+    assert r.returncode == 0 and f"{user}: is a {kind}, not a config file" in r.stderr, r.stderr
