@@ -13,6 +13,7 @@ Keys (anything else is ignored with a warning and a "did you mean" for a near mi
     gpu_targets = "gfx1151"        # --gpu-targets (a string, as on the command line)
     launcher = "ccache"            # --launcher: auto, none, ccache, sccache
     keep = 5                       # apply/rollback --keep
+    run_as = "owner"               # --run-as: as root, another user's env runs as its owner (refuse, root)
     [[caches]]                     # binary caches, looked up in order (docs/caches.md)
     url = "oci://registry.lab:5000/rocmbuild"
     push = true                    # `rocmbuild push` without --to uploads here
@@ -57,7 +58,9 @@ LAUNCHERS = ("auto", "none", "ccache", "sccache")
 
 #: top-level key -> (expected Python type, its name in messages)
 SCALARS: dict[str, tuple[type, str]] = {"jobs": (int, "an integer"), "gpu_targets": (str, "a string"),
-                                        "launcher": (str, "a string"), "keep": (int, "an integer")}
+                                        "launcher": (str, "a string"), "keep": (int, "an integer"),
+                                        "run_as": (str, "a string")}
+RUN_AS = ("owner", "refuse", "root")
 TABLES = ("caches", "trust", "sign")
 CACHE_KEYS: dict[str, tuple[type, str]] = {"url": (str, "a string"), "push": (bool, "true or false"),
                                            "username_env": (str, "a string"), "password_env": (str, "a string"),
@@ -88,6 +91,7 @@ class Config:
     gpu_targets: str | None = None
     launcher: str | None = None
     keep: int | None = None
+    run_as: str | None = None
     caches: tuple[CacheConfig, ...] = ()
     public_keys: tuple[str, ...] = ()
     sign_key: str | None = None
@@ -209,6 +213,9 @@ def _check_values(path: Path, values: dict[str, Any]) -> None:
     if "launcher" in values and values["launcher"] not in LAUNCHERS:
         raise _bad(path, "launcher", f"'launcher' must be one of {', '.join(LAUNCHERS)}, not {values['launcher']!r}",
                    f"fix it in {path}")
+    if "run_as" in values and values["run_as"] not in RUN_AS:
+        raise _bad(path, "run_as", f"'run_as' must be one of {', '.join(RUN_AS)}, not {values['run_as']!r}",
+                   f"fix it in {path}")
     key = values.get("sign.key")
     if key is not None and not os.path.isabs(key):
         raise _bad(path, "sign.key", "[sign] key must be an absolute path", f"fix it in {path}")
@@ -306,7 +313,7 @@ def load(system: Path = SYSTEM_FILE) -> Config:
             problems.pop(k, None)  # a later file's good value replaces an earlier bad one
         problems.update(bad)
     return Config(jobs=merged.get("jobs"), gpu_targets=merged.get("gpu_targets"), launcher=merged.get("launcher"),
-                  keep=merged.get("keep"), caches=merged.get("caches", ()),
+                  keep=merged.get("keep"), run_as=merged.get("run_as"), caches=merged.get("caches", ()),
                   public_keys=merged.get("trust.public_keys", ()), sign_key=merged.get("sign.key"),
                   sources=sources, files=tuple(files), problems=problems)
 
@@ -317,6 +324,7 @@ DEFAULTS = {
     "gpu_targets": "the recipe's GPU_TARGETS (the bundled recipes: \"auto\", this machine's GPUs)",
     "launcher": "the recipe's [build] launcher, else auto (ccache when installed)",
     "keep": "5 (apply, rollback and redo keep the backups of the newest 5 transactions)",
+    "run_as": "owner (as root, another user's environment is activated and probed as that user)",
     "caches": "none: no binary cache is asked (--cache URL asks one)",
     "trust.public_keys": "none: no signer is trusted (a cache's artifacts are refused unless --allow-unsigned)",
     "sign.key": "none: push needs --sign-key FILE",
@@ -324,4 +332,5 @@ DEFAULTS = {
 
 #: the setting names ``config list`` shows, in order, with the attribute holding each
 SETTINGS = (("jobs", "jobs"), ("gpu_targets", "gpu_targets"), ("launcher", "launcher"), ("keep", "keep"),
+            ("run_as", "run_as"),
             ("caches", "caches"), ("trust.public_keys", "public_keys"), ("sign.key", "sign_key"))

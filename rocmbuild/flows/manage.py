@@ -154,8 +154,8 @@ def _restore(prefix: Path, py, sdir: Path, make, *, wait, keep: int, probe_timeo
 def recover(*, env: str | None = None, python: str | None = None, wait: bool | LockWait = False,
             probe_timeout: float = 300.0) -> RecoverResult:
     """``rocmbuild recover``: only recovery (roll back unfinished transactions); nothing: says so."""
-    prefix, py = target.resolve(env, python)
-    verify = guards.verifier(py, timeout=probe_timeout, smoke=False, env=target.probe_env(prefix, py))
+    prefix, py = target.resolve(env, python, check=False)  # nothing to recover: the target's code never runs
+    verify = guards.verifier(py, timeout=probe_timeout, smoke=False, env=lambda: target.probe_env(prefix, py))
     done = guards.recover_prefix(prefix, wait=wait, verify_restored=verify)
     return RecoverResult(str(prefix), tuple(done))
 
@@ -173,7 +173,7 @@ def _unfinished(d: Path) -> list[Unfinished]:
 def history(*, env: str | None = None, python: str | None = None, limit: int | None = None) -> HistoryResult:
     """``rocmbuild history``: every transaction (read-only; unfinished ones are listed, not recovered);
     ``limit``: only the newest N (still oldest first in the JSON; ``total`` counts them all)."""
-    prefix, _py = target.resolve(env, python)
+    prefix, _py = target.resolve(env, python, check=False)  # read-only: the target's code never runs (--env)
     home = cache_home()
     rows: list[dict] = []
     unfinished: list[Unfinished] = []

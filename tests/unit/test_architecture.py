@@ -23,7 +23,7 @@ LAYERS = (
     ("remote",),
     ("build",),
     ("recipe",),
-    ("disk", "kcopy", "root", "beneath", "names", "schema", "home", "config", "locks", "runner", "reaper", "stop", "ui", "progress", "steps", "errors", "__init__"),
+    ("disk", "kcopy", "root", "beneath", "names", "schema", "home", "config", "locks", "runner", "runas", "reaper", "stop", "ui", "progress", "steps", "errors", "__init__"),
 )
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
