@@ -116,9 +116,8 @@ def test_history_runs_none_of_the_targets_code(world):
     _intact(canary)
 
 
-def test_apply_and_rollback_run_the_targets_code_as_the_owner_and_keep_its_files_its_own(txn_home, world):
+def test_apply_runs_the_targets_code_as_the_owner_and_keeps_its_files_its_own(txn_home, world):
     env, log, canary = world
-    before, ids = snapshot(env.prefix), inodes(env.prefix)
     d = _ok("apply", txn_home.recipe("mini"), "--env", env.prefix)
     _as_owner(_ran(log))
     placed = Path(d["plan"]["library"])
@@ -126,7 +125,15 @@ def test_apply_and_rollback_run_the_targets_code_as_the_owner_and_keep_its_files
     assert (st.st_uid, st.st_gid) == (OWNER, OWNER)  # the swap ran as root; the file stays the owner's
     assert os.stat(env.prefix / ".rocmbuild").st_uid == OWNER
     assert [t["verb"] for t in _ok("history", "--env", env.prefix)["transactions"]] == ["apply"]
-    assert _ran(log) == []
+    assert _ran(log) == []  # history with a transaction: still none of its code
+    _intact(canary)
+
+
+def test_rollback_runs_the_targets_code_as_the_owner(txn_home, world):
+    env, log, canary = world
+    before, ids = snapshot(env.prefix), inodes(env.prefix)
+    _ok("apply", txn_home.recipe("mini"), "--env", env.prefix)
+    _ran(log)
     _ok("rollback", "--env", env.prefix)
     _as_owner(_ran(log))
     assert snapshot(env.prefix) == before and inodes(env.prefix) == ids
