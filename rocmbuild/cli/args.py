@@ -285,7 +285,7 @@ def config_defaults(args: argparse.Namespace) -> None:
         args.keep = cfg.keep or 5
     from rocmbuild import runas
 
-    runas.set_policy(getattr(args, "run_as", None) or cfg.run_as or "owner")
+    runas.set_policy(getattr(args, "run_as", None) or cfg.run_as or "owner")  # a bad run_as: None, "owner"
 
 
 def config_keys_used(args: argparse.Namespace) -> tuple[str, ...]:
@@ -308,9 +308,7 @@ def config_keys_used(args: argparse.Namespace) -> tuple[str, ...]:
         used += ["caches", "sign.key"]
     if getattr(args, "remote", None):
         used += ["caches", "trust.public_keys"]
-    if hasattr(args, "run_as") and args.run_as is None:
-        used += ["run_as"]
-    return tuple(dict.fromkeys(used))
+    return tuple(dict.fromkeys(used))  # not run_as: a bad one is warned about and the safe default used
 
 
 def check_one_source(args: argparse.Namespace) -> None:

@@ -157,3 +157,27 @@ def test_a_config_path_that_is_a_directory_or_a_fifo_is_an_error_saying_so(tmp_p
     assert r.returncode == 2 and f"is a {kind}" in json.loads(r.stdout)["error"]["message"], r.stdout
     r = rb("recipes", "--json", timeout=60)  # uses no setting: one warning, and it goes on
     assert r.returncode == 0 and f"{user}: is a {kind}, not a config file" in r.stderr, r.stderr
+
+
+def test_a_bad_run_as_stops_nothing_and_the_safe_default_holds(tmp_path, monkeypatch):
+    """``run_as`` guards running another user's code as root: a bad value (or a broken file) must
+    not stop ``status`` across a fleet, nor loosen anything: warned, and ``owner`` is the policy."""
+    from rocmbuild import runas
+    from rocmbuild.cli import args as cli_args
+
+    bad = _write(tmp_path / "bad.toml", 'run_as = "roo"\n')
+    monkeypatch.setenv("ROCMBUILD_CONFIG", str(bad))
+    cfg = config.load(tmp_path / "no-system.toml")
+    assert "run_as" in cfg.problems and "'run_as' must be one of owner, refuse, root" in cfg.problems["run_as"].message
+    ns = cli_args.argparse.Namespace(verb="status", run_as=None)
+    runas.set_policy("root")
+    try:
+        cli_args.config_defaults(ns)  # no exit 2
+        assert runas.policy() == "owner"
+        _write(bad, 'run_as = "refuse"\n')
+        cli_args.config_defaults(ns)
+        assert runas.policy() == "refuse"
+        cli_args.config_defaults(cli_args.argparse.Namespace(verb="status", run_as="root"))
+        assert runas.policy() == "root"  # the flag wins
+    finally:
+        runas.set_policy("owner")
