@@ -254,7 +254,7 @@ def run_probe(python: Path, *, timeout: float = 300, want_hash: bool = False, sm
 
 
 #: run as another user (who may not read rocmbuild's files), the probe's source comes in this variable
-SOURCE_VAR = "ROCMBUILD_PROBE_SOURCE"
+SOURCE_VAR = "RB_PROBE_SOURCE"  # a handover, not a setting: popped before torch is imported
 _BOOT = f"import os; exec(compile(os.environ.pop({SOURCE_VAR!r}), '_probe.py', 'exec'))"
 
 
