@@ -4,7 +4,8 @@ Read in order, a later file winning key by key: ``/etc/rocmbuild/config.toml`` (
 ``$XDG_CONFIG_HOME/rocmbuild/config.toml`` (default ``~/.config/rocmbuild/config.toml``, the
 user), then the file ``$ROCMBUILD_CONFIG`` names (a run, a CI job). The command line wins over
 all of them. A file that does not exist is skipped; ``$ROCMBUILD_CONFIG`` naming a missing file is
-an error (it was asked for).
+an error (it was asked for); a default path that is a directory, a FIFO or a socket is a file that
+cannot be read (below), never skipped silently and never read (a FIFO would block forever).
 
 Keys (anything else is ignored with a warning and a "did you mean" for a near miss)::
 
@@ -12,6 +13,7 @@ Keys (anything else is ignored with a warning and a "did you mean" for a near mi
     gpu_targets = "gfx1151"        # --gpu-targets (a string, as on the command line)
     launcher = "ccache"            # --launcher: auto, none, ccache, sccache
     keep = 5                       # apply/rollback --keep
+    run_as = "owner"               # --run-as: as root, another user's env runs as its owner (refuse, root)
     [[caches]]                     # binary caches, looked up in order (docs/caches.md)
     url = "oci://registry.lab:5000/rocmbuild"
     push = true                    # `rocmbuild push` without --to uploads here
@@ -43,6 +45,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import stat
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,7 +58,9 @@ LAUNCHERS = ("auto", "none", "ccache", "sccache")
 
 #: top-level key -> (expected Python type, its name in messages)
 SCALARS: dict[str, tuple[type, str]] = {"jobs": (int, "an integer"), "gpu_targets": (str, "a string"),
-                                        "launcher": (str, "a string"), "keep": (int, "an integer")}
+                                        "launcher": (str, "a string"), "keep": (int, "an integer"),
+                                        "run_as": (str, "a string")}
+RUN_AS = ("owner", "refuse", "root")
 TABLES = ("caches", "trust", "sign")
 CACHE_KEYS: dict[str, tuple[type, str]] = {"url": (str, "a string"), "push": (bool, "true or false"),
                                            "username_env": (str, "a string"), "password_env": (str, "a string"),
@@ -86,6 +91,7 @@ class Config:
     gpu_targets: str | None = None
     launcher: str | None = None
     keep: int | None = None
+    run_as: str | None = None
     caches: tuple[CacheConfig, ...] = ()
     public_keys: tuple[str, ...] = ()
     sign_key: str | None = None
@@ -207,6 +213,9 @@ def _check_values(path: Path, values: dict[str, Any]) -> None:
     if "launcher" in values and values["launcher"] not in LAUNCHERS:
         raise _bad(path, "launcher", f"'launcher' must be one of {', '.join(LAUNCHERS)}, not {values['launcher']!r}",
                    f"fix it in {path}")
+    if "run_as" in values and values["run_as"] not in RUN_AS:
+        raise _bad(path, "run_as", f"'run_as' must be one of {', '.join(RUN_AS)}, not {values['run_as']!r}",
+                   f"fix it in {path}")
     key = values.get("sign.key")
     if key is not None and not os.path.isabs(key):
         raise _bad(path, "sign.key", "[sign] key must be an absolute path", f"fix it in {path}")
@@ -238,13 +247,39 @@ def _one(path: Path, k: str, v: Any) -> dict[str, Any]:
 _SETTING = {"trust": "trust.public_keys", "sign": "sign.key"}
 
 
+class _NotAFile(Exception):
+    def __init__(self, what: str) -> None:
+        super().__init__(what)
+        self.what = what
+
+
+def _read(path: Path) -> str:
+    """A config file's text; a path that is no regular file (a directory, a FIFO that would block
+    the read forever, a socket) raises :class:`_NotAFile` saying what it is."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        os.close(fd)
+        raise
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise _NotAFile("directory" if stat.S_ISDIR(mode) else "FIFO" if stat.S_ISFIFO(mode) else "special file")
+    with os.fdopen(fd, "rb") as f:
+        return f.read().decode()
+
+
 def read_file(path: Path) -> tuple[dict[str, Any], dict[str, InputError]]:
     """One file's settings, flattened, and the problem of each key whose value is bad (``""``:
     the whole file cannot be read). Unknown keys warn and are ignored."""
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(_read(path))
     except tomllib.TOMLDecodeError as exc:
         return {}, {"": _bad(path, "", f"not valid TOML: {exc}", "fix the syntax (https://toml.io)")}
+    except _NotAFile as exc:  # a directory, FIFO, socket, device: never read (a FIFO would hang)
+        return {}, {"": _bad(path, "", f"is a {exc.what}, not a config file",
+                             "a config file is a TOML file: move that away and write the settings into a file "
+                             "of that name (or leave the path absent)")}
     except (OSError, UnicodeDecodeError) as exc:
         return {}, {"": _bad(path, "", f"cannot read the config file: {exc}", "fix its permissions or remove it")}
     values: dict[str, Any] = {}
@@ -266,10 +301,10 @@ def load(system: Path = SYSTEM_FILE) -> Config:
     problems: dict[str, InputError] = {}
     files = []
     for path, required in candidates(system):
-        if not path.is_file():
-            if required:
-                raise InputError(f"ROCMBUILD_CONFIG names {path}, which is not a file",
-                                 "point ROCMBUILD_CONFIG at a config.toml, or unset it")
+        if required and not path.is_file():
+            raise InputError(f"ROCMBUILD_CONFIG names {path}, which is not a file",
+                             "point ROCMBUILD_CONFIG at a config.toml, or unset it")
+        if not os.path.exists(path):  # absent (a dangling link too): nothing set there
             continue
         files.append(str(path))
         values, bad = read_file(path)
@@ -278,7 +313,7 @@ def load(system: Path = SYSTEM_FILE) -> Config:
             problems.pop(k, None)  # a later file's good value replaces an earlier bad one
         problems.update(bad)
     return Config(jobs=merged.get("jobs"), gpu_targets=merged.get("gpu_targets"), launcher=merged.get("launcher"),
-                  keep=merged.get("keep"), caches=merged.get("caches", ()),
+                  keep=merged.get("keep"), run_as=merged.get("run_as"), caches=merged.get("caches", ()),
                   public_keys=merged.get("trust.public_keys", ()), sign_key=merged.get("sign.key"),
                   sources=sources, files=tuple(files), problems=problems)
 
@@ -289,6 +324,7 @@ DEFAULTS = {
     "gpu_targets": "the recipe's GPU_TARGETS (the bundled recipes: \"auto\", this machine's GPUs)",
     "launcher": "the recipe's [build] launcher, else auto (ccache when installed)",
     "keep": "5 (apply, rollback and redo keep the backups of the newest 5 transactions)",
+    "run_as": "owner (as root, another user's environment is activated and probed as that user)",
     "caches": "none: no binary cache is asked (--cache URL asks one)",
     "trust.public_keys": "none: no signer is trusted (a cache's artifacts are refused unless --allow-unsigned)",
     "sign.key": "none: push needs --sign-key FILE",
@@ -296,4 +332,5 @@ DEFAULTS = {
 
 #: the setting names ``config list`` shows, in order, with the attribute holding each
 SETTINGS = (("jobs", "jobs"), ("gpu_targets", "gpu_targets"), ("launcher", "launcher"), ("keep", "keep"),
+            ("run_as", "run_as"),
             ("caches", "caches"), ("trust.public_keys", "public_keys"), ("sign.key", "sign_key"))

@@ -201,6 +201,9 @@ def target(p: argparse.ArgumentParser) -> None:
     g.add_argument("--python", metavar="EXE", help="the target's Python executable")
     p.add_argument("--probe-timeout", type=positive_float, default=300.0, metavar="SECONDS",
                    help="how long the probe may run in the target Python (default 300)")
+    p.add_argument("--run-as", choices=("owner", "refuse", "root"),
+                   help="run as root on an environment another user owns: run its code (activation, Python, "
+                        "torch) as that owner (default; config run_as), refuse (exit 2), or as root anyway")
 
 
 def waiting(p: argparse.ArgumentParser) -> None:
@@ -280,6 +283,9 @@ def config_defaults(args: argparse.Namespace) -> None:
                 setattr(args, name, getattr(cfg, name))
     if getattr(args, "verb", None) in ("apply", "rollback", "redo") and args.keep is None:
         args.keep = cfg.keep or 5
+    from rocmbuild.proc import runas
+
+    runas.set_policy(getattr(args, "run_as", None) or cfg.run_as or "owner")  # a bad run_as: None, "owner"
 
 
 def config_keys_used(args: argparse.Namespace) -> tuple[str, ...]:
@@ -288,9 +294,11 @@ def config_keys_used(args: argparse.Namespace) -> tuple[str, ...]:
     trusted keys (a lookup: not with --no-cache, --offline or apply --artifact), ``push``'s caches
     and signing key;
     ``config list`` shows them all."""
+    from rocmbuild import config
+
     verb = getattr(args, "verb", None)
     if verb == "config":
-        return ("jobs", "gpu_targets", "launcher", "keep", "caches", "trust.public_keys", "sign.key")
+        return tuple(name for name, _ in config.SETTINGS)
     used = [] if getattr(args, "from_lock", None) else [
         n for n in ("jobs", "gpu_targets", "launcher") if hasattr(args, n) and getattr(args, n) is None]
     used += ["keep"] if verb in ("apply", "rollback", "redo") and getattr(args, "keep", None) is None else []
@@ -300,7 +308,7 @@ def config_keys_used(args: argparse.Namespace) -> tuple[str, ...]:
         used += ["caches", "sign.key"]
     if getattr(args, "remote", None):
         used += ["caches", "trust.public_keys"]
-    return tuple(dict.fromkeys(used))
+    return tuple(dict.fromkeys(used))  # not run_as: a bad one is warned about and the safe default used
 
 
 def check_one_source(args: argparse.Namespace) -> None:

@@ -14,6 +14,11 @@ Decisions:
   env names (``environment/envs.py``, its tools given a short timeout), a ``TXN`` metavar the ids in
   the target's history (the ``--env``/``-n`` on the line, else ``$CONDA_PREFIX``/``$VIRTUAL_ENV``),
   ``PREFIX``/``DIR`` directories, ``FILE``/``PATH``/``EXE`` files, anything else nothing.
+* Only words a user could have typed are offered (issue 26): no candidate holds a control
+  character (a file ``evil\\n--inject.toml`` would be two lines, two candidates; an escape
+  sequence in a planted history id would act on the terminal), none starts with ``-`` unless the
+  word typed does, a recipe name must be one ``rocmbuild`` accepts, a transaction id one a journal
+  may have (``swap.journal.TXN_RE``). Dropped, not escaped: an escaped word names nothing.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ import argparse
 import os
 import sys
 from pathlib import Path
+
+from rocmbuild.names import is_recipe_name, safe_text
 
 RECIPE_ARGS = ("recipe", "what")
 TAB_TIMEOUT = 3.0  # seconds a conda tool may take at Tab time
@@ -96,7 +103,11 @@ def candidates(parser: argparse.ArgumentParser, words: list[str]) -> tuple[str, 
 
 
 def _match(words, cur: str) -> list[str]:
-    return [w for w in words if w.startswith(cur)]
+    """The candidates the shell may be given: those starting with ``cur``, none holding a control
+    character (one per line: a newline would make two, an escape would act on the terminal),
+    none starting with ``-`` unless ``cur`` does (a name must not become an option)."""
+    return [w for w in words if w.startswith(cur) and w and safe_text(w) == w
+            and (cur.startswith("-") or not w.startswith("-"))]
 
 
 def _positional(p: argparse.ArgumentParser, given: dict, cur: str) -> tuple[str, list[str]]:
@@ -137,7 +148,7 @@ def recipe_names(extra=None) -> list[str]:
 
     dirs = (extra,) if isinstance(extra, str) else tuple(extra or ())
     try:
-        return sorted({name for name, _ in recipe.available(dirs)})
+        return sorted({name for name, _ in recipe.available(dirs) if is_recipe_name(name)})
     except Exception:  # noqa: BLE001 - a broken recipe dir must not break completion
         return []
 
@@ -163,13 +174,15 @@ def _target_prefix(given: dict) -> Path | None:
 
 
 def txn_ids(given: dict) -> list[str]:
-    """The transaction ids in the history of the target named on the line, newest first."""
+    """The transaction ids in the history of the target named on the line, newest first; only
+    those of a journal id's grammar (a planted line's id is not offered)."""
     from rocmbuild.swap import statedir
+    from rocmbuild.swap.journal import TXN_RE
 
     prefix = _target_prefix(given)
     if prefix is None:
         return []
     ids: list[str] = []
     for d in statedir.state_dirs_for(prefix.resolve()):
-        ids += [str(rec["id"]) for rec in statedir.read_history(d) if str(rec["id"]) not in ids]
+        ids += [i for i in (str(rec["id"]) for rec in statedir.read_history(d)) if i not in ids and TXN_RE.fullmatch(i)]
     return ids[::-1]

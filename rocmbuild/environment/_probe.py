@@ -34,7 +34,8 @@ Constraints and decisions:
   descriptor 1 is pointed at stderr while torch runs, and the JSON is written to a saved copy of
   the original stdout, so stdout carries exactly one JSON object.
 * ``sys.path[0]`` (this script's directory, rocmbuild's package) is removed so that no module of
-  rocmbuild can shadow one that torch imports.
+  rocmbuild can shadow one that torch imports; run from source (``-c``: as the target's owner,
+  who may not read this file), it is the working directory (``""``), removed the same way.
 """
 
 import hashlib
@@ -387,6 +388,8 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(os.path.abspath(__file__)):
+    _HERE = globals().get("__file__")  # None: run from source (``-c``, as the target's owner)
+    if sys.path and (sys.path[0] == "" if _HERE is None
+                     else os.path.abspath(sys.path[0] or ".") == os.path.dirname(os.path.abspath(_HERE))):
         sys.path.pop(0)
     sys.exit(main())

@@ -46,6 +46,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from rocmbuild.proc import runas
 from rocmbuild.proc import runner
 from rocmbuild import ui
 from rocmbuild.errors import RequirementError, TargetError
@@ -270,7 +271,8 @@ def _bash() -> str:
 def _run(argv: list[str], prefix: Path) -> runner.Completed:
     hint = "check the environment's activation scripts, or run rocmbuild from the activated shell with --python EXE"
     try:
-        return runner.capture(argv, env={"BASH_ENV": None, "ENV": None}, timeout=TIMEOUT)
+        return runner.capture(argv, env={"BASH_ENV": None, "ENV": None}, timeout=TIMEOUT,
+                              user=runas.for_target(None, prefix))  # as root: as the env's owner
     except RequirementError as exc:
         raise TargetError(f"bash is needed to apply the activation of {prefix} and was not found", hint) from exc
     except subprocess.TimeoutExpired as exc:
@@ -308,8 +310,9 @@ def _dumped(stdout: str) -> dict | None:
 def _through_tool(tool: Path, prefix: Path, python: Path, emulated: Activation) -> Activation | None:
     """``TOOL run -p PREFIX`` dumps the activated environment; None (use the emulation) when it fails."""
     argv = [str(tool), "run", "-p", str(prefix), str(python), "-c", _DUMP]
+    who = runas.for_target(python, prefix)  # as root: the env's owner runs it (its HOME, USER, LOGNAME)
     try:
-        done = runner.capture(argv, timeout=TIMEOUT)
+        done = runner.capture(argv, timeout=TIMEOUT, user=who)
     except (RequirementError, subprocess.TimeoutExpired, OSError) as exc:
         ui.warn(f"`{tool.name} run -p {prefix}` did not run ({exc}); rocmbuild applies the activation itself")
         return None
@@ -318,7 +321,7 @@ def _through_tool(tool: Path, prefix: Path, python: Path, emulated: Activation) 
         ui.warn(f"`{tool.name} run -p {prefix}` failed (exit code {done.returncode}); rocmbuild applies the "
                 "activation itself")
         return None
-    base = dict(os.environ)
+    base = {**os.environ, **(who.environment() if who is not None else {})}
     changes = []
     for var in sorted(set(base) | set(final)):
         if base.get(var) != final.get(var) and var not in _IGNORED:

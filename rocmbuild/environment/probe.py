@@ -40,6 +40,7 @@ from packaging.version import Version
 
 from rocmbuild import progress
 from rocmbuild.proc import runner
+from rocmbuild.proc import runas
 from rocmbuild.store.artifact import read_soname
 from rocmbuild.errors import RequirementError, TargetError
 from rocmbuild.environment.versions import decode_version, encode_version
@@ -254,10 +255,21 @@ def run_probe(python: Path, *, timeout: float = 300, want_hash: bool = False, sm
     return ProbeReport.from_json(raw)
 
 
+#: run as another user (who may not read rocmbuild's files), the probe's source comes in this variable
+SOURCE_VAR = "RB_PROBE_SOURCE"  # a handover, not a setting: popped before torch is imported
+_BOOT = f"import os; exec(compile(os.environ.pop({SOURCE_VAR!r}), '_probe.py', 'exec'))"
+
+
 def _capture(argv: list[str], python: Path, timeout: float, env: runner.Env = None) -> runner.Completed:
-    """Run the probe's command line; every way of not running at all is a TargetError."""
+    """Run the probe's command line; every way of not running at all is a TargetError. Run as root
+    on another user's target, it runs as that user (:mod:`rocmbuild.proc.runas`), the probe handed over
+    as source in :data:`SOURCE_VAR` (popped before torch is imported)."""
+    who = runas.for_target(python)
+    if who is not None:
+        argv = [argv[0], "-c", _BOOT, *argv[2:]]
+        env = {**(env or {}), SOURCE_VAR: PROBE_SCRIPT.read_text()}
     try:
-        return runner.capture(argv, timeout=timeout, env=env)
+        return runner.capture(argv, timeout=timeout, env=env, user=who)
     except RequirementError as exc:
         raise TargetError(
             f"the target's Python does not exist or is not executable: {python}",

@@ -53,6 +53,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from rocmbuild.proc import runas
 from rocmbuild.proc import runner
 from rocmbuild import ui
 from rocmbuild.errors import RequirementError, TargetError
@@ -171,7 +172,8 @@ def _ask_prefix(python: Path) -> Path:
     """Run ``python`` once (no torch) and return its sys.prefix; TargetError when it does not run."""
     hint = "pass --python with a working interpreter, or --env with the environment's prefix"
     try:
-        done = runner.capture([str(python), "-c", "import sys; print(ascii(sys.prefix))"], timeout=RESOLVE_TIMEOUT)
+        done = runner.capture([str(python), "-c", "import sys; print(ascii(sys.prefix))"], timeout=RESOLVE_TIMEOUT,
+                              user=runas.for_target(python))  # its .pth files run: as root, as their owner
     except RequirementError as exc:
         raise TargetError(f"Python not found or not executable: {python}", hint) from exc
     except subprocess.TimeoutExpired as exc:

@@ -95,16 +95,18 @@ def recover_prefix(prefix: Path, *, wait: bool | LockWait, verify_restored=None)
 
 
 def verifier(python: Path, *, timeout: float, smoke: bool,
-             env: dict[str, str | None] | None = None) -> Callable[["_txn.Expectation"], Verdict]:
+             env: dict[str, str | None] | Callable[[], dict[str, str | None]] | None = None
+             ) -> Callable[["_txn.Expectation"], Verdict]:
     """The verify callback for :func:`rocmbuild.swap.protocol.execute` (see the module notes);
-    ``env``: the target's activation (``Target.activation.extras()``), so the activated env is judged."""
+    ``env``: the target's activation (``Target.activation.extras()``), so the activated env is judged;
+    a callable is asked only when a verification runs (``recover`` with nothing to recover runs none)."""
     from rocmbuild.environment import probe
     from rocmbuild.environment import verify as verify_mod
 
     def verify(exp: "_txn.Expectation") -> Verdict:
         want_smoke = smoke and not exp.restored
         with progress.phase("verify", "verifying the restored state" if exp.restored else "verifying the new state") as ph:
-            report = probe.run_probe(python, timeout=timeout, smoke=want_smoke, env=env)
+            report = probe.run_probe(python, timeout=timeout, smoke=want_smoke, env=env() if callable(env) else env)
             verdict = verify_mod.judge(report, library=exp.library_name, encoding=exp.encoding, expect=exp.version,
                                        expected_file=exp.expected_files(),
                                        links=() if exp.restored else tuple(Path(x) for x in exp.links),

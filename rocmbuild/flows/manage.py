@@ -80,17 +80,18 @@ def _pick_state_dir(prefix: Path, redo: bool = False) -> Path:
     return max(dirs, key=lambda dn: txn_order(dn[1]))[0]
 
 
-def _state_dir_of(prefix: Path, to: str) -> tuple[Path, str]:
+def _state_dir_of(prefix: Path, to: str, flag: str = "--to") -> tuple[Path, str]:
     """The state dir holding the transaction ``to`` names (its number, id, or a prefix unique
     among every journal of the target, in all its state dirs) and its full id; ``0``/``stock``:
-    the state dir of a plain rollback. InputError (exit 2) for an empty, ambiguous or unknown one."""
+    the state dir of a plain rollback. InputError (exit 2) for an empty, ambiguous or unknown one,
+    naming ``flag`` (the option that gave it)."""
     if _txn.is_stock(to):
         return _pick_state_dir(prefix), to
     where: dict[str, Path] = {}
     for d in statedir.state_dirs_for(prefix):
         for j in _txn.journals(d):
             where.setdefault(j.id, d)
-    full = _txn.resolve_txn(list(where), to)
+    full = _txn.resolve_txn(list(where), to, flag)
     return where[full], full
 
 
@@ -113,7 +114,7 @@ def rollback(*, env: str | None = None, python: str | None = None, to: str | Non
     prefix, py = target.resolve(env, python)
     recovered = guards.recover_prefix(prefix, wait=wait)
     if undo is not None:
-        usdir, full = _state_dir_of(prefix, undo)
+        usdir, full = _state_dir_of(prefix, undo, "--undo")
         to = _txn.point_before(_txn.model(usdir), full)
     if if_applied and _nothing_to_undo(prefix, to):
         where = {"prefix": str(prefix), "python": str(py), "layout": None, "libdir": None, "state_dir": None}
@@ -155,8 +156,8 @@ def _restore(prefix: Path, py, sdir: Path, make, *, wait, keep: int, probe_timeo
 def recover(*, env: str | None = None, python: str | None = None, wait: bool | LockWait = False,
             probe_timeout: float = 300.0) -> RecoverResult:
     """``rocmbuild recover``: only recovery (roll back unfinished transactions); nothing: says so."""
-    prefix, py = target.resolve(env, python)
-    verify = guards.verifier(py, timeout=probe_timeout, smoke=False, env=target.probe_env(prefix, py))
+    prefix, py = target.resolve(env, python, check=False)  # nothing to recover: the target's code never runs
+    verify = guards.verifier(py, timeout=probe_timeout, smoke=False, env=lambda: target.probe_env(prefix, py))
     done = guards.recover_prefix(prefix, wait=wait, verify_restored=verify)
     return RecoverResult(str(prefix), tuple(done))
 
@@ -174,7 +175,7 @@ def _unfinished(d: Path) -> list[Unfinished]:
 def history(*, env: str | None = None, python: str | None = None, limit: int | None = None) -> HistoryResult:
     """``rocmbuild history``: every transaction (read-only; unfinished ones are listed, not recovered);
     ``limit``: only the newest N (still oldest first in the JSON; ``total`` counts them all)."""
-    prefix, _py = target.resolve(env, python)
+    prefix, _py = target.resolve(env, python, check=False)  # read-only: the target's code never runs (--env)
     home = cache_home()
     rows: list[dict] = []
     unfinished: list[Unfinished] = []

@@ -1,6 +1,6 @@
 """The supervisor every child of rocmbuild runs under (stdlib only; run as a script by runner.py).
 
-``python -I -S reaper.py PARENT_PID GRACE -- PROGRAM ARGS...``
+``python -I -S reaper.py PARENT_PID GRACE [--user UID GID GROUPS] -- PROGRAM ARGS...``
 
 Decisions:
 * it is a *child subreaper* (``PR_SET_CHILD_SUBREAPER``): every descendant that is orphaned --
@@ -15,6 +15,10 @@ Decisions:
   killed by signal N: the supervisor kills itself with N, so the caller sees ``-N``);
 * SIGTERM, SIGINT or SIGHUP to the supervisor: SIGTERM to the program's group, ``GRACE`` seconds,
   then SIGKILL to the group and every orphan; exit 128+n.
+* ``--user UID GID G1,G2``: the program (not the supervisor, which stays able to end the tree)
+  runs as that user: the forked child sets its groups, gid and uid (all three ids) before exec,
+  then its parent-death signal (a change of credentials clears it); a run as root of another
+  user's target (``rocmbuild/proc/runas.py``).
 What stays impossible: a descendant that makes itself a subreaper or enters a new PID namespace
 escapes; a SIGKILL of the supervisor leaves the program's grandchildren (its group) to run on.
 """
@@ -49,12 +53,30 @@ def _prctl(libc, option: int, value: int) -> None:
         raise OSError(ctypes.get_errno(), f"prctl({option}) failed")
 
 
-def _exec_child(libc, me: int, argv: list[str]) -> None:
-    """In the forked child: own process group, parent-death SIGKILL, default signals, exec."""
+def _become(user: tuple[int, int, list[int]] | None) -> None:
+    """Drop to ``(uid, gid, groups)`` for good (groups first, then gid, then uid); a cwd the user
+    cannot enter becomes ``/``."""
+    if user is None:
+        return
+    uid, gid, groups = user
+    os.setgroups(groups)
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    if os.getuid() != uid or os.geteuid() != uid:
+        raise PermissionError(f"could not become uid {uid}")
+    if not os.access(".", os.X_OK):
+        os.chdir("/")
+
+
+def _exec_child(libc, me: int, argv: list[str], user: tuple[int, int, list[int]] | None = None) -> None:
+    """In the forked child: own process group, default signals, the target owner's identity when
+    asked (before the parent-death signal: a change of credentials clears it), parent-death
+    SIGKILL, exec."""
     try:
         os.setpgid(0, 0)
         for s in _RESTORE:
             signal.signal(s, signal.SIG_DFL)
+        _become(user)
         _prctl(libc, PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != me:
             os._exit(137)
@@ -144,8 +166,14 @@ def _finish(status: int) -> int:
 
 
 def main(args: list[str]) -> int:
-    parent, grace, sep, *argv = args
-    assert sep == "--" and argv, "usage: reaper.py PARENT_PID GRACE -- PROGRAM ARGS..."
+    parent, grace, *rest = args
+    user = None
+    if rest[:1] == ["--user"]:  # --user UID GID GROUPS: the program runs as that user (runas.py)
+        uid, gid, groups = rest[1:4]
+        user = (int(uid), int(gid), [int(g) for g in groups.split(",") if g])
+        rest = rest[4:]
+    sep, *argv = rest
+    assert sep == "--" and argv, "usage: reaper.py PARENT_PID GRACE [--user UID GID G1,G2] -- PROGRAM ARGS..."
     libc = ctypes.CDLL(None, use_errno=True)
     for s in STOP_SIGNALS:
         signal.signal(s, _on_signal)
@@ -157,7 +185,7 @@ def main(args: list[str]) -> int:
         me = os.getpid()
         pid = os.fork()
         if pid == 0:
-            _exec_child(libc, me, argv)
+            _exec_child(libc, me, argv, user)
         try:
             os.setpgid(pid, pid)
         except OSError:

@@ -39,10 +39,13 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from rocmbuild import progress, ui
 from rocmbuild.errors import BuildError, RequirementError, RocmbuildError, SystemLimitError, from_os_error
+
+if TYPE_CHECKING:
+    from rocmbuild.proc.runas import Identity
 
 TAIL_LINES = 30
 logger = logging.getLogger(__name__)  # -vv: every start and exit, with the extra environment
@@ -64,15 +67,20 @@ GRACE = 3.0  # seconds between SIGTERM and SIGKILL when a tree is stopped
 REAPER = Path(__file__).with_name("reaper.py")
 
 
-def _start(argv: Sequence[str | os.PathLike], cwd, env: Env, stderr) -> subprocess.Popen:
-    """Start argv under the supervisor, in its own session, stdin /dev/null, stdout piped."""
+def _start(argv: Sequence[str | os.PathLike], cwd, env: Env, stderr, user: "Identity | None" = None) -> subprocess.Popen:
+    """Start argv under the supervisor, in its own session, stdin /dev/null, stdout piped;
+    ``user``: the program runs as that user (the supervisor drops it before exec, :mod:`rocmbuild.proc.runas`)."""
     program, args = _command(argv)
+    if user is not None:
+        env = {**user.environment(), **(env or {})}
+        ui.detail(f"as {user.describe()}: the target's owner")
     ui.detail(f"running: {display(argv)}" + (f" (in {cwd})" if cwd is not None else ""))
     logger.debug("start %s (cwd %s; extra env %s)", display(argv), cwd or os.getcwd(),
               " ".join(f"{k}={v if v is not None else '(unset)'}" for k, v in (env or {}).items()) or "none")
     try:
         return subprocess.Popen(
-            [sys.executable, "-I", "-S", str(REAPER), str(os.getpid()), str(GRACE), "--", program, *args],
+            [sys.executable, "-I", "-S", str(REAPER), str(os.getpid()), str(GRACE),
+             *(user.reaper_args() if user is not None else ()), "--", program, *args],
             cwd=str(cwd) if cwd is not None else None,
             env=environment(env),
             stdin=subprocess.DEVNULL,
@@ -258,15 +266,17 @@ def capture(
     cwd: str | os.PathLike | None = None,
     env: Env = None,
     timeout: float | None = 60,
+    user: "Identity | None" = None,
 ) -> Completed:
     """Run a short command and capture stdout and stderr; never raises for a non-zero exit.
+    ``user``: run it as that user (a root run's target owner, :mod:`rocmbuild.proc.runas`).
 
     Raises :class:`RequirementError` when the program does not exist and
     ``subprocess.TimeoutExpired`` when it runs longer than ``timeout`` (the process group is
     killed first).
     """
     start = time.monotonic()
-    proc = _start(argv, cwd, env, subprocess.PIPE)
+    proc = _start(argv, cwd, env, subprocess.PIPE, user)
     try:
         out, err = _communicate(proc, argv, timeout)
     except BaseException:

@@ -393,8 +393,7 @@ def _strays(members: list[_Member], dest: Path, places: Places, move: bool) -> t
     """Strays (:mod:`rocmbuild.swap.strays`): refused in a TheRock lib dir; ``move``: removed, backed up."""
     found = tuple(s for mem in members for s in strays.find(mem.dest.parent, mem.lib.name, mem.dest, places.obs))
     preload = strays.therock_package(dest) is not None
-    if found and preload and not move:
-        raise strays.refusal(found, dest)
+    strays.check(found, dest, preload, move)  # a TheRock dir's strays unless moved; what cannot be moved
     moves = [Action("remove", str(places.dest(Path(s.path), (Path(s.path).parent,), "stray")), "stray",
                     places.obs.state(Path(s.path))) for s in found if move]
     return moves, strays.notes(found, preload, move)

@@ -47,14 +47,16 @@ def last_touch(committed: tuple[Journal, ...] | list[Journal]) -> dict[str, tupl
     return out
 
 
-def resolve_txn(ids: list[str], to: str) -> str:
+def resolve_txn(ids: list[str], to: str, flag: str = "--to") -> str:
     """The transaction id ``to`` names among ``ids``: its number (all digits: ``3`` or ``0003``),
     the exact id, or a prefix that only one id has. Empty: InputError; ambiguous or unknown:
-    TargetError (an InputError, exit 2) listing the candidates or the ids."""
+    TargetError (an InputError, exit 2) listing the candidates or the ids; each names ``flag``, the
+    option the user gave it with (``--to``, ``--undo``)."""
     to = (to or "").strip()
     if not to:
-        raise InputError("--to needs a transaction number or id; an empty one names nothing",
-                         "`rocmbuild history` lists the transactions (`--to 0` is the state before the first)",
+        raise InputError(f"{flag} needs a transaction number or id; an empty one names nothing",
+                         "`rocmbuild history` lists the transactions"
+                         + (" (`--to 0` is the state before the first)" if flag == "--to" else ""),
                          details={"known": ids})
     if to in ids:
         return to
@@ -62,9 +64,9 @@ def resolve_txn(ids: list[str], to: str) -> str:
     if len(matches) == 1:
         return matches[0]
     if matches:
-        raise TargetError(f"--to {to} is ambiguous: it names {len(matches)} transactions: " + ", ".join(matches),
+        raise TargetError(f"{flag} {to} is ambiguous: it names {len(matches)} transactions: " + ", ".join(matches),
                           "give the whole id", details={"candidates": matches})
-    raise TargetError(f"--to {to}: no transaction of this target has that number or id; known: "
+    raise TargetError(f"{flag} {to}: no transaction of this target has that number or id; known: "
                       + (", ".join(ids) or "none"), "`rocmbuild history` lists the transactions",
                       details={"known": ids})
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
@@ -36,6 +37,7 @@ from rocmbuild.swap.pathstate import FsObserver, Observer, resolve
 
 FLAG = "--move-strays"
 PRELOAD = "TheRock's preload"
+SPECIAL = "special file"
 
 
 def glob_of(stem: str) -> str:
@@ -76,7 +78,12 @@ class Stray:
     path: str
     first: bool  # sorted first among the glob's matches: what TheRock's preload loads
     before: str  # the first sorted name that leads to the placed file ("" : none does)
-    what: str  # "file", "link -> X", "dangling link -> X"
+    what: str  # "file", "link -> X", "dangling link -> X", or a special kind ("directory", "FIFO", ...)
+
+    @property
+    def movable(self) -> bool:
+        """A file or a link (a backup is a hardlink): not a directory, FIFO, socket or device."""
+        return self.what == "file" or "link -> " in self.what
 
     def reason(self, preload: bool = True) -> str:
         """Why it matters (without its name)."""
@@ -120,22 +127,58 @@ def find(libdir: str | Path, stem: str, placed: str | Path, obs: Observer,
         except ValueError:
             real = ""
         leads[n] = real == placed and obs.state(Path(real)).kind == "file"
-        what[n] = "file" if st.kind == "file" else (
-            f"link -> {st.target}" if real and obs.state(Path(real)).kind == "file" else f"dangling link -> {st.target}")
+        if st.kind == "other":
+            what[n] = special_kind(libdir / n)
+        else:
+            what[n] = "file" if st.kind == "file" else (f"link -> {st.target}" if real and obs.state(
+                Path(real)).kind == "file" else f"dangling link -> {st.target}")
     ok = [n for n in matches if leads[n]]
     return tuple(Stray(str(libdir / n), i == 0, ok[0] if ok else "", what[n])
                  for i, n in enumerate(matches) if not leads[n])
 
 
-def refusal(strays: tuple[Stray, ...], placed: str | Path) -> TargetError:
-    """Apply refuses a TheRock lib dir holding strays (exit 2), naming each and why it matters."""
-    lines = "\n  ".join(f"{s.path} ({s.what}): {s.reason()}" for s in strays)
+def special_kind(path: Path) -> str:
+    """What a name that is neither a file nor a link is (``directory``, ``FIFO``, ``socket``, ...)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return SPECIAL
+    for test, word in ((stat.S_ISDIR, "directory"), (stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket"),
+                       (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device")):
+        if test(mode):
+            return word
+    return SPECIAL
+
+
+def check(found: tuple[Stray, ...], placed: str | Path, preload: bool, move: bool) -> None:
+    """Refuse (exit 2, nothing changed) what a plan cannot do with the strays: any stray in a TheRock
+    lib dir without ``move``; with ``move``, one that is no file or link (a backup is a hardlink: a
+    directory, a FIFO or a socket cannot be moved aside, and must not fail at swap time)."""
+    stuck = tuple(s for s in found if not s.movable)
+    if (found and preload and not move) or (move and stuck):
+        raise refusal(found if preload else stuck, placed, preload)
+
+
+def refusal(strays: tuple[Stray, ...], placed: str | Path, preload: bool = True) -> TargetError:
+    """The refusal of strays (exit 2), naming each and why it matters."""
+    glob = glob_of(_stem(Path(placed).name))
+    lines = "\n  ".join(f"{s.path} is a {s.what}: {s.reason(preload)}" if not s.movable else
+                        f"{s.path} ({s.what}): {s.reason(preload)}" for s in strays)
+    stuck = [s.path for s in strays if not s.movable]
+    if preload:
+        what = (f"{len(strays)} stray file(s) in {Path(placed).parent} match {glob}, the names {PRELOAD} "
+                "(rocm_sdk.find_libraries) loads the first sorted of")
+    else:
+        what = f"{len(strays)} name(s) in {Path(placed).parent} match {glob} and cannot be moved aside by {FLAG}"
+    hint = (f"remove them yourself, or pass {FLAG} to move them into this transaction's backups "
+            "(`rocmbuild rollback` puts them back)")
+    if stuck:
+        hint = (f"move {'it' if len(stuck) == 1 else 'them'} out of the library's directory yourself ({', '.join(stuck)}; {FLAG} moves only files "
+                "and links, into the transaction's backups by hardlink), then run again"
+                + (f"; the other names {FLAG} can move" if len(stuck) < len(strays) else ""))
     return TargetError(
-        f"{len(strays)} stray file(s) in {Path(placed).parent} match {glob_of(_stem(Path(placed).name))}, "
-        f"the names {PRELOAD} (rocm_sdk.find_libraries) loads the first sorted of; nothing was changed:\n  {lines}",
-        f"remove them yourself, or pass {FLAG} to move them into this transaction's backups "
-        "(`rocmbuild rollback` puts them back)",
-        details={"strays": [s.to_json() for s in strays], "placed": str(placed)},
+        f"{what}; nothing was changed:\n  {lines}", hint,
+        details={"strays": [s.to_json(preload) for s in strays], "placed": str(placed)},
     )
 
 

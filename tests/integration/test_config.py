@@ -134,3 +134,50 @@ def test_the_config_sets_defaults_and_the_flag_wins(txn_home, tmp_path):
 
     assert parallel() == "3"
     assert parallel("--jobs", "5") == "5"
+
+
+@pytest.mark.parametrize("kind", ["directory", "FIFO"])
+def test_a_config_path_that_is_a_directory_or_a_fifo_is_an_error_saying_so(tmp_path, kind):
+    """Issue 26, small: the user's ``config.toml`` made a directory was silently ignored (and a
+    FIFO there would block every verb forever): now it is the file's problem, named with what it
+    is: ``config list`` and a verb that uses a setting exit 2, one that uses none warns and goes on."""
+    import os
+
+    user = config.user_file()
+    user.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "directory":
+        user.mkdir()
+    else:
+        os.mkfifo(user)
+    r = rb("config", "list", "--json", timeout=60)
+    err = json.loads(r.stdout)["error"]
+    assert r.returncode == 2 and err["message"] == f"{user}: is a {kind}, not a config file", err
+    assert "TOML file" in err["hint"]
+    r = rb("plan", "no-such-recipe", "--offline", "--json", timeout=60)  # uses jobs: refused before the recipe
+    assert r.returncode == 2 and f"is a {kind}" in json.loads(r.stdout)["error"]["message"], r.stdout
+    r = rb("recipes", "--json", timeout=60)  # uses no setting: one warning, and it goes on
+    assert r.returncode == 0 and f"{user}: is a {kind}, not a config file" in r.stderr, r.stderr
+
+
+def test_a_bad_run_as_stops_nothing_and_the_safe_default_holds(tmp_path, monkeypatch):
+    """``run_as`` guards running another user's code as root: a bad value (or a broken file) must
+    not stop ``status`` across a fleet, nor loosen anything: warned, and ``owner`` is the policy."""
+    from rocmbuild.proc import runas
+    from rocmbuild.cli import args as cli_args
+
+    bad = _write(tmp_path / "bad.toml", 'run_as = "roo"\n')
+    monkeypatch.setenv("ROCMBUILD_CONFIG", str(bad))
+    cfg = config.load(tmp_path / "no-system.toml")
+    assert "run_as" in cfg.problems and "'run_as' must be one of owner, refuse, root" in cfg.problems["run_as"].message
+    ns = cli_args.argparse.Namespace(verb="status", run_as=None)
+    runas.set_policy("root")
+    try:
+        cli_args.config_defaults(ns)  # no exit 2
+        assert runas.policy() == "owner"
+        _write(bad, 'run_as = "refuse"\n')
+        cli_args.config_defaults(ns)
+        assert runas.policy() == "refuse"
+        cli_args.config_defaults(cli_args.argparse.Namespace(verb="status", run_as="root"))
+        assert runas.policy() == "root"  # the flag wins
+    finally:
+        runas.set_policy("owner")

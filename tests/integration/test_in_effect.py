@@ -126,6 +126,11 @@ def test_rollback_undo_txn_is_the_state_right_before_that_apply(txn_home, env):
     assert r.returncode == 2 and "not an apply that took effect" in json.loads(r.stdout)["error"]["message"]
     r = rb("rollback", "--env", p, "--undo", a, "--to", "0", "--json")
     assert r.returncode == 2 and "not both" in json.loads(r.stdout)["error"]["message"]
+    for bad, says in (("0009", "--undo 0009: no transaction"), ("", "--undo needs a transaction")):
+        r = rb("rollback", "--env", p, "--undo", bad, "--json")  # the error names the option given
+        err = json.loads(r.stdout)["error"]
+        assert r.returncode == 2 and err["message"].startswith(says), err
+        assert "--to" not in err["message"] + err["hint"]
 
 
 def test_pruning_says_so_once_only_for_applies_in_effect_and_never_with_q(txn_home, env):

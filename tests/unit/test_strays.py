@@ -62,3 +62,32 @@ def test_no_temp_name_matches_the_glob(name):
         assert not fnmatch.fnmatchcase(p.name, strays.glob_of(stem)), p
         assert not Path(p.name).match(f"{stem}*")  # nor the stem alone
     assert actions.backup_rel("t", 0, name).startswith("backups/")  # in the state dir, never the lib dir
+
+
+def test_a_name_that_is_no_file_or_link_is_named_for_what_it_is_and_cannot_be_moved(tmp_path):
+    """A directory, a FIFO or a socket matching the glob: described as such (not "dangling link"),
+    and ``check`` refuses it with ``move`` (exit 2) wherever it is; without ``move`` outside a
+    TheRock dir it is only noted."""
+    import stat as st
+
+    from rocmbuild.errors import TargetError
+
+    d = tmp_path / "torch/lib"
+    placed = _lib(d, "libMIOpen.so")
+    (d / "libMIOpen.so.dir").mkdir()
+    os.mkfifo(d / "libMIOpen.so.fifo")
+    os.mknod(d / "libMIOpen.so.sock", 0o644 | st.S_IFSOCK)
+    _lib(d, "libMIOpen.so.old")
+    found = strays.find(d, "libMIOpen", placed, FsObserver())
+    assert [(Path(s.path).name, s.what, s.movable) for s in found] == [
+        ("libMIOpen.so.dir", "directory", False), ("libMIOpen.so.fifo", "FIFO", False),
+        ("libMIOpen.so.old", "file", True), ("libMIOpen.so.sock", "socket", False)]
+    strays.check(found, placed, preload=False, move=False)  # noted only: nothing raised
+    strays.check(found[2:3], placed, preload=False, move=True)  # a file moves
+    with pytest.raises(TargetError) as e:
+        strays.check(found, placed, preload=False, move=True)
+    assert e.value.exit_code == 2
+    text = str(e.value)
+    assert f"{d}/libMIOpen.so.dir is a directory" in text and "is a FIFO" in text and "is a socket" in text
+    assert "libMIOpen.so.old" not in text  # the file it can move is not refused
+    assert "move them out of the library's directory" in e.value.hint

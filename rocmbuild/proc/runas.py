@@ -1,0 +1,135 @@
+"""Whose identity runs a target's code: run as root, a target another user owns runs as its owner.
+
+rocmbuild runs the target's code whenever it asks the target's Python anything (``sys.prefix``:
+its ``.pth`` files and ``sitecustomize`` run at startup), applies its activation (conda's
+``activate.d`` scripts, a venv's ``bin/activate``, ``conda run``) and probes it (``import
+torch``). That code is the owner's: as root, running it as root hands the owner root.
+
+Decisions (docs/verification.md, "Whose code, as whom"):
+* the owner of a target is the first of these that is not root: the prefix directory (followed
+  if it is a link), and for the interpreter given, the directory above its ``bin/``, its ``bin/``
+  and the interpreter itself (not followed: a venv's ``bin/python`` links to a root-owned
+  ``/usr/bin/python3``, its ``.pth`` files are still the owner's);
+* policy ``owner`` (the default): run as root, the target's code runs as its owner -- the
+  supervisor (``reaper.py``, still root, so it can end the tree) drops the child to the owner's
+  uid, primary group and supplementary groups before ``exec``, and sets ``HOME``, ``USER`` and
+  ``LOGNAME`` to the owner's as ``su`` does; the swap itself stays root (a placed file keeps the
+  owner and mode of what it replaces); ``refuse``: exit 2 naming the owner; ``root``: run as root
+  anyway (said once on stderr). ``--run-as`` or the config key ``run_as`` choose it;
+* not root: nothing changes (a user cannot become another user, and runs what it runs as itself);
+* the owner cannot be assumed to read rocmbuild's own files (``/root`` is 0700): what the owner's
+  process must run of rocmbuild's (the probe) is handed over in its environment, not as a path.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+from dataclasses import dataclass
+from pathlib import Path
+
+from rocmbuild.errors import TargetError
+
+POLICIES = ("owner", "refuse", "root")
+FLAG = "--run-as"
+_state = {"policy": "owner", "warned": False}
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who a child runs as: uid, primary gid, supplementary groups, and the name and home when
+    the user database knows them."""
+
+    uid: int
+    gid: int
+    groups: tuple[int, ...]
+    name: str | None = None
+    home: str | None = None
+
+    def describe(self) -> str:
+        return f"{self.name} (uid {self.uid})" if self.name else f"uid {self.uid}"
+
+    def reaper_args(self) -> list[str]:
+        """The supervisor's ``--user UID GID GROUPS`` (groups comma-separated, maybe empty)."""
+        return ["--user", str(self.uid), str(self.gid), ",".join(map(str, self.groups))]
+
+    def environment(self) -> dict[str, str]:
+        """What ``su`` sets for a non-root user: HOME, USER, LOGNAME (only what is known)."""
+        out = {"HOME": self.home} if self.home else {}
+        if self.name:
+            out.update(USER=self.name, LOGNAME=self.name)
+        return out
+
+
+def set_policy(policy: str | None) -> None:
+    """``owner`` (default), ``refuse`` or ``root``: what a root run does with another user's target."""
+    _state["policy"] = policy or "owner"
+
+
+def policy() -> str:
+    return str(_state["policy"])
+
+
+def _uid(path: Path, follow: bool) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path) if follow else os.lstat(path)
+    except OSError:
+        return None
+    return st.st_uid, st.st_gid
+
+
+def owner(python: Path | None, prefix: Path | None = None) -> tuple[int, int] | None:
+    """(uid, gid) of the target's owner when that is not root (None: root's own, or unknown)."""
+    candidates: list[tuple[Path, bool]] = [(prefix, True)] if prefix is not None else []
+    if python is not None:
+        py = Path(os.path.abspath(python))
+        candidates += [(py.parent.parent, True), (py.parent, True), (py, False)]
+    for path, follow in candidates:
+        found = _uid(path, follow)
+        if found is not None and found[0] != 0:
+            return found
+    return None
+
+
+def identity(uid: int, gid: int) -> Identity:
+    """The user ``uid`` as the user database knows it (else ``gid``, the owning group, and no
+    supplementary group)."""
+    try:
+        pw = pwd.getpwuid(uid)
+    except KeyError:
+        return Identity(uid, gid, ())
+    try:
+        groups = tuple(os.getgrouplist(pw.pw_name, pw.pw_gid))
+    except OSError:
+        groups = (pw.pw_gid,)
+    return Identity(uid, pw.pw_gid, groups, pw.pw_name, pw.pw_dir)
+
+
+def for_target(python: Path | None, prefix: Path | None = None) -> Identity | None:
+    """Who runs the code of the target (``python``, ``prefix``): None (as this process) unless this
+    process is root and another user owns it; then its owner (policy ``owner``), a TargetError
+    naming the owner (``refuse``), or None after one warning (``root``)."""
+    if os.geteuid() != 0:
+        return None
+    found = owner(python, prefix)
+    if found is None:
+        return None
+    who = identity(*found)
+    where = prefix if prefix is not None else python
+    if policy() == "refuse":
+        raise TargetError(
+            f"the target {where} belongs to {who.describe()}, and rocmbuild runs as root: its activation, its "
+            ".pth files and torch are that user's code, which rocmbuild does not run as root",
+            f"run rocmbuild as that user (sudo -u {who.name or '#' + str(who.uid)} rocmbuild ...), or pass "
+            f"{FLAG} owner to run the target's code as {who.describe()} (the swap itself stays root), or "
+            f"{FLAG} root to run it as root anyway",
+            details={"owner_uid": who.uid, "owner": who.name, "target": str(where), "run_as": "refuse"})
+    if policy() == "root":
+        if not _state["warned"]:
+            _state["warned"] = True
+            from rocmbuild import ui
+
+            ui.warn(f"the target {where} belongs to {who.describe()}; its code (activation, .pth files, torch) "
+                    f"runs as root ({FLAG} root)")
+        return None
+    return who
