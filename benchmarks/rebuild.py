@@ -56,6 +56,9 @@ def main() -> int:
                     help="the MIOpen repository (a URL or path inside the root)")
     ap.add_argument("--gpu-targets", default="gfx1151")
     ap.add_argument("--all-objects", action="store_true", help="build the whole of libMIOpen (hours)")
+    ap.add_argument("--reuse-ccache", nargs=2, metavar=("DIR", "SECONDS"),
+                    help="--rocm7-root: no cold build; a copy of DIR (a ccache inside the root that a cold "
+                         "build of the unchanged recipe filled, through rocmbuild) and that build's SECONDS")
     args = ap.parse_args()
     if args.patch_change:
         return patch_change(args)
@@ -100,7 +103,9 @@ def patch_change(args: argparse.Namespace) -> int:
         return 1
     if args.rocm7_root is not None:
         cold, again = _patchchange.miopen(args.rocm7_root.resolve(), args.root_python, args.miopen_source,
-                                          args.gpu_targets, all_objects=args.all_objects)
+                                          args.gpu_targets, all_objects=args.all_objects,
+                                          reuse=(args.reuse_ccache[0], float(args.reuse_ccache[1]))
+                                          if args.reuse_ccache else None)
         what = (f"the real MIOpen 3.3.0 (examples/rocm7) for {args.gpu_targets} in {args.rocm7_root}, "
                 + ("the whole library" if args.all_objects else
                    f"{len(_patchchange.MIOPEN_OBJECTS)} of its 421 objects (no link)"))
