@@ -77,6 +77,9 @@ def test_a_one_line_patch_change_recompiles_only_the_patched_file(tmp_path, mono
     second = build(recipe, home)
     assert second["key"] != first["key"] and second["cached"] is False  # a new key: a new build tree
     assert counters(home) == {"hits": objects - 1, "misses": 1}  # only src/miopen.c compiled again
+    logs = "".join(f.read_text() for f in (home / "logs" / "mini").glob("2*.log"))
+    for key in (first["key"], second["key"]):  # the command lines named each build's own tree
+        assert f"-ffile-prefix-map={home}/build/{key}=." in logs
 
     lib = Path(second["artifact"]) / "tree" / "lib" / "libMIOpen.so.1.0"
     assert b"patched-again" in lib.read_bytes()  # the miss was the changed file: its change is in
