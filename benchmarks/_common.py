@@ -14,6 +14,7 @@ every cmake, compiler, make and ninja it starts (the "zero compiler processes" t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import subprocess
@@ -22,6 +23,7 @@ import time
 from pathlib import Path
 
 from tests.support import registry
+from tests.support.rocm7root import Mounts, chroot_argv
 from tests.support.envs import make_env
 from tests.support.monorepo import make_monorepo
 from tests.support.project import build_library
@@ -29,7 +31,8 @@ from tests.support.recipes import fixture_recipe, write_fixture_recipe
 from tests.support.snapshots import listing, snapshot
 
 __all__ = ["ROOT", "TOOLS", "COMPILERS", "bench_recipe", "build_library", "fixture_recipe", "listing",
-           "make_env", "make_monorepo", "make_shims", "registry", "run_counted", "snapshot", "write_fixture_recipe"]
+           "make_env", "make_monorepo", "make_shims", "registry", "rocm7_argv", "rocm7_mounts", "run_counted",
+           "snapshot", "write_fixture_recipe"]
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -68,3 +71,22 @@ def run_counted(args: list[str], env: dict[str, str], log: Path) -> tuple[float,
     for line in log.read_text().split():
         counts[line] += 1
     return seconds, json.loads(done.stdout), counts
+
+
+def rocm7_argv(root: Path, argv: list[str], env: dict[str, str]) -> list[str]:
+    """``argv`` run inside a ROCm root (chroot, a fixed environment plus ``env``), as the tests do."""
+    return chroot_argv(root, argv, env)
+
+
+@contextlib.contextmanager
+def rocm7_mounts(root: Path):
+    """/proc and a private /dev inside ``root`` while the block runs, unless the root has them
+    already (a shared root: its mounts are left as they are); only what was mounted here is
+    unmounted."""
+    mounts = Mounts(root)
+    try:
+        if not (root / "proc" / "self").exists() or not (root / "dev" / "null").exists():
+            mounts.system()
+        yield
+    finally:
+        mounts.close()

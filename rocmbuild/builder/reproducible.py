@@ -23,7 +23,11 @@ true), so artifacts built before this stay hits; ``build --check`` says whether 
 rebuild. A compiler launcher (ccache with ``CCACHE_BASEDIR``) hands the compiler paths relative
 to the build tree, which no absolute map rewrites: a build with ccache and one without name
 their sources differently in debug info (each is reproducible on its own; ``--check`` rebuilds
-with the launcher a build uses, its cache bypassed).
+with the launcher a build uses, its cache bypassed). The maps name the build tree, which is
+per key, and still cost no ccache hit after a key change: ccache hashes a prefix-map option
+without its value and the working directory as the maps rewrite it (``.``), so the maps stay
+``DIR=.`` (mapping to a constant such as ``/rocmbuild/build`` would change every artifact's bytes
+and no cache key; docs/cache.md, "A changed recipe recompiles what changed").
 """
 
 from __future__ import annotations
