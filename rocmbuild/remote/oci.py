@@ -84,10 +84,7 @@ class Registry:
         plain = http.is_loopback(u.hostname) or cfg.insecure
         self.cfg, self.host = cfg, u.netloc
         self.base = f"{'http' if plain else 'https'}://{u.netloc}/v2/"
-        self.session = requests.Session()
-        self.session.headers["Accept-Encoding"] = http.ACCEPT_ENCODING
-        if cfg.ca_bundle:
-            self.session.verify = cfg.ca_bundle
+        self.session = http.pin(cfg, http.PinnedSession())  # ca_bundle wins over REQUESTS_CA_BUNDLE
         self.origin = http.origin(self.base)
         self.auth: dict[str, str] = {}
         self.creds = http.credentials(cfg, self.host)
