@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlparse
 
-from rocmbuild.config import CacheConfig
+from rocmbuild.config import CacheConfig, check_cache_url
 from rocmbuild.errors import FetchError, InputError
 from rocmbuild.root import Root
 
@@ -80,7 +80,8 @@ class Cache(Protocol):
 
 
 def open_cache(cfg: CacheConfig) -> Cache:
-    """The backend for ``cfg.url``; an unknown scheme is exit 2."""
+    """The backend for ``cfg.url``; an unknown scheme, or a URL holding credentials, is exit 2."""
+    check_cache_url(cfg.url)
     scheme = urlparse(cfg.url).scheme
     if scheme == "oci":
         from rocmbuild.remote.oci import OciCache
