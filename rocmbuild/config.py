@@ -39,12 +39,18 @@ Decisions:
   after one warning. ``allow_unsigned`` is never a config key: trusting unsigned artifacts is a
   per-command decision (``--allow-unsigned``).
 * :class:`Config` is frozen; ``sources`` names, per key, the file that set it.
+* A cache URL holding credentials (``oci://user:token@host/repo``, ``https://user:pw@host/``) is
+  refused (exit 2, the URL shown as ``***@host``), in a file and on the command line
+  (:meth:`Config.cache`, ``--cache``): a URL is printed in messages and JSON and stored in
+  provenance files (0644), so secrets go only through ``username_env``/``password_env`` (or
+  Docker's config).
 """
 
 from __future__ import annotations
 
 import difflib
 import os
+import re
 import stat
 import tomllib
 from dataclasses import dataclass, field
@@ -67,6 +73,29 @@ CACHE_KEYS: dict[str, tuple[type, str]] = {"url": (str, "a string"), "push": (bo
                                            "insecure": (bool, "true or false"), "ca_bundle": (str, "a string")}
 TRUST_KEYS = {"public_keys": (list, "a list of strings")}
 SIGN_KEYS = {"key": (str, "a string")}
+
+
+_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#]*@")
+
+
+def redact_url(url: str) -> str:
+    """``url`` with any ``user:password@`` in its authority shown as ``***@`` (what a message, a
+    JSON answer or a file may hold of a URL)."""
+    if url.lower().startswith("oci://") and "@" in url:  # no repository name holds an @: all of it goes
+        return "oci://***@" + url.rpartition("@")[2]
+    return _USERINFO.sub(r"\1***@", url)
+
+
+def check_cache_url(url: str) -> str:
+    """``url`` when it holds no credentials; else InputError (exit 2) naming it redacted, with the
+    way credentials are given (the URL's secret is never repeated)."""
+    if redact_url(url) != url:
+        raise InputError(f"{redact_url(url)}: the cache URL holds credentials (user:password@), which are refused: "
+                         "they would be shown in messages, JSON and provenance files",
+                         "remove them from the URL; put them in environment variables and name those in the "
+                         "cache's [[caches]] entry (username_env, password_env), or run `docker login HOST` for "
+                         "an oci:// cache", details={"url": redact_url(url)})
+    return url
 
 
 @dataclass(frozen=True)
@@ -110,7 +139,9 @@ class Config:
         return self
 
     def cache(self, url: str) -> CacheConfig:
-        """The configured entry for ``url`` (its credentials, CA...), else a bare one."""
+        """The configured entry for ``url`` (its credentials, CA...), else a bare one; a URL
+        holding credentials is exit 2 (:func:`check_cache_url`)."""
+        check_cache_url(url)
         for c in self.caches:
             if c.url.rstrip("/") == url.rstrip("/"):
                 return c
@@ -199,6 +230,11 @@ def _caches(path: Path, value: Any) -> tuple[CacheConfig, ...]:
         if "url" not in t:
             raise _bad(path, f"caches[{i}]", f"[[caches]] entry {i + 1} has no url",
                        'add url = "oci://HOST/REPO" (or file:///DIR, https://HOST/PATH)')
+        if redact_url(t["url"]) != t["url"]:
+            raise _bad(path, f"caches[{i}].url", f"[[caches]] entry {i + 1}: its url {redact_url(t['url'])} holds "
+                       "credentials (user:password@), which are refused: they would be shown in messages, JSON and "
+                       "provenance files", f"remove them from the URL in {path}; put them in environment variables "
+                       "and name those with username_env and password_env in the entry")
         if t.get("ca_bundle") and not os.path.isabs(t["ca_bundle"]):
             raise _bad(path, f"caches[{i}].ca_bundle", "ca_bundle must be an absolute path", f"fix it in {path}")
         out.append(CacheConfig(**t))

@@ -57,7 +57,8 @@ def key_generate(r: KeyResult) -> str:
 def push(r: PushResult) -> str:
     what = f"{safe_text(r.recipe)} {safe_text(r.version or '')} ({r.key[:16]})"
     if not r.uploaded:
-        return f"{r.url} already has {what}: nothing uploaded"
+        by = f"signed by {safe_text(r.held_by)}" if r.held_by else "unsigned"
+        return f"{r.url} already has {what}, {by}: nothing uploaded"
     return f"pushed {what} to {r.url}: {size(r.size)}, sha256 {r.bundle_sha256}, signed by {r.signer}"
 
 

@@ -10,8 +10,15 @@ Decisions:
 * every push is signed, with ``--sign-key FILE`` or ``[sign] key``; without a key the push is
   refused (exit 2): an unsigned artifact is refused by every machine that does not pass
   ``--allow-unsigned``, so uploading one is almost always a mistake;
-* a key the cache already holds is not exported or uploaded again (``uploaded: false``); two
-  pushes of one key at once both succeed and the cache holds one copy;
+* a key the cache already holds is not exported or uploaded again (``uploaded: false``,
+  ``held_by`` naming who signed what is there, and ``push --force`` in the hint when that is not
+  this builder's good signature); ``--force`` replaces the entry (a stuck one: a bundle and a
+  signature that do not go together, or a signer the fleet does not trust);
+* of two pushes of one key at once one entry wins whole, the bundle and signature of one pusher
+  (the backends say how); after its upload a push reads the entry back and compares its
+  signature and bundle digest with its own: another's there means it lost (``uploaded: false``,
+  exit 0, "got another push's ..., signed by NAME"), never a claim of an upload that is not the
+  entry;
 * the bundle is exported with rocmbuild.store.bundle's ``export`` into a private temp dir,
   removed afterwards.
 """
@@ -78,7 +85,7 @@ def push_target(to: str | None, cfg: config.Config) -> config.CacheConfig:
 
 
 def push(what: str, to: str | None, sign_key: str | None, recipes_dirs: Sequence[str] = (),
-         overrides: Overrides = Overrides()) -> PushResult:
+         overrides: Overrides = Overrides(), force: bool = False) -> PushResult:
     cfg = config.load().require("caches", "sign.key")
     target = push_target(to, cfg)
     key_file = sign_key or cfg.sign_key
@@ -90,19 +97,48 @@ def push(what: str, to: str | None, sign_key: str | None, recipes_dirs: Sequence
     art = _built(what, recipes_dirs, overrides)
     remote = open_cache(target)
     m = art.manifest
-    if remote.lookup(art.key) is not None:
-        ui.info(f"{target.url} already holds {m.recipe} {m.version or ''} ({art.key[:16]}): nothing uploaded")
-        return PushResult(target.url, art.key, m.recipe, m.version, False, None, None, None)
+    held = None if force else remote.lookup(art.key)
+    if held is not None:
+        return _already(target.url, art, held, secret, "holds")
     with tempfile.TemporaryDirectory(prefix="rocmbuild-push-") as tmp:
         info = bundle.export(art, Path(tmp) / f"{art.key}.tar.gz")
         path = Path(info.file)
         signature = trust.sign(secret, art.key, bundle_manifest(path), info.sha256)
-        uploaded = remote.push(art.key, path, info.sha256, signature)
-    if uploaded:
-        ui.info(f"pushed {m.recipe} {m.version or ''} ({art.key[:16]}) to {target.url}, signed by {secret.name}")
-    else:
-        ui.info(f"{target.url} got {art.key[:16]} from another push meanwhile: nothing uploaded")
-    return PushResult(target.url, art.key, m.recipe, m.version, uploaded, info.sha256, info.size, secret.name)
+        uploaded = remote.push(art.key, path, info.sha256, signature, force=force)
+    placed = remote.lookup(art.key)  # read back: the entry is this push's, bundle and signature, or another's
+    if placed is None or (uploaded and (placed.signature, placed.bundle_sha256) != (signature, info.sha256)):
+        uploaded = False
+    if not uploaded:
+        return _already(target.url, art, placed, secret, "got another push's", meanwhile=True)
+    what_ = f"{m.recipe} {m.version or ''} ({art.key[:16]})"
+    ui.info(f"{'replaced' if force else 'pushed'} {what_} {'in' if force else 'to'} {target.url}, signed by "
+            f"{secret.name}")
+    return PushResult(target.url, art.key, m.recipe, m.version, True, info.sha256, info.size, secret.name, None)
+
+
+def _already(url: str, art: Artifact, held, secret: trust.SecretKey, how: str, *, meanwhile: bool = False) -> PushResult:
+    """The cache holds the key (before this push, or placed by another push meanwhile): nothing of
+    this push is the entry. Says who signed what is there, and how to replace it."""
+    m = art.manifest
+    signer = trust.signer_of(held.signature) if held is not None else None
+    by = f"signed by {signer}" if signer else "unsigned, or its signature unreadable"
+    fix = "" if signer == secret.name and _verifies(held, secret) else \
+        f" (`rocmbuild push --force` replaces it, signed by {secret.name})"
+    when = " meanwhile" if meanwhile else ""
+    say = ui.warn if fix or meanwhile else ui.info  # not this builder's good entry: said even with --json
+    say(f"{url} {how} {m.recipe} {m.version or ''} ({art.key[:16]}){when}, {by}: nothing uploaded{fix}")
+    return PushResult(url, art.key, m.recipe, m.version, False, None, None, None, signer or None)
+
+
+def _verifies(entry, secret: trust.SecretKey) -> bool:
+    """Whether ``entry``'s signature is good under ``secret``'s own public key (an entry of
+    this builder that needs no replacing)."""
+    try:
+        trust.check("", entry.key, entry.manifest, entry.bundle_sha256, entry.signature,
+                    {secret.name: secret.public()})
+        return True
+    except trust.UntrustedError:
+        return False
 
 
 def remote_list(url: str) -> RemoteListResult:

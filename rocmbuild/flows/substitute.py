@@ -61,6 +61,10 @@ class CacheOptions:
     allow_other_arch: bool = False  # apply's --allow-other-arch
     fresh: bool = False  # --fresh: neither the local cache nor a binary cache; build anew, replacing the cached one
 
+    def __post_init__(self) -> None:
+        for url in self.urls:  # a --cache URL holding user:password@ is exit 2 at once, used or not
+            config.check_cache_url(url)
+
     @property
     def lookup(self) -> bool:
         return not (self.no_cache or self.offline or self.fresh)

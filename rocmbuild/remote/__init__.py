@@ -10,7 +10,10 @@ Every backend answers :class:`Cache`: ``lookup(key)`` -> :class:`Entry` or None 
 ``fetch(key, dest_root)`` -> the files written into the :class:`~rocmbuild.fs.root.Root` ``dest_root``
 (the bundle downloaded by :mod:`.download`: progress, retries, resumed from a partial file kept
 in ``dest_root``, its bytes checked against its sha256 on the way), ``push(key, bundle, sha256,
-signature)`` -> False when the key was already there (nothing uploaded), ``list()``.
+signature, force)`` -> False when the key was already there, or another push of it placed its
+entry first (nothing of this push is the entry; ``force`` replaces one), ``list()``. Of two pushes
+of one key at once one entry wins whole, the bundle and signature of one pusher (the backends
+say how).
 Trust (:mod:`.trust`) is checked by the caller, on the entry, before anything is imported.
 """
 
@@ -25,7 +28,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlparse
 
-from rocmbuild.config import CacheConfig
+from rocmbuild.config import CacheConfig, check_cache_url
 from rocmbuild.errors import FetchError, InputError
 from rocmbuild.fs.root import Root
 
@@ -74,13 +77,14 @@ class Cache(Protocol):
 
     def fetch(self, key: str, dest_root: Root) -> Fetched: ...
 
-    def push(self, key: str, bundle: Path, sha256: str, signature: bytes | None) -> bool: ...
+    def push(self, key: str, bundle: Path, sha256: str, signature: bytes | None, force: bool = False) -> bool: ...
 
     def list(self) -> list[Entry]: ...
 
 
 def open_cache(cfg: CacheConfig) -> Cache:
-    """The backend for ``cfg.url``; an unknown scheme is exit 2."""
+    """The backend for ``cfg.url``; an unknown scheme, or a URL holding credentials, is exit 2."""
+    check_cache_url(cfg.url)
     scheme = urlparse(cfg.url).scheme
     if scheme == "oci":
         from rocmbuild.remote.oci import OciCache

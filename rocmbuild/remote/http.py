@@ -5,7 +5,8 @@ said in words (exit 3) with a hint that names what to do.
 Decisions:
 * plain ``http://`` (and ``oci://`` over HTTP) only to a loopback host (127.0.0.0/8, ::1,
   localhost) or a cache the config marks ``insecure = true``; anything else is HTTPS, verified
-  against the system's CAs or the cache's ``ca_bundle``;
+  against the system's CAs or the cache's ``ca_bundle``, which wins over ``REQUESTS_CA_BUNDLE``
+  and ``CURL_CA_BUNDLE`` (:class:`PinnedSession`; the proxies still come from the environment);
 * credentials come from the environment variables the cache's ``username_env``/``password_env``
   name (both set, or neither used), else from Docker's ``$DOCKER_CONFIG/config.json`` (default
   ``~/.docker/config.json``) ``auths`` entry for the host (``auth``: base64 ``user:password``;
@@ -64,12 +65,39 @@ def check_plain_http(cfg: CacheConfig, host: str) -> None:
                          "entry if the network is yours")
 
 
-def session(cfg: CacheConfig) -> requests.Session:
-    s = net.session()
+class PinnedSession(requests.Session):
+    """A session whose ``ca_bundle`` (a cache's pinned CA) is the one TLS is verified against,
+    whatever ``REQUESTS_CA_BUNDLE``/``CURL_CA_BUNDLE`` say: requests' ``merge_environment_settings``
+    puts those in place of ``Session.verify``, so the pinned bundle is put back after it, for
+    every request and every redirect it follows. ``trust_env`` stays on: the proxies
+    (``HTTPS_PROXY``, ``NO_PROXY``) still come from the environment. Without a ``ca_bundle``,
+    requests' own rule holds (the environment's bundle, else certifi's)."""
+
+    ca_bundle: str | None = None
+
+    def merge_environment_settings(self, url, proxies, stream, verify, cert):  # type: ignore[override]
+        settings = super().merge_environment_settings(url, proxies, stream, verify, cert)
+        if self.ca_bundle:
+            settings["verify"] = self.ca_bundle
+        return settings
+
+
+def pin(cfg: CacheConfig, s: PinnedSession) -> PinnedSession:
+    """``s`` verifying TLS against ``cfg.ca_bundle`` (when set; it must be a readable file, else
+    exit 2), asking for the encodings :func:`read_capped` inflates."""
     s.headers["Accept-Encoding"] = ACCEPT_ENCODING
     if cfg.ca_bundle:
-        s.verify = cfg.ca_bundle
+        if not os.access(cfg.ca_bundle, os.R_OK) or not os.path.isfile(cfg.ca_bundle):
+            raise InputError(f"{cfg.url}: its ca_bundle {cfg.ca_bundle} is not a readable file",
+                             "point ca_bundle in its [[caches]] entry at the PEM file of the CA that signed the "
+                             "cache's certificate")
+        s.ca_bundle = s.verify = cfg.ca_bundle
     return s
+
+
+def session(cfg: CacheConfig) -> requests.Session:
+    """The retrying session of rocmbuild.sources.net, pinned to the cache's ``ca_bundle``."""
+    return pin(cfg, net.session(PinnedSession))  # type: ignore[arg-type]
 
 
 def docker_config() -> Path:

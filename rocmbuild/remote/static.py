@@ -6,11 +6,16 @@ Per key: ``<key>.tar.gz`` (the bundle), ``<key>.manifest.json`` (its manifest's 
 written in that order: the ``.sha256`` file is the commit mark, and an entry without it is a miss.
 
 Decisions:
-* a push into a directory writes through a :class:`~rocmbuild.fs.root.Root` (no symlink followed);
-  the bundle is claimed with ``linkat`` of a fully written temp file, so of two pushes of one key
-  at once exactly one places its bundle and its side files and the other uploads nothing (both
-  succeed); an entry a killed push left without its ``.sha256`` is finished by the next push of
-  the same bytes;
+* a push into a directory writes through a :class:`~rocmbuild.fs.root.Root` (no symlink followed),
+  holding the key's push lock: a POSIX record lock (``fcntl``, which NFS serves too) on
+  ``.<key>.push-lock`` in the directory, released by the kernel when a pusher dies, so no stale
+  claim can block the key. Under it the push looks again: an entry already complete (its
+  ``.sha256`` there) is left as it is and the push uploads nothing; else it writes the whole
+  entry (bundle, manifest, signature, then the ``.sha256`` mark), replacing what a killed push
+  left. So of two pushes of one key at once exactly one places the entry, bundle and signature
+  of that one pusher, and the other is told who signed what is there (issue 26, class 5).
+  ``force`` (``push --force``) replaces a complete entry: its ``.sha256`` mark is removed first
+  (a reader sees a miss until the new entry is whole);
 * a web server is read-only here (publish by pushing to its directory with ``file://``); its
   listing reads the server's directory index (the ``<key>.tar.gz.sha256`` links in it).
 """
@@ -18,9 +23,12 @@ Decisions:
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import re
 import stat
+from contextlib import contextmanager
+from typing import Iterator
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -130,36 +138,54 @@ class FileCache:
                 os.close(fd)
         return side_files(dest_root, e, bundle)
 
-    def push(self, key: str, bundle: Path, sha256: str, signature: bytes | None) -> bool:
+    def push(self, key: str, bundle: Path, sha256: str, signature: bytes | None, force: bool = False) -> bool:
+        """Place the whole entry under the key's push lock (module notes); False: the cache
+        already held a complete entry (nothing written)."""
         n = names(check_key(key))
-        with self._root(create=True) as root:
-            if self._entry(root, key) is not None:
+        with self._root(create=True) as root, self._push_lock(root, key):
+            if not force and self._entry(root, key) is not None:
                 return False
-            if not self._claim(root, key, bundle, sha256):
-                return False
+            root.unlink(n["sha256"])  # the commit mark first: a reader sees a miss until the entry is whole
+            tmp = f".{key}.tar.gz.{os.getpid()}.part"
+            try:
+                with open(bundle, "rb") as src:
+                    root.copy_in(src.fileno(), tmp, mode=0o644, sha256=sha256)
+                root.replace(tmp, n["bundle"])
+            finally:
+                root.unlink(tmp)
             root.write_atomic(n["manifest"], bundle_manifest(bundle))
             if signature is not None:
                 root.write_atomic(n["sig"], signature)
+            else:
+                root.unlink(n["sig"])
             root.write_atomic(n["sha256"], f"{sha256}  {n['bundle']}\n".encode())
         return True
 
-    def _claim(self, root: Root, key: str, bundle: Path, sha256: str) -> bool:
-        """Place the bundle under its name unless another push did; True: this push owns the entry
-        (or finishes one a killed push left with the same bytes)."""
-        final, tmp = names(key)["bundle"], f".{key}.tar.gz.{os.getpid()}.part"
-        with open(bundle, "rb") as src:
-            root.copy_in(src.fileno(), tmp, mode=0o644, sha256=sha256)
+    @contextmanager
+    def _push_lock(self, root: Root, key: str) -> Iterator[None]:
+        """The key's push lock (``.<key>.push-lock``, a regular file opened without following a
+        link), waited for with one line when another push holds it."""
+        name = f".{key}.push-lock"
         try:
-            with root.parent(tmp) as (dfd, tname):
-                os.link(tname, final, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
-                os.fsync(dfd)
-            return True
+            fd = root.open_file(name, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK, 0o644)
         except OSError as exc:
-            if exc.errno != errno.EEXIST:
-                raise
-            return root.sha256(final) == sha256 and self._read(root, names(key)["sha256"], MAX_SHA) is None
+            raise self._refused(root, name, "a symbolic link" if exc.errno == errno.ELOOP
+                                else (exc.strerror or str(exc))) from None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise self._refused(root, name, "not a regular file (a FIFO, a device or a directory)")
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    raise
+                from rocmbuild import ui
+
+                ui.info(f"{self.url}: another push of {key[:16]} is under way: waiting for it")
+                fcntl.lockf(fd, fcntl.LOCK_EX)
+            yield
         finally:
-            root.unlink(tmp)
+            os.close(fd)  # releases the lock
 
     def list(self) -> list[Entry]:
         with self._root() as root:
@@ -232,7 +258,7 @@ class HttpCache:
                                    e.bundle_sha256, url=self.url, key=key)
         return side_files(dest_root, e, bundle)
 
-    def push(self, key: str, bundle: Path, sha256: str, signature: bytes | None) -> bool:
+    def push(self, key: str, bundle: Path, sha256: str, signature: bytes | None, force: bool = False) -> bool:
         raise InputError(f"{self.url}: a web server cache is read-only here",
                          "push to the directory it serves (file:///DIR), or to an oci:// registry")
 

@@ -52,6 +52,7 @@ class PushResult(Record, VerbResult):
     bundle_sha256: str | None  # None when nothing was exported
     size: int | None
     signer: str | None
+    held_by: str | None = None  # not uploaded: the signer of the entry the cache holds (None: unsigned)
 
     @property
     def changed(self) -> bool:

@@ -50,12 +50,12 @@ def retries() -> int:
         return RETRIES
 
 
-def session() -> requests.Session:
-    """A session whose http and https adapters retry as the module notes say."""
+def session(cls: type[requests.Session] = requests.Session) -> requests.Session:
+    """A session (of ``cls``) whose http and https adapters retry as the module notes say."""
     n = retries()
     policy = _Retry(total=n, connect=n, read=n, status=n, other=0, backoff_factor=BACKOFF, backoff_max=30,
                     status_forcelist=RETRY_STATUS, allowed_methods=frozenset({"GET"}), raise_on_status=False)
-    s = requests.Session()
+    s = cls()
     adapter = HTTPAdapter(max_retries=policy)
     s.mount("http://", adapter)
     s.mount("https://", adapter)

@@ -4,7 +4,8 @@
 *substituted* artifact: found by its key in a binary cache, its signature checked, then
 imported; ``cache`` names the cache's URL and ``signer`` the trusted key that signed it, or None
 when ``--allow-unsigned`` let an unsigned one in). Only a ``cache`` entry may be served as a
-recipe's cache hit (:func:`rocmbuild.store.cache.lookup`).
+recipe's cache hit (:func:`rocmbuild.store.cache.lookup`). A URL's ``user:password@`` is shown as
+``***@``, in what is written and in what an older file held (:func:`rocmbuild.config.redact_url`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 from rocmbuild import schema as s
 from rocmbuild.store import manifest as _manifest
+from rocmbuild.config import redact_url
 from rocmbuild.fs.disk import read_json
 from rocmbuild.errors import ArtifactError
 
@@ -34,6 +36,12 @@ class Provenance:
     imported: str  # when (ISO 8601, UTC)
     cache: str | None = None  # kind "cache": the binary cache it was substituted from
     signer: str | None = None  # kind "cache": the trusted key that signed it (None: --allow-unsigned)
+
+    def __post_init__(self) -> None:
+        # a URL's user:password@ never reaches the file, nor leaves an older file that holds it
+        object.__setattr__(self, "source", redact_url(self.source))
+        if self.cache is not None:
+            object.__setattr__(self, "cache", redact_url(self.cache))
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
