@@ -110,9 +110,8 @@ def push(what: str, to: str | None, sign_key: str | None, recipes_dirs: Sequence
         uploaded = False
     if not uploaded:
         return _already(target.url, art, placed, secret, "got another push's", meanwhile=True)
-    what_ = f"{m.recipe} {m.version or ''} ({art.key[:16]})"
-    ui.info(f"{'replaced' if force else 'pushed'} {what_} {'in' if force else 'to'} {target.url}, signed by "
-            f"{secret.name}")
+    if force:  # the result's text says "pushed"; that it replaced an entry is said here, once
+        ui.info(f"replaced the entry for {m.recipe} {m.version or ''} ({art.key[:16]}) in {target.url}")
     return PushResult(target.url, art.key, m.recipe, m.version, True, info.sha256, info.size, secret.name, None)
 
 

@@ -74,6 +74,7 @@ def cache(txn_world, tmp_path_factory) -> Cache:
     url, key = f"file://{where / 'cache'}", txn_world.artifacts["mini"].key
     r = rb("push", key, "--to", url, "--sign-key", where / "fleet.secret", env=env)
     assert r.returncode == 0, r.stderr
+    assert (r.stdout + r.stderr).count("pushed") == 1, (r.stdout, r.stderr)  # said once, by the result
     return Cache(url, json.loads(made.stdout)["public_key"], key, txn_world.recipe("mini"))
 
 
