@@ -26,7 +26,7 @@ RECIPE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,99}$")
 VERSION_RE = re.compile(r"^[0-9A-Za-z][0-9A-Za-z._+~-]{0,63}$")
 COMMIT_RE = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
 
-__all__ = ["RECIPE_RE", "VERSION_RE", "COMMIT_RE", "is_recipe_name", "is_version", "is_commit",
+__all__ = ["recipe_version", "RECIPE_RE", "VERSION_RE", "COMMIT_RE", "is_recipe_name", "is_version", "is_commit",
            "bad_name_reason", "safe_text", "safe_lines"]
 
 
@@ -51,6 +51,12 @@ _GRAMMAR = {
                             "characters)"),
     "commit": (is_commit, "40 or 64 lowercase hexadecimal digits"),
 }
+
+
+def recipe_version(recipe: object, version: object) -> str:
+    """``miopen 3.5.1``, or the recipe alone when the version is not known (a prebuilt package's
+    artifact knows its version only once verified): never a double space."""
+    return f"{recipe} {version}" if version else str(recipe)
 
 
 def bad_name_reason(kind: str, value: object) -> str | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from rocmbuild.names import safe_text
+from rocmbuild.names import recipe_version, safe_text
 from rocmbuild.results import BuildPlan, ConfigListResult, KeyResult, PushResult, RemoteListResult
 
 
@@ -55,7 +55,7 @@ def key_generate(r: KeyResult) -> str:
 
 
 def push(r: PushResult) -> str:
-    what = f"{safe_text(r.recipe)} {safe_text(r.version or '')} ({r.key[:16]})"
+    what = f"{safe_text(recipe_version(r.recipe, r.version))} ({r.key[:16]})"
     if not r.uploaded:
         by = f"signed by {safe_text(r.held_by)}" if r.held_by else "unsigned"
         return f"{r.url} already has {what}, {by}: nothing uploaded"

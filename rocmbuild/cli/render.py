@@ -19,7 +19,7 @@ from typing import Any
 from rocmbuild.proc import runner
 from rocmbuild import ui
 from rocmbuild.store import differs
-from rocmbuild.names import safe_lines, safe_text
+from rocmbuild.names import recipe_version, safe_lines, safe_text
 from rocmbuild.cli import textlayout
 from rocmbuild.cli.statetext import (HISTORY_HEADERS, activation_lines, databases_text, drift_text, history_row,
                                      origin_text, plan_tree, rel)
@@ -307,7 +307,7 @@ def _dry_run(d: DryRunResult) -> str:
     if d.artifact is not None:
         a = d.artifact
         built_for = ", ".join(a.gpu_targets) if a.gpu_targets else "no GPU targets recorded"
-        lines.append(safe_text(f"artifact {a.recipe} {a.version or ''} ({a.key[:16]}), built for {built_for}, "
+        lines.append(safe_text(f"artifact {recipe_version(a.recipe, a.version)} ({a.key[:16]}), built for {built_for}, "
                                "bundle checked"))
     if d.gpu_arch is not None:
         lines.append(safe_text(gpu_arch_line(d.gpu_arch)))

@@ -49,6 +49,7 @@ from rocmbuild import progress, ui
 from rocmbuild.store import bundle, cache
 from rocmbuild.store.artifact import Artifact
 from rocmbuild.store.provenance import origin
+from rocmbuild.names import recipe_version
 from rocmbuild.errors import RocmbuildError, VerifyError
 from rocmbuild.flows import build, export, guards
 from rocmbuild.flows.substitute import CacheOptions
@@ -242,7 +243,7 @@ def _swap(art: Artifact, t: Target, recovered: tuple, options: ApplyOptions) -> 
             the_plan = _replan(art, facts, options)
         if the_plan.already_applied:
             return _already(art, t, the_plan, verify, recovered, options)
-        ui.info(f"applying {m.recipe} {m.version or ''} to {the_plan.prefix} ({len(the_plan.pending)} path(s))")
+        ui.info(f"applying {recipe_version(m.recipe, m.version)} to {the_plan.prefix} ({len(the_plan.pending)} path(s))")
         with progress.phase("swap", f"swapping {len(the_plan.pending)} path(s) in {the_plan.prefix}"):
             out = _txn.execute(the_plan, verify=verify, verify_restored=verify, keep=options.keep,
                                meta={"python": str(t.python), "artifact_path": str(art.path)})

@@ -32,6 +32,7 @@ from typing import Sequence
 from rocmbuild import config, ui
 from rocmbuild.store import bundle, cache
 from rocmbuild.store.artifact import Artifact
+from rocmbuild.names import recipe_version
 from rocmbuild.errors import InputError
 from rocmbuild.flows import build, export
 from rocmbuild.home import cache_home
@@ -111,7 +112,7 @@ def push(what: str, to: str | None, sign_key: str | None, recipes_dirs: Sequence
     if not uploaded:
         return _already(target.url, art, placed, secret, "got another push's", meanwhile=True)
     if force:  # the result's text says "pushed"; that it replaced an entry is said here, once
-        ui.info(f"replaced the entry for {m.recipe} {m.version or ''} ({art.key[:16]}) in {target.url}")
+        ui.info(f"replaced the entry for {recipe_version(m.recipe, m.version)} ({art.key[:16]}) in {target.url}")
     return PushResult(target.url, art.key, m.recipe, m.version, True, info.sha256, info.size, secret.name, None)
 
 
@@ -125,7 +126,7 @@ def _already(url: str, art: Artifact, held, secret: trust.SecretKey, how: str, *
         f" (`rocmbuild push --force` replaces it, signed by {secret.name})"
     when = " meanwhile" if meanwhile else ""
     say = ui.warn if fix or meanwhile else ui.info  # not this builder's good entry: said even with --json
-    say(f"{url} {how} {m.recipe} {m.version or ''} ({art.key[:16]}){when}, {by}: nothing uploaded{fix}")
+    say(f"{url} {how} {recipe_version(m.recipe, m.version)} ({art.key[:16]}){when}, {by}: nothing uploaded{fix}")
     return PushResult(url, art.key, m.recipe, m.version, False, None, None, None, signer or None)
 
 

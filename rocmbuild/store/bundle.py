@@ -78,6 +78,7 @@ from rocmbuild.store.provenance import (PROVENANCE, PROVENANCE_SPEC, Provenance,
 from rocmbuild.sources.tarball import touch_download
 from rocmbuild.store.unbundle import MAX_MANIFEST, TOP, checked_names  # noqa: F401 (re-exported)
 from rocmbuild.fs.disk import CHUNK, sha256_fd, sha256_file
+from rocmbuild.names import recipe_version
 from rocmbuild.errors import ArtifactError, FetchError, InputError
 from rocmbuild.home import artifacts_dir, downloads_dir
 from rocmbuild.fs.root import Root, file_mode
@@ -339,7 +340,7 @@ def import_bundle(src: str, *, home: Path, sha256: str | None = None, signed: tu
                 ui.info(f"artifact {manifest.key[:16]} is already in the cache (imported)")
                 return existing
             _place(tf, plan, root, origin or _provenance(src, path, checked))
-    ui.info(f"imported {manifest.recipe} {manifest.version or ''} ({manifest.key[:16]}) from {src}")
+    ui.info(f"imported {recipe_version(manifest.recipe, manifest.version)} ({manifest.key[:16]}) from {src}")
     return Artifact(imported_dir(home) / manifest.key, manifest, cached=True)
 
 

@@ -80,3 +80,11 @@ def test_safe_lines_keeps_line_breaks_and_escapes_the_rest():
     out = names.safe_lines("error: build failed\n  tail \x1b[31mred\r\nFAKE\u202e")
     assert out.split("\n") == ["error: build failed", "  tail \\x1b[31mred\\x0d", "FAKE\\u202e"]
     assert names.safe_lines("one line") == "one line"
+
+
+def test_recipe_version_never_leaves_a_double_space():
+    from rocmbuild.names import recipe_version
+
+    assert recipe_version("miopen-3.5.1-deb", None) == "miopen-3.5.1-deb"
+    assert recipe_version("miopen-3.5.1-deb", "") == "miopen-3.5.1-deb"
+    assert recipe_version("mini", "3.5.1") == "mini 3.5.1"
