@@ -221,3 +221,11 @@ def pytest_collection_modifyitems(config, items):
         path = Path(str(item.fspath))
         if path.parent.name == "integration" and path.stem in SLOW_MODULES:
             item.add_marker(pytest.mark.slow)
+
+
+def pytest_addoption(parser):
+    """``--crash-runs N``: how many runs the crash campaign test makes (tests/integration/
+    test_crash_campaign.py; default a short campaign, or ``ROCMBUILD_CRASH_RUNS``)."""
+    parser.addoption("--crash-runs", type=int, default=None, metavar="N",
+                     help="runs of the crash campaign test (default 6, or $ROCMBUILD_CRASH_RUNS); "
+                          "the long campaign: --crash-runs 300 (or python3 -m benchmarks.crashes --runs 300)")
