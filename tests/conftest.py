@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import leaks
+from tests.support import forkserver, leaks
 from tests.support.envs import make_env
 from tests.support.machine import write_kfd_topology
 from tests.support.monorepo import Monorepo, make_monorepo
@@ -43,6 +43,7 @@ def _no_process_survives_the_session():
             os.environ.pop(leaks.MARKER, None)
         else:
             os.environ[leaks.MARKER] = old
+    forkserver.close()  # rb()'s fork server (tests/support/forkserver.py) lives as long as the session
     gc.collect()  # objects that own a helper process (GitPython's `git cat-file`) end it when collected
     left = leaks.survivors(os.getpid(), marker, before)
     if left:
