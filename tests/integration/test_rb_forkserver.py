@@ -23,8 +23,9 @@ from tests.support.leaks import running
 ECHO = "tests.support.forkserver"
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def server():
+    """One server for the module (each test leaves it ready for the next)."""
     base = dict(os.environ, PYTHONPATH=str(REPO))
     s = forkserver.Server(REPO, base)
     try:
@@ -60,6 +61,12 @@ def test_the_interpreters_exit_is_kept(server):
     done, _ = echo(s, base, "thread", "atexit")
     assert done.returncode == 0
     assert done.stderr.splitlines() == ["thread done", "atexit ran"], done.stderr
+
+
+def test_output_is_read_to_its_end_as_communicate_reads_it(server):
+    s, base = server
+    done, _ = echo(s, base, "linger")  # a process left holding stdout keeps rb() waiting, as before
+    assert done.returncode == 0 and done.stdout.splitlines()[-1] == "lingered"
 
 
 def test_a_timeout_kills_the_child_and_the_server_goes_on(server):

@@ -9,8 +9,9 @@ The child is what ``python -m rocmbuild ARGS`` is, minus the start-up:
 * its own process and session (``setsid``), so the exit code, a failpoint's ``os._exit(137)``,
   the supervisor and the probe are as real as before, and a timeout kills its process group;
 * the command's environment (``os.environ`` replaced), cwd, ``sys.argv`` and ``sys.path[0]`` as
-  ``-m`` sets them, stdin ``/dev/null``, stdout and stderr to files read back as ``rb()`` read
-  its pipes (text, universal newlines);
+  ``-m`` sets them, stdin ``/dev/null``, and stdout and stderr pipes made by ``rb()`` (passed to
+  the server with the request over a ``SOCK_SEQPACKET`` socket), read to EOF and decoded as
+  ``communicate`` does: a process the command leaves holding them keeps ``rb()`` waiting, as before;
 * its ``/proc/<pid>/cmdline`` rewritten to ``python -m rocmbuild ARGS`` (the server's argument
   area is padded to hold it), so lock records, process listings and tests that look for a
   command by its command line see what they saw; the rest of the area reads as empty arguments
@@ -35,13 +36,15 @@ The server is ended by the session's leak check, before it looks for survivors.
 from __future__ import annotations
 
 import json
+import locale
 import os
 import selectors
 import signal
+import socket
 import subprocess
 import sys
-import tempfile
 import threading
+import time
 from pathlib import Path
 
 PLAIN = "ROCMBUILD_TEST_PLAIN_RB"
@@ -49,28 +52,32 @@ ROOM = 16384  # bytes of padding in the server's argv: the longest command line 
 START_UP = ("PYTHON", "LC_", "LANG", "LANGUAGE")  # what the interpreter reads before any import
 
 SERVER = r"""
-import ctypes, json, os, pkgutil, runpy, sys
+import ctypes, json, os, pkgutil, runpy, socket, sys
 import rocmbuild
 for m in pkgutil.walk_packages(rocmbuild.__path__, "rocmbuild."):
     if not m.name.endswith("__main__") and ".demo.data" not in m.name:
         __import__(m.name)
-for line in sys.stdin:
-    req = json.loads(line)
+sock = socket.socket(fileno=0)  # SOCK_SEQPACKET: one request (and its two pipes) per message
+while True:
+    msg, fds, _, _ = socket.recv_fds(sock, 1 << 20, 2)
+    if not msg:
+        sys.exit(0)
+    req = json.loads(msg)
     pid = os.fork()
     if pid == 0:
         break
-    sys.stdout.write(json.dumps({"pid": pid}) + "\n")
-    sys.stdout.flush()
+    for fd in fds:
+        os.close(fd)
+    sock.sendall(json.dumps({"pid": pid}).encode())
     _, status = os.waitpid(pid, 0)
-    sys.stdout.write(json.dumps({"rc": os.waitstatus_to_exitcode(status)}) + "\n")
-    sys.stdout.flush()
-else:
-    sys.exit(0)
+    sock.sendall(json.dumps({"rc": os.waitstatus_to_exitcode(status)}).encode())
 os.setsid()
-for fd, path, flags in ((0, os.devnull, os.O_RDONLY), (1, req["out"], os.O_WRONLY), (2, req["err"], os.O_WRONLY)):
-    f = os.open(path, flags)
-    os.dup2(f, fd)
-    os.close(f)
+null = os.open(os.devnull, os.O_RDONLY)
+for fd, src in ((0, null), (1, fds[0]), (2, fds[1])):
+    os.dup2(src, fd)
+for fd in (null, *fds):
+    os.close(fd)
+sock.detach()
 with open("/proc/self/stat", "rb") as f:
     stat = f.read()
 start, end = map(int, stat[stat.rindex(b")") + 2:].split()[45:47])
@@ -114,69 +121,97 @@ def _start_up(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k.startswith(START_UP)}
 
 
+def _text(data: bytes) -> str:
+    """Bytes read from a pipe as ``Popen(text=True).communicate`` returns them."""
+    return data.decode(locale.getpreferredencoding(False)).replace("\r\n", "\n").replace("\r", "\n")
+
+
 class Server:
     """One fork server (see the module's docstring); ``run`` is used by one thread at a time."""
 
     def __init__(self, repo: Path, env: dict[str, str]) -> None:
         self.repo, self.start_up = repo, _start_up(env)
-        self.scratch = Path(tempfile.mkdtemp(prefix="rb-forkserver-"))
         self.busy = threading.Lock()
-        self.proc = subprocess.Popen([sys.executable, "-c", SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     env=env, cwd=str(repo), text=True, start_new_session=True)
+        self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-c", SERVER], stdin=theirs, stdout=subprocess.DEVNULL,
+                                         env=env, cwd=str(repo), start_new_session=True)
+        finally:
+            theirs.close()
 
     def fits(self, argv: list[str], env: dict[str, str]) -> bool:
         return (self.proc.poll() is None and _start_up(env) == self.start_up
                 and len(b"\0".join(os.fsencode(a) for a in argv)) < ROOM)
 
-    def _reply(self, timeout: float | None) -> dict | None:
-        assert self.proc.stdout is not None
+    def _reply(self, deadline: float) -> dict | None:
+        """The server's next message, None at the deadline."""
         with selectors.DefaultSelector() as sel:
-            sel.register(self.proc.stdout, selectors.EVENT_READ)
-            if not sel.select(timeout):
+            sel.register(self.sock, selectors.EVENT_READ)
+            if not sel.select(max(0.0, deadline - time.monotonic())):
                 return None
-        line = self.proc.stdout.readline()
-        if not line:
+        msg = self.sock.recv(1 << 16)
+        if not msg:
             raise RuntimeError("the rb() fork server died")
-        return json.loads(line)
+        return json.loads(msg)
+
+    def _drain(self, pipes: dict[int, bytearray], deadline: float) -> bool:
+        """Read the pipes to EOF (True) or to the deadline (False)."""
+        with selectors.DefaultSelector() as sel:
+            for fd in pipes:
+                sel.register(fd, selectors.EVENT_READ)
+            while sel.get_map():
+                ready = sel.select(max(0.0, deadline - time.monotonic()))
+                if not ready:
+                    return False
+                for key, _ in ready:
+                    chunk = os.read(key.fd, 1 << 16)
+                    if chunk:
+                        pipes[key.fd] += chunk
+                    else:
+                        sel.unregister(key.fd)
+        return True
 
     def run(self, argv: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
         """``argv`` (``[python, -m, MODULE, ARGS...]``, MODULE rocmbuild or one with this
-        checkout on the path) as a child of the server; raises ``subprocess.TimeoutExpired``
-        after killing its group, as ``rb()`` does."""
-        out, err = self.scratch / "out", self.scratch / "err"
-        out.write_bytes(b"")
-        err.write_bytes(b"")
-        req = {"module": argv[2], "args": argv[3:], "cmdline": argv, "env": env, "cwd": str(self.repo), "out": str(out), "err": str(err)}
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps(req) + "\n")
-        self.proc.stdin.flush()
-        pid = (self._reply(30) or {}).get("pid")
-        if pid is None:
-            raise RuntimeError("the rb() fork server did not fork")
+        checkout on the path) as a child of the server, its stdout and stderr pipes of ours (read
+        to EOF, as ``communicate`` reads them); raises ``subprocess.TimeoutExpired`` after killing
+        its group, as ``rb()`` does."""
+        req = {"module": argv[2], "args": argv[3:], "cmdline": argv, "env": env, "cwd": str(self.repo)}
+        (r_out, w_out), (r_err, w_err) = os.pipe(), os.pipe()
+        pipes = {r_out: bytearray(), r_err: bytearray()}
+        pid = None
         try:
-            done = self._reply(timeout)
+            try:
+                socket.send_fds(self.sock, [json.dumps(req).encode()], [w_out, w_err])
+            finally:
+                os.close(w_out)
+                os.close(w_err)
+            pid = (self._reply(time.monotonic() + 30) or {}).get("pid")
+            if pid is None:
+                raise RuntimeError("the rb() fork server did not fork")
+            deadline = time.monotonic() + timeout
+            done = self._reply(deadline) if self._drain(pipes, deadline) else None
             if done is None:
                 _killpg(pid)
-                self._reply(30)
-                raise subprocess.TimeoutExpired(argv, timeout, output=out.read_text(), stderr=err.read_text())
+                self._drain(pipes, time.monotonic() + 30)
+                self._reply(time.monotonic() + 30)
+                raise subprocess.TimeoutExpired(argv, timeout, output=_text(pipes[r_out]), stderr=_text(pipes[r_err]))
         except BaseException:
-            _killpg(pid)  # Ctrl-C on pytest too: end the command and whatever it started in its group
+            if pid is not None:
+                _killpg(pid)  # Ctrl-C on pytest too: end the command and whatever it started in its group
             raise
-        return subprocess.CompletedProcess(argv, done["rc"], out.read_text(), err.read_text())
+        finally:
+            os.close(r_out)
+            os.close(r_err)
+        return subprocess.CompletedProcess(argv, done["rc"], _text(pipes[r_out]), _text(pipes[r_err]))
 
     def close(self) -> None:
-        if self.proc.stdin is not None:
-            self.proc.stdin.close()
+        self.sock.close()  # the server reads an empty message and exits
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             _killpg(self.proc.pid)
             self.proc.wait()
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
-        for name in ("out", "err"):
-            (self.scratch / name).unlink(missing_ok=True)
-        self.scratch.rmdir()
 
 
 def _killpg(pgid: int) -> None:
@@ -229,10 +264,11 @@ def close() -> None:
 
 
 def _echo(args: list[str]) -> int:
-    """``python -m tests.support.forkserver [sleep S] [thread] [exit N]``: what a process sees, as
-    JSON on stdout, for the fork server's own tests; ``thread``: a non-daemon thread writes
-    ``thread done`` to stderr after the main thread ended; ``atexit``: an atexit handler writes
-    ``atexit ran``."""
+    """``python -m tests.support.forkserver [sleep S] [thread] [atexit] [linger] [exit N]``: what a
+    process sees, as JSON on stdout, for the fork server's own tests; ``thread``: a non-daemon
+    thread writes ``thread done`` to stderr after the main thread ended; ``atexit``: an atexit
+    handler writes ``atexit ran``; ``linger``: a process in a session of its own prints
+    ``lingered`` a second after this one ended."""
     import atexit
     import time
     me = os.getpid()
@@ -246,6 +282,8 @@ def _echo(args: list[str]) -> int:
         threading.Thread(target=lambda: (time.sleep(0.3), print("thread done", file=sys.stderr))).start()
     if "sleep" in args:
         time.sleep(float(args[args.index("sleep") + 1]))
+    if "linger" in args:  # a process of another session that holds stdout after this one ended
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1); print('lingered')"], start_new_session=True)
     return int(args[args.index("exit") + 1]) if "exit" in args else 0
 
 
