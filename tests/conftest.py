@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import leaks
+from tests.support import forkserver, leaks
 from tests.support.envs import make_env
 from tests.support.machine import write_kfd_topology
 from tests.support.monorepo import Monorepo, make_monorepo
@@ -43,6 +43,7 @@ def _no_process_survives_the_session():
             os.environ.pop(leaks.MARKER, None)
         else:
             os.environ[leaks.MARKER] = old
+    forkserver.close()  # rb()'s fork server (tests/support/forkserver.py) lives as long as the session
     gc.collect()  # objects that own a helper process (GitPython's `git cat-file`) end it when collected
     left = leaks.survivors(os.getpid(), marker, before)
     if left:
@@ -221,3 +222,11 @@ def pytest_collection_modifyitems(config, items):
         path = Path(str(item.fspath))
         if path.parent.name == "integration" and path.stem in SLOW_MODULES:
             item.add_marker(pytest.mark.slow)
+
+
+def pytest_addoption(parser):
+    """``--crash-runs N``: how many runs the crash campaign test makes (tests/integration/
+    test_crash_campaign.py; default a short campaign, or ``ROCMBUILD_CRASH_RUNS``)."""
+    parser.addoption("--crash-runs", type=int, default=None, metavar="N",
+                     help="runs of the crash campaign test (default 6, or $ROCMBUILD_CRASH_RUNS); "
+                          "the long campaign: --crash-runs 300 (or python3 -m benchmarks.crashes --runs 300)")
