@@ -482,7 +482,7 @@ def calibrate(t: Target) -> Timing:
     mid-rollback mark to the next line: `-v`'s "running: ... _probe.py" of the re-verification,
     which comes after the last revert)."""
     total, window = {}, {}
-    for verb, s in zip(("apply", "rollback"), t.timed or ()):
+    for verb, s in zip(("apply", "rollback"), t.timed or (), strict=False):
         total[verb] = s.total  # type: ignore[attr-defined]
         window[verb] = _line_at(s, "pausepoint after-swap")[1] - _line_at(s, "pausepoint after-backup")[1]
     must(t.args("apply"), t.world.run_env("timing", ROCMBUILD_FAILPOINTS="after-swap"), want=137)
@@ -668,7 +668,7 @@ def report(results: list[Result], seed: int, jobs: int, seconds: float) -> int:
     broken = [r for r in results if r.problem is not None]
     killed = Counter(r.landed for r in results if r.landed and "killed" in r.story)
     print()
-    print(f"where the kills landed (what the next recover found): "
+    print("where the kills landed (what the next recover found): "
           + ", ".join(f"{k} {n}" for k, n in sorted(killed.items(), key=lambda kv: -kv[1])))
     print(f"tried {len(results)}, broken {len(broken)} (seed {seed}, {jobs} lane(s), {seconds:.0f} s)")
     for r in broken:

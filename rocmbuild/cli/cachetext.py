@@ -26,7 +26,7 @@ _USE_WORDS = {  # what each role of cache list's "used by" means, in words (swap
 def _cache_list(r: CacheListResult) -> str:
     lines = []
     apart = differs.told_apart([(a.info.recipe, a.info.build) for a in r.artifacts], verbose=ui.verbosity() > 0)
-    for a, built in zip(r.artifacts, apart):
+    for a, built in zip(r.artifacts, apart, strict=True):
         i = a.info
         lines.append(f"{i.key[:16]} {i.kind:8} {i.recipe or '?'} {i.version or '?'} "
                      f"commit {(i.commit or '-')[:12]}  {size(i.size)}  last used {i.last_used or 'never'}")

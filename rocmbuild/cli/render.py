@@ -346,7 +346,7 @@ def _history(h: HistoryResult) -> str:
     cols = textlayout.width()
     apart = differs.told_apart([(r.get("recipe"), r.get("build") or {}) for r in h.transactions],
                                verbose=ui.verbosity() > 0)  # what tells builds of one recipe apart
-    rows = [history_row(r, built) for r, built in reversed(list(zip(h.transactions, apart)))]
+    rows = [history_row(r, built) for r, built in reversed(list(zip(h.transactions, apart, strict=True)))]
     out = [textlayout.wrap(safe_text(f"history of {h.prefix} (newest first)"), cols)]
     out += [textlayout.wrap(safe_text(f"this state was {o['relation']} from {o['from']} ({o['state_dir']}): its "
                                   "transactions ran there; rollback and recover act on this prefix only"), cols)

@@ -118,9 +118,9 @@ def _widths(cells: list[list[str]], cols: int) -> list[int] | None:
         return natural
     if sum(least) > room:
         return None
-    want = [n - m for n, m in zip(natural, least)]
+    want = [n - m for n, m in zip(natural, least, strict=True)]
     spare = room - sum(least)
-    widths = [m + spare * w // sum(want) for m, w in zip(least, want)]
+    widths = [m + spare * w // sum(want) for m, w in zip(least, want, strict=True)]
     return widths
 
 
@@ -145,7 +145,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Cell]], cols: int | No
         return None
     t = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1, 0, 0), show_edge=False, header_style="",
               expand=False)
-    for h, w in zip(headers, widths):
+    for h, w in zip(headers, widths, strict=True):
         t.add_column(Text(h), overflow="ellipsis", width=w)
     for row in rows:
         t.add_row(*(Text(c) for c in row))
@@ -157,7 +157,7 @@ def aligned(headers: Sequence[str], rows: Sequence[Sequence[Cell]]) -> str:
     cut (a cell of several lines joined with ", ")."""
     texts = [[safe_text(h) for h in headers]] + [[cell_text(c, ", ") for c in r] for r in rows]
     widths = [max(len(r[i]) for r in texts) for i in range(len(headers))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in texts)
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in texts)
 
 
 def tree(label: str, branches: Iterable[tuple[str, Sequence[str]]], cols: int | None = None) -> str:

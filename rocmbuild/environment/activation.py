@@ -39,6 +39,7 @@ Decisions:
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -232,7 +233,7 @@ def _emulate(prefix: Path, kind: str, scripts: list[Path], env_vars: dict[str, t
                           "fix that activation script (it must not `exit`), or run rocmbuild with --python EXE "
                           "from the activated shell")
     sources: dict[str, str] = {}
-    for step, (a, b) in zip(steps, zip(snaps, snaps[1:])):
+    for step, (a, b) in zip(steps, itertools.pairwise(snaps), strict=True):
         for var in set(a) | set(b):
             if a.get(var) != b.get(var):
                 sources[var] = env_vars[var][1] if step == "env vars" and var in env_vars else step

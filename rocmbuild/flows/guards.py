@@ -34,7 +34,7 @@ import os
 import shutil
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from rocmbuild import progress, ui
 from rocmbuild.store import cache
@@ -49,6 +49,9 @@ from rocmbuild.swap import statedir
 from rocmbuild import swap as _txn
 from rocmbuild.environment import verify as verify_mod
 from rocmbuild.environment.verify import Check, Verdict
+
+if TYPE_CHECKING:
+    from rocmbuild.environment import needed
 
 RESTORED_WARN_ONLY = ("compatibility",)
 
@@ -141,7 +144,7 @@ def compat_refusal(check: Check, report, encoding: str) -> InputError:
     )
 
 
-def refuse_needed(artifact: Artifact, t, libdir: Path) -> "needed.Needed":
+def refuse_needed(artifact: Artifact, t, libdir: Path) -> needed.Needed:
     """The artifact's libraries' DT_NEEDED against what the target ``t`` provides
     (:mod:`rocmbuild.environment.needed`): a conflict is refused (:func:`needed_refusal`, exit 2),
     a SONAME found nowhere warned about; before anything is written."""

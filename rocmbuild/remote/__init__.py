@@ -16,9 +16,7 @@ Trust (:mod:`.trust`) is checked by the caller, on the entry, before anything is
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path

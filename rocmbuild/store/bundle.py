@@ -78,7 +78,7 @@ from rocmbuild.store.provenance import (PROVENANCE, PROVENANCE_SPEC, Provenance,
 from rocmbuild.sources.tarball import touch_download
 from rocmbuild.store.unbundle import MAX_MANIFEST, TOP, checked_names  # noqa: F401 (re-exported)
 from rocmbuild.fs.disk import CHUNK, sha256_fd, sha256_file
-from rocmbuild.errors import ArtifactError, FetchError, InputError
+from rocmbuild.errors import FetchError, InputError
 from rocmbuild.home import artifacts_dir, downloads_dir
 from rocmbuild.fs.root import Root, file_mode
 

@@ -87,7 +87,7 @@ def told_apart(items: Sequence[tuple[str | None, Mapping[str, str]]], *, verbose
             by_recipe.setdefault(recipe, []).append(i)
     for idx in by_recipe.values():
         if len(idx) > 1:
-            for i, d in zip(idx, differing([items[i][1] for i in idx])):
+            for i, d in zip(idx, differing([items[i][1] for i in idx]), strict=True):
                 out[i] = short(d)
     return out
 

@@ -152,7 +152,7 @@ class FileAction(abc.ABC):
     def apply(self) -> None:
         self.roots.target.replace(self.staged, self.rel)
 
-    def make_durable(self, after: dict | None) -> None:
+    def make_durable(self, after: dict | None) -> None:  # noqa: B027 (a no-op unless overridden, not abstract)
         """Before the commit: the placed file's bytes on disk (its copy only started their
         writeback, so the disk worked during the swap and the verification). Nothing to do for
         a link or a removal (their directories are fsynced); a file that is not the inode this

@@ -363,7 +363,7 @@ def make(artifact: "Artifact", facts: TargetFacts, *, allow_outside_prefix: bool
     actions: list[Action] = []
     names: list[NameMap] = []
     chains = []
-    members = [_locate(lib, c, dirs, libdir, obs) for lib, c in zip(m.libraries, loaded)]
+    members = [_locate(lib, c, dirs, libdir, obs) for lib, c in zip(m.libraries, loaded, strict=True)]
     for mem in members:
         acts, nmap, chain = _member_actions(m, mem, tree, places, placed)
         actions += acts

@@ -26,15 +26,15 @@ from rocmbuild.errors import (RocmbuildError, RolledBackFilesystemError, TargetE
                               VerifyError, from_os_error)
 from rocmbuild.swap.actions import FileAction
 from rocmbuild.swap.backups import prune
-from rocmbuild.swap.history import history_missing, write_history
-from rocmbuild.swap.journal import (FINISHED, JOURNAL_SCHEMA, Journal, backup_dir, failpoint, journal_dir,
-                                    journals, new_id, now, pending)
+from rocmbuild.swap.history import write_history
+from rocmbuild.swap.journal import (JOURNAL_SCHEMA, Journal, backup_dir, failpoint, journal_dir,
+                                    new_id, now)
 from rocmbuild.fs.root import ConfinementError
 from rocmbuild.swap.pathstate import PathState
 from rocmbuild.swap.txnoutcome import (Outcome, Verify, expectation_after, expectation_before,
                                     failures_json, verdict_json)
 from rocmbuild.swap.plan import Plan
-from rocmbuild.swap.swaprecords import Recovered, Restored
+from rocmbuild.swap.swaprecords import Restored
 from rocmbuild.swap.roots import Roots
 from rocmbuild.environment.verify import Verdict
 
