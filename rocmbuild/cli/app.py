@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 import traceback
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from rocmbuild.proc import stop
 from rocmbuild import ui
@@ -115,10 +115,10 @@ def _verb_parser(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.A
 
 def _text(result: VerbResult, quiet: bool) -> str:
     """The text of ``result``: with ``-q`` its one line per result (quiet.py), else render.py's."""
-    from rocmbuild.cli import quiet, render
+    from rocmbuild.cli import quiet as quiet_text, render
 
     if quiet:
-        short = quiet.brief(result)
+        short = quiet_text.brief(result)
         if short is not None:
             return short
     return render.text(result)
@@ -170,7 +170,8 @@ def _main(argv: list[str]) -> int:
     code = error.exit_code if error is not None else EXIT_OK
     try:
         if want_json:
-            out = {**rendered, "ok": code == EXIT_OK, "verb": verb, "exit_code": code}  # type: ignore[dict-item]
+            assert isinstance(rendered, dict)  # with --json a verb's result renders to its JSON object
+            out: dict[str, Any] = {**rendered, "ok": code == EXIT_OK, "verb": verb, "exit_code": code}
             changed = getattr(result, "changed", None)  # a verb that can change something says if it did
             if changed is not None:
                 out["changed"] = bool(changed)
