@@ -123,9 +123,9 @@ class Registry:
         scheme, params = _challenge(resp.headers.get("WWW-Authenticate", ""))
         if self.creds is None and scheme != "bearer":
             raise http.auth_error(self.cfg, resp.url, resp.status_code, False)
-        if scheme == "basic":
-            token = base64.b64encode(f"{self.creds[0]}:{self.creds[1]}".encode()).decode()  # type: ignore[index]
-            self.auth = {"Authorization": f"Basic {token}"}
+        if scheme == "basic" and self.creds is not None:  # (without creds it was refused above)
+            basic = base64.b64encode(f"{self.creds[0]}:{self.creds[1]}".encode()).decode()
+            self.auth = {"Authorization": f"Basic {basic}"}
             return
         if scheme != "bearer" or "realm" not in params:
             raise http.auth_error(self.cfg, resp.url, resp.status_code, self.creds is not None)

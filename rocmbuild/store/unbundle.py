@@ -118,7 +118,7 @@ def checked_names(manifest: Manifest, where: str) -> tuple[str, str | None]:
 def open_bundle(path: Path) -> tarfile.TarFile:
     try:
         return tarfile.open(path, "r:*")
-    except (*CORRUPT, OSError) as exc:
+    except CORRUPT + (OSError,) as exc:
         raise bundle_error(FetchError(f"cannot open bundle {path}: {exc}")) from exc
 
 
@@ -296,6 +296,7 @@ def extract_into(tf: tarfile.TarFile, plan: Plan, root: Root, dest: str) -> dict
                 root.makedirs(parent)
                 dirs.add(parent)
             if p.member.issym():
+                assert p.entry.target is not None  # a link entry has its text (the manifest's check)
                 with root.parent(rel) as (dfd, name):
                     os.symlink(p.entry.target, name, dir_fd=dfd)
                 continue
