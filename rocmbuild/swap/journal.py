@@ -346,8 +346,8 @@ def foreign(state_dir: Path) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     for j in journals(state_dir) if prefix is not None else ():
         ident = j.data.get("prefix_identity")
-        rel = origin(ident, prefix)
-        if rel in ("copied", "moved") and (rel, ident["path"]) not in out:
+        rel = origin(ident, prefix) if ident is not None and prefix is not None else None
+        if ident is not None and rel in ("copied", "moved") and (rel, ident["path"]) not in out:
             out.append((rel, ident["path"]))
     return out
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+from typing import overload
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -168,6 +169,10 @@ def relative_to(path: str | None, prefix: str | Path) -> str | None:
     return str(path)
 
 
+@overload
+def rebased(path: str, prefix: str | Path) -> str: ...
+@overload
+def rebased(path: str | None, prefix: str | Path) -> str | None: ...
 def rebased(path: str | None, prefix: str | Path) -> str | None:
     """A state file's path made absolute under ``prefix`` (an absolute one is kept as it is)."""
     if not path or str(path).startswith("/"):

@@ -84,7 +84,7 @@ def PATH_STATE_SPEC(v: Any, field: str) -> PathState:
     return PathState("absent") if v is None or v == {} else _RECORD(v, field)
 
 
-def observe(path: str | os.PathLike) -> PathState:
+def observe(path: str | os.PathLike[str]) -> PathState:
     """``lstat`` a path into a :class:`PathState` (never follows a symlink, never hashes)."""
     try:
         st = os.lstat(path)

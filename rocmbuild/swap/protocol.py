@@ -167,7 +167,8 @@ def _undo_failed(j: Journal, plan: Plan, exc: BaseException, swapped_any: bool,
                  verify_restored: Verify | None) -> BaseException | None:
     """Roll ``j`` back after ``exc``; the error to raise instead (None: re-raise ``exc``)."""
     if isinstance(exc, stop.Stop):
-        return _undo_stopped(j, plan, exc, swapped_any, verify_restored)  # undo, check; the stop goes on
+        _undo_stopped(j, plan, exc, swapped_any, verify_restored)  # undo, check; the stop goes on
+        return None
     if not swapped_any and not isinstance(exc, _VerifyFailed):
         finish_rollback(j, reason=f"{type(exc).__name__}: {exc}", verify_restored=None, quiet=True)
         if isinstance(exc, OSError):
@@ -336,8 +337,9 @@ def _finish(j: Journal, roots: Roots, writes: "_JournalWrites", was: str, reason
     bdir = backup_dir(Path(j.plan.state_dir), j.id)
     has_backups = _has_backups(roots, j.id)
     if not restored.ok and restored.paths and has_backups:
+        unconfirmed = len(restored.paths)
         restored = replace(restored, backups_kept=str(bdir))
-        msg = (f"the backups of {j.id} are kept in {bdir}: {len(restored.paths)} path(s) were not confirmed "
+        msg = (f"the backups of {j.id} are kept in {bdir}: {unconfirmed} path(s) were not confirmed "
                "to be their old selves again")
         messages.append(msg)
         if quiet:

@@ -17,6 +17,7 @@ Decisions:
 from __future__ import annotations
 
 import os
+from typing import Literal, overload
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,7 +35,11 @@ def _state_refused(state_dir: Path, exc: BaseException) -> StatePathError:
         details={"path": str(state_dir)})
 
 
-def open_state(state_dir: str | os.PathLike, *, create: bool) -> Root | None:
+@overload
+def open_state(state_dir: str | os.PathLike[str], *, create: Literal[True]) -> Root: ...
+@overload
+def open_state(state_dir: str | os.PathLike[str], *, create: bool) -> Root | None: ...
+def open_state(state_dir: str | os.PathLike[str], *, create: bool) -> Root | None:
     """The state dir as a root (made, 0755, with ``create``); None when it does not exist."""
     sdir = Path(state_dir)
     own = sdir.name == STATE_DIRNAME
@@ -57,6 +62,10 @@ def open_state(state_dir: str | os.PathLike, *, create: bool) -> Root | None:
         raise _state_refused(sdir, exc) from None
 
 
+@overload
+def state_sub(root: Root, rel: str, *, create: Literal[True]) -> Root: ...
+@overload
+def state_sub(root: Root, rel: str, *, create: bool) -> Root | None: ...
 def state_sub(root: Root, rel: str, *, create: bool) -> Root | None:
     """``journal/``, ``backups/<txn>`` ... beneath a state root (None: absent and not made)."""
     try:

@@ -226,7 +226,8 @@ def history_lines(state_dir: Path) -> tuple[list[Mapping[str, Any]], list[Unread
     path = Path(state_dir) / "history.jsonl"
     if not path.exists():
         return [], []
-    good, bad = [], []
+    good: list[Mapping[str, Any]] = []
+    bad: list[Unreadable] = []
     sdir = Path(state_dir)
     for n, line in enumerate(path.read_bytes().decode("utf-8", errors="replace").split("\n"), 1):
         if not line.strip():
