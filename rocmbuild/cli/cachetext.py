@@ -9,6 +9,7 @@ from __future__ import annotations
 from rocmbuild import ui
 from rocmbuild.store import differs
 from rocmbuild.cli import textlayout
+from rocmbuild.cli.textlayout import Renderers
 from rocmbuild.cli.fleettext import size
 from rocmbuild.cli.statetext import origin_text
 from rocmbuild.names import safe_lines, safe_text
@@ -61,4 +62,4 @@ def _log(r: LogResult) -> str:
     return safe_lines(r.text.rstrip("\n"))
 
 
-RENDERERS = ((CacheListResult, _cache_list), (CacheDirResult, _cache_dir), (CacheRmResult, _cache_rm), (LogResult, _log))
+RENDERERS: Renderers = ((CacheListResult, _cache_list), (CacheDirResult, _cache_dir), (CacheRmResult, _cache_rm), (LogResult, _log))

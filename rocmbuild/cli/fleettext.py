@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from rocmbuild.cli.textlayout import Renderers
 from rocmbuild.names import safe_text
 from rocmbuild.results import BuildPlan, ConfigListResult, KeyResult, PushResult, RemoteListResult
 
@@ -72,5 +73,5 @@ def remote_list(r: RemoteListResult) -> str:
     return "\n".join(lines)
 
 
-RENDERERS = ((ConfigListResult, config_list), (KeyResult, key_generate), (PushResult, push),
+RENDERERS: Renderers = ((ConfigListResult, config_list), (KeyResult, key_generate), (PushResult, push),
              (RemoteListResult, remote_list))

@@ -14,7 +14,7 @@ is escaped where it is made. ``--json`` keeps every string exact.
 from __future__ import annotations
 
 from functools import singledispatch
-from typing import Any
+from typing import Any, Mapping
 
 from rocmbuild.proc import runner
 from rocmbuild import ui
@@ -41,14 +41,13 @@ from rocmbuild.results import (
     ShowResult,
     StatusChanges,
     StatusResult,
-    VerbResult,
     VerifyResult,
     short_txn,
 )
 
 
 @singledispatch
-def text(result: VerbResult) -> str:
+def text(result: object) -> str:  # a VerbResult, or a result made below results/ (store's CacheReport)
     raise TypeError(f"no renderer for {type(result).__name__}")
 
 
@@ -76,7 +75,7 @@ def _show(r: ShowResult) -> str:
                                                        + [f"#   {x}" for x in r.overridden]))
 
 
-def package_words(p: dict) -> str:
+def package_words(p: Mapping[str, Any]) -> str:
     """``Debian package libmiopen1 7.2.4+dfsg-1 (amd64)`` (the architecture is known once fetched)."""
     return f"Debian package {p['name']} {p['version']} ({p.get('architecture') or 'architecture known once fetched'})"
 

@@ -29,7 +29,7 @@ import shutil
 import sys
 import textwrap
 from io import StringIO
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from rich import box
 from rich.console import Console
@@ -38,6 +38,9 @@ from rich.text import Text
 from rich.tree import Tree
 
 from rocmbuild.names import safe_text
+
+#: each text module's renderers, by result type (cli/render.py registers them)
+Renderers = Sequence[tuple[type, Callable[..., str]]]
 
 OFF_TERMINAL = 120
 #: the width off a terminal: nothing is wrapped
@@ -138,8 +141,8 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Cell]], cols: int | No
     cols = cols or width()
     if cols >= UNBOUNDED:
         return aligned(headers, rows)
-    rows = [[cell_text(c) for c in r] for r in rows]
-    cells = [[h, *(r[i] for r in rows)] for i, h in enumerate(headers)]
+    texts = [[cell_text(c) for c in r] for r in rows]
+    cells = [[h, *(r[i] for r in texts)] for i, h in enumerate(headers)]
     widths = _widths(cells, cols)
     if widths is None:
         return None
@@ -147,7 +150,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Cell]], cols: int | No
               expand=False)
     for h, w in zip(headers, widths, strict=True):
         t.add_column(Text(h), overflow="ellipsis", width=w)
-    for row in rows:
+    for row in texts:
         t.add_row(*(Text(c) for c in row))
     return to_text(t, cols)
 

@@ -142,7 +142,7 @@ def kind_of(prefix: Path) -> str:
 def _active(prefix: Path, kind: str) -> bool:
     var = os.environ.get("CONDA_PREFIX" if kind == "conda" else "VIRTUAL_ENV")
     try:
-        return bool(var) and os.path.samefile(var, prefix)
+        return var is not None and var != "" and os.path.samefile(var, prefix)
     except OSError:
         return False
 
@@ -279,7 +279,7 @@ def _run(argv: list[str], prefix: Path) -> runner.Completed:
 
 
 def _snapshots(stdout: str) -> list[dict[str, str]]:
-    out = []
+    out: list[dict[str, str]] = []
     for chunk in stdout.split("\0\0"):
         if not chunk and not out:
             continue

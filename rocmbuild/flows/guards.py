@@ -34,7 +34,7 @@ import os
 import shutil
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from rocmbuild import progress, ui
 from rocmbuild.store import cache
@@ -85,11 +85,12 @@ def refuse_unreadable(prefix: Path) -> None:
         details={"unreadable": [u.to_json() for u in bad]})
 
 
-def recover_prefix(prefix: Path, *, wait: bool | LockWait, verify_restored=None) -> list[_txn.Recovered]:
+def recover_prefix(prefix: Path, *, wait: bool | LockWait,
+                   verify_restored: _txn.Verify | None = None) -> list[_txn.Recovered]:
     """Recover every unfinished journal of the target (each state dir under its lock); refuse
     first while a journal cannot be read (:func:`refuse_unreadable`)."""
     refuse_unreadable(prefix)
-    out: list[dict[str, Any]] = []
+    out: list[_txn.Recovered] = []
     for d in statedir.state_dirs_for(prefix):
         if _txn.needs_recovery(d):
             with statedir.TargetLock(d, wait=wait):

@@ -237,7 +237,8 @@ def would_substitute(key: str, opts: CacheOptions) -> WouldSubstitute:
     """Steps 1-3 for each cache in order, nothing downloaded: the registry's manifest (or the
     directory's ``.manifest.json``), the signature and the GPU targets; never the bundle. No
     request at all with ``--offline`` or ``--no-cache``."""
-    notes, unreachable = [], []
+    notes: list[str] = []
+    unreachable: list[str] = []
     for c in caches(opts):
         try:
             cand = candidate(c, key, opts)
