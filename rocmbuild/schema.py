@@ -245,7 +245,7 @@ class MappingRecord(Mapping):
         return len(self._keys())
 
     def _keys(self) -> tuple[str, ...]:
-        return tuple(f.name for f in dataclasses.fields(self))  # type: ignore[arg-type]
+        return tuple(f.name for f in dataclasses.fields(self))  # type: ignore[arg-type]  # a mixin of dataclasses
 
 
 _SIMPLE: dict[Any, Spec] = {str: string, int: integer, bool: boolean, float: number, Any: json_value}

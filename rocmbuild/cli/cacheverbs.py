@@ -51,8 +51,7 @@ def _cmd_cache(args) -> VerbResult:
     if args.action == "gc":
         days = cacheverify.housekeeping.DEFAULT_KEEP_DAYS if args.keep_days is None else args.keep_days
         return cacheverify.gc(days, dry_run=args.dry_run)
-    # CacheReport is made in store/, below results/: a VerbResult in all but its base (error, changed)
-    return cacheverify.verify()  # type: ignore[return-value]
+    return cacheverify.verify()  # type: ignore[return-value]  # store's CacheReport: a VerbResult but for its base
 
 
 def _add_log(sub) -> None:

@@ -10,13 +10,13 @@ from rocmbuild.names import safe_text
 from rocmbuild.results import BuildPlan, ConfigListResult, KeyResult, PushResult, RemoteListResult
 
 
-def size(n: int | None) -> str:
+def size(n: float | None) -> str:
     if n is None:
         return "?"
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
+        n /= 1024
     return str(n)
 
 

@@ -83,7 +83,7 @@ class _Buffer(StringIO):
     """Text rich writes as for stdout: ASCII tree guides and ellipses where stdout is not UTF-8."""
 
     @property
-    def encoding(self) -> str:  # type: ignore[override]
+    def encoding(self) -> str:  # type: ignore[override]  # StringIO's attribute, computed here
         return "utf-8" if _utf8() else "ascii"
 
 

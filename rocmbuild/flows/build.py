@@ -97,10 +97,12 @@ def offline_commit(r: Recipe, home: Path) -> str:
     found = []
     for path in cache.entries(home):
         art = cache.lookup(path.name, home)
-        m = art.manifest if art is not None else None
-        if m is None or m.recipe != r.name or not m.commit:
+        if art is None:
             continue
-        if cache.cache_key(cache.inputs(r, commit=m.commit, home=home)) == art.key:  # type: ignore[union-attr]
+        m = art.manifest
+        if m.recipe != r.name or not m.commit:
+            continue
+        if cache.cache_key(cache.inputs(r, commit=m.commit, home=home)) == art.key:
             found.append(((path / "manifest.json").stat().st_mtime, m.commit))
     if not found:
         raise FetchError(f"{r.name}: --offline, and the ref '{r.source.ref or 'HEAD'}' needs the network to be resolved: "

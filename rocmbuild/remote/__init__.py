@@ -104,7 +104,10 @@ def bundle_manifest(bundle: Path) -> bytes:
             m = tf.getmember(MANIFEST_MEMBER)
             if not m.isreg() or m.size > MAX_MANIFEST:
                 raise KeyError(MANIFEST_MEMBER)
-            with tf.extractfile(m) as f:  # type: ignore[union-attr]
+            f = tf.extractfile(m)
+            if f is None:  # not a regular file after all
+                raise KeyError(MANIFEST_MEMBER)
+            with f:
                 return f.read()
     except (KeyError, tarfile.TarError, OSError, EOFError) as exc:
         raise InputError(f"{bundle} is not a rocmbuild artifact bundle ({exc})", "export it again") from exc
