@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import posixpath
-from typing import overload
+from typing import Any, Mapping, overload
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -144,7 +144,7 @@ def prefix_identity(prefix: str | Path) -> dict[str, object]:
     return {"path": str(prefix), "realpath": os.path.realpath(prefix), "dev": dev, "ino": ino}
 
 
-def origin(recorded: dict | None, prefix: str | Path) -> str | None:
+def origin(recorded: Mapping[str, Any] | None, prefix: str | Path) -> str | None:
     """Where a state file recorded under ``recorded`` (a :func:`prefix_identity`) stands to
     ``prefix`` now: "here", "moved" (the same directory inode elsewhere) or "copied"; None: unknown."""
     if not isinstance(recorded, dict) or not recorded.get("realpath"):

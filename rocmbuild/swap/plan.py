@@ -60,7 +60,8 @@ class Action:
 
     @classmethod
     def from_json(cls, d: Any, file: object = "a plan action") -> "Action":
-        return s.load(ACTION_SPEC, d, file)  # SchemaError naming the field
+        action: Action = s.load(ACTION_SPEC, d, file)  # SchemaError naming the field
+        return action
 
     def describe(self) -> str:
         if self.kind == "remove":
@@ -115,7 +116,8 @@ class Plan:
 
     @classmethod
     def from_json(cls, d: Any, file: object = "a plan") -> "Plan":
-        return s.load(PLAN_SPEC, d, file)  # SchemaError naming the field
+        plan: Plan = s.load(PLAN_SPEC, d, file)  # SchemaError naming the field
+        return plan
 
     def render(self) -> str:
         lines = [f"{self.verb} on {self.prefix} ({self.layout} layout, lib dir {self.libdir})"]

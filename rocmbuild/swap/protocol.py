@@ -209,7 +209,7 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _once(said: set, text) -> bool:
+def _once(said: set[object], text: object) -> bool:
     """True when ``text`` was said already (and remember it)."""
     seen = text in said
     said.add(text)
@@ -218,7 +218,7 @@ def _once(said: set, text) -> bool:
 
 def _verify_error(j: Journal, plan: Plan, exc: BaseException, restored: Restored) -> VerifyError:
     failures = exc.failures if isinstance(exc, _VerifyFailed) else []
-    said: set = set()  # a message shared by several checks (the smoke suite's) is said once
+    said: set[object] = set()  # a message shared by several checks (the smoke suite's) is said once
     lines = [f"  - {f.get('name')}: expected {f.get('expected')}, found {f.get('found')}"
              + (f" ({f.get('message')})" if f.get("message") and not _once(said, f.get("message")) else "")
              for f in failures]

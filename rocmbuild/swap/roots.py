@@ -78,7 +78,7 @@ def state_sub(root: Root, rel: str, *, create: bool) -> Root | None:
         raise _state_refused(Path(root.path) / rel, exc) from None
 
 
-def write_state_file(state_dir: str | os.PathLike, rel: str, data: bytes) -> None:
+def write_state_file(state_dir: str | os.PathLike[str], rel: str, data: bytes) -> None:
     """Write ``<state_dir>/<rel>`` atomically, 0644, through the state root."""
     root = open_state(state_dir, create=True)
     assert root is not None
@@ -109,7 +109,7 @@ class Roots:
         assert state is not None
         return cls(target, base, state, str(state_dir))
 
-    def rel(self, path: str | os.PathLike) -> str:
+    def rel(self, path: str | os.PathLike[str]) -> str:
         """``path`` relative to the target root (as named or resolved); refused when not beneath."""
         p = os.path.normpath(os.fspath(path))
         for b in dict.fromkeys((os.path.normpath(self.base), os.path.realpath(self.base))):
@@ -120,7 +120,7 @@ class Roots:
         raise ConfinementError(f"{p} is not a path rocmbuild may change in {self.base}; nothing was done there",
                                "the journal or plan naming it is corrupt or hostile: `rocmbuild status` names it")
 
-    def state_rel(self, path: str | os.PathLike) -> str | None:
+    def state_rel(self, path: str | os.PathLike[str]) -> str | None:
         """``path`` relative to the state dir (None: not beneath it)."""
         p, s = os.path.normpath(os.fspath(path)), os.path.normpath(self.state_dir)
         return os.path.relpath(p, s) if under(p, s, strictly=True) else None
@@ -132,5 +132,5 @@ class Roots:
     def __enter__(self) -> "Roots":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
