@@ -182,8 +182,8 @@ def _open_log(log: Path | None, argv: Sequence[str | os.PathLike[str]]) -> IO[st
     return logf
 
 
-def _failed(argv: Sequence[str | os.PathLike[str]], rc: int, tail: deque[str], log: Path | None, *, error: type[RocmbuildError], what: str | None,
-            hint: str) -> RocmbuildError:
+def _failed(argv: Sequence[str | os.PathLike[str]], rc: int, tail: deque[str], log: Path | None, *,
+            error: type[RocmbuildError], what: str | None, hint: str) -> RocmbuildError:
     label = what or f"{Path(str(argv[0])).name} failed"
     where = f"\nfull log: {log}" if log is not None else ""
     output = "\n".join(tail)

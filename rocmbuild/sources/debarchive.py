@@ -227,7 +227,8 @@ def decompressed(raw: IO[bytes], kind: str | None) -> IO[bytes]:
     if kind is None:
         return raw
     if kind == "gz":
-        return cast(IO[bytes], gzip.GzipFile(fileobj=raw, mode="rb"))  # a binary file in all but its declared type
+        # a binary file in all but its declared type
+        return cast(IO[bytes], gzip.GzipFile(fileobj=raw, mode="rb"))
     if kind == "xz":
         return lzma.LZMAFile(raw)
     if kind == "bz2":
@@ -318,7 +319,8 @@ class DebReader:
             size = self.f.seek(0, 2)
             self.f.seek(0)
             control, data, c_ext, d_ext = _pick(read_members(self.f, size))
-            self.package = _read_control(io.BufferedReader(_Window(self.f, control.offset, control.size)), _COMPRESSED[c_ext])
+            control_raw = io.BufferedReader(_Window(self.f, control.offset, control.size))
+            self.package = _read_control(control_raw, _COMPRESSED[c_ext])
             self.data_name = data.name
             self.stream = decompressed(io.BufferedReader(_Window(self.f, data.offset, data.size)), _COMPRESSED[d_ext])
             self.tf = tarfile.open(fileobj=self.stream, mode="r:")

@@ -301,7 +301,8 @@ class RemoveFile(FileAction):
         self.roots.target.unlink(self.rel)
 
 
-KINDS: dict[str, type[FileAction]] = {"replace_file": ReplaceFile, "add_file": AddFile, "replace_link": ReplaceLink, "remove": RemoveFile}
+KINDS: dict[str, type[FileAction]] = {"replace_file": ReplaceFile, "add_file": AddFile, "replace_link": ReplaceLink,
+                                      "remove": RemoveFile}
 
 
 def make(action: Action, txn: str, roots: Roots, index: int, *, backup_copied: bool = False) -> FileAction:
