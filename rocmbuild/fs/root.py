@@ -56,8 +56,7 @@ class Root:
         return cls(os.open(p, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), p, what)
 
     @classmethod
-    def under(cls, base: str | os.PathLike[str], path: str | os.PathLike[str], what: str, *,
-              create: bool = False) -> "Root":
+    def under(cls, base: str | os.PathLike[str], path: str | os.PathLike[str], what: str, *, create: bool = False) -> "Root":
         """The directory ``path`` (``base`` or beneath it) as a root: ``base``, a home the user names,
         opened as named, the rest beneath its fd with no symlink followed (the cache home's dirs)."""
         rel = os.path.relpath(os.fspath(path), os.fspath(base))

@@ -62,9 +62,8 @@ MAX_HOPS = 40  # symlinks followed while resolving one link (Linux's MAXSYMLINKS
 Parts = tuple[str, ...]
 Kind = Optional[tuple[str, Optional[str]]]  # ("dir"|"file"|"link"|"other", link text) or None: absent
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-CORRUPT: tuple[type[BaseException], ...] = (
-    tarfile.TarError, EOFError, zlib.error, zipfile.BadZipFile, lzma.LZMAError, gzip.BadGzipFile,
-    *zstd_errors())
+CORRUPT: tuple[type[BaseException], ...] = (tarfile.TarError, EOFError, zlib.error, zipfile.BadZipFile,
+                                           lzma.LZMAError, gzip.BadGzipFile, *zstd_errors())
 ARCHIVE_HINT = "check [source] archive points at a .tar*, .zip, .whl or .deb file"
 
 

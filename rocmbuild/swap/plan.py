@@ -20,7 +20,7 @@ import os
 import posixpath
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, cast
 
 from rocmbuild import schema as s
 from rocmbuild.errors import InputError, TargetError
@@ -60,8 +60,7 @@ class Action:
 
     @classmethod
     def from_json(cls, d: Any, file: object = "a plan action") -> "Action":
-        action: Action = s.load(ACTION_SPEC, d, file)  # SchemaError naming the field
-        return action
+        return cast(Action, s.load(ACTION_SPEC, d, file))  # SchemaError naming the field
 
     def describe(self) -> str:
         if self.kind == "remove":
@@ -116,8 +115,7 @@ class Plan:
 
     @classmethod
     def from_json(cls, d: Any, file: object = "a plan") -> "Plan":
-        plan: Plan = s.load(PLAN_SPEC, d, file)  # SchemaError naming the field
-        return plan
+        return cast(Plan, s.load(PLAN_SPEC, d, file))  # SchemaError naming the field
 
     def render(self) -> str:
         lines = [f"{self.verb} on {self.prefix} ({self.layout} layout, lib dir {self.libdir})"]
