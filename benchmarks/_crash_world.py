@@ -157,7 +157,7 @@ def calibrate(t: Target) -> Timing:
     mid-rollback mark to the next line: `-v`'s "running: ... _probe.py" of the re-verification,
     which comes after the last revert)."""
     total, window = {}, {}
-    for verb, s in zip(("apply", "rollback"), t.timed or ()):
+    for verb, s in zip(("apply", "rollback"), t.timed or (), strict=False):  # none timed: none
         total[verb] = s.total  # type: ignore[attr-defined]
         window[verb] = _line_at(s, "pausepoint after-swap")[1] - _line_at(s, "pausepoint after-backup")[1]
     must(t.args("apply"), t.world.run_env("timing", ROCMBUILD_FAILPOINTS="after-swap"), want=137)

@@ -247,7 +247,7 @@ def report(results: list[Result], seed: int, jobs: int, seconds: float) -> int:
     broken = [r for r in results if r.problem is not None]
     killed = Counter(r.landed for r in results if r.landed and "killed" in r.story)
     print()
-    print(f"where the kills landed (what the next recover found): "
+    print("where the kills landed (what the next recover found): "
           + ", ".join(f"{k} {n}" for k, n in sorted(killed.items(), key=lambda kv: -kv[1])))
     print(f"tried {len(results)}, broken {len(broken)} (seed {seed}, {jobs} lane(s), {seconds:.0f} s)")
     for r in broken:

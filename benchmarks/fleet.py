@@ -209,9 +209,9 @@ def cached_runs(w: World, reg, n: int, digest: str, public_key: str, parallel: b
     try:
         if parallel:
             with concurrent.futures.ThreadPoolExecutor(n) as pool:
-                done = list(pool.map(lambda mp: pull_apply(w, mp[0], mp[1], public_key), zip(machines, proxies)))
+                done = list(pool.map(lambda mp: pull_apply(w, mp[0], mp[1], public_key), zip(machines, proxies, strict=True)))
         else:
-            done = [pull_apply(w, m, p, public_key) for m, p in zip(machines, proxies)]
+            done = [pull_apply(w, m, p, public_key) for m, p in zip(machines, proxies, strict=True)]
     finally:
         for p in proxies:
             p.stop()

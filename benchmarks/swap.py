@@ -304,7 +304,7 @@ def run_once(i: int, art: Artifact, old_file: Path, base: Path) -> tuple[float, 
 
 
 def summary(size: int, runs: list[tuple[float, int, int, float, int]], label: str, reflink: bool) -> None:
-    rb_t, rb_b, bks, man_t, man_b = zip(*runs)
+    rb_t, rb_b, bks, man_t, man_b = zip(*runs, strict=True)
     bk_total = bks[-1]
     rt, mt = statistics.median(rb_t), statistics.median(man_t)
     rbb, mbb = statistics.median(rb_b), statistics.median(man_b)

@@ -161,7 +161,7 @@ def check_rocm() -> list[DoctorCheck]:
         if path is not None:
             out.append(DoctorCheck(label, OK, str(path)))
         else:
-            out.append(DoctorCheck(label, FAIL, f"{looked} not found", dev))
+            out.append(DoctorCheck(label, FAIL, f"{looked} not found", dev or ""))
     return out
 
 

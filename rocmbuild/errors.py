@@ -28,6 +28,7 @@ from __future__ import annotations
 import errno
 import os
 from pathlib import Path
+from typing import Any
 
 EXIT_OK = 0
 EXIT_INTERNAL = 1
@@ -61,7 +62,7 @@ class RocmbuildError(Exception):
         self.details = details or {}
 
     def to_json(self) -> dict:
-        out = {"message": self.message, "hint": self.hint, "type": type(self).__name__}
+        out: dict[str, Any] = {"message": self.message, "hint": self.hint, "type": type(self).__name__}
         if self.details:
             out["details"] = self.details
         return out

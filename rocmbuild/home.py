@@ -84,5 +84,7 @@ def target_state_dir(prefix: Path, libdir: Path | None = None, *, outside: bool 
     a library outside the prefix, ``<state home>/targets/<sha256(libdir)[:16]>``."""
     if not outside:
         return Path(prefix) / STATE_DIRNAME
+    if libdir is None:
+        raise ValueError("a library outside the prefix is placed by its lib dir: libdir is required")
     digest = hashlib.sha256(str(Path(libdir)).encode()).hexdigest()[:16]
     return targets_dir(state_home()) / digest

@@ -35,7 +35,7 @@ import time
 from contextlib import contextmanager
 from typing import Iterator
 
-from rich.progress import BarColumn, Progress, ProgressColumn, SpinnerColumn
+from rich.progress import BarColumn, Progress, ProgressColumn, SpinnerColumn, TaskID
 from rich.table import Column
 from rich.text import Text
 
@@ -127,7 +127,7 @@ class Phase:
         self.seen: collections.deque[tuple[float, float]] = collections.deque(maxlen=4096)  # (when, percent)
         self.said = self.start  # when the last line (plain/json) was written
         self.said_percent = 0.0
-        self.task = None  # the rich task (tty)
+        self.task: TaskID | None = None  # the rich task (tty)
         self.failed = False  # set by the caller: the phase ran to its end, but its outcome is a failure
 
     @property

@@ -245,7 +245,7 @@ class MappingRecord(Mapping):
         return len(self._keys())
 
     def _keys(self) -> tuple[str, ...]:
-        return tuple(f.name for f in dataclasses.fields(self))  # type: ignore[arg-type]
+        return tuple(f.name for f in dataclasses.fields(self))  # type: ignore[arg-type]  # a mixin of dataclasses
 
 
 _SIMPLE: dict[Any, Spec] = {str: string, int: integer, bool: boolean, float: number, Any: json_value}
@@ -265,7 +265,7 @@ def from_type(tp: Any) -> Spec:
         return list_of(from_type(args[0]))
     if origin in (dict, Mapping) and args and args[0] is str:
         return dict_of(from_type(args[1]))
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _record_cached(tp)
     raise TypeError(f"no schema for the type {tp!r}: give the field its own spec")
 

@@ -15,6 +15,7 @@ import datetime as _dt
 import os
 import sys
 import time
+from typing import Any
 from pathlib import Path
 
 from rocmbuild.proc import runner
@@ -75,7 +76,7 @@ class Owner:
     def __init__(self, tree: Path) -> None:
         self.tree = tree
         me = runner.process(os.getpid())
-        self.record = {"pid": os.getpid(), "start": me.start if me else None, "command": sys.argv,
+        self.record: dict[str, Any] = {"pid": os.getpid(), "start": me.start if me else None, "command": sys.argv,
                        "since": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "sessions": []}
         tree.mkdir(parents=True, exist_ok=True)
         self._write()

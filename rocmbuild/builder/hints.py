@@ -111,11 +111,12 @@ def merge(fixes: list[str]) -> tuple[str | None, list[str]]:
     for fix in fixes:
         parts = [p.strip() for p in re.split(r"\s*(?:;|&&)\s*", fix) if p.strip()]
         cmds = [_command(p) for p in parts]
-        if not parts or any(c is None for c in cmds):
+        known = [c for c in cmds if c is not None]
+        if not parts or len(known) != len(cmds):
             if fix.strip() and fix.strip() not in other:
                 other.append(fix.strip())
             continue
-        for prefix, pkgs in cmds:  # type: ignore[misc]
+        for prefix, pkgs in known:
             have = groups.setdefault(prefix, [])
             have += [p for p in pkgs if p not in have]
     line = " && ".join(shlex.join([*prefix, *pkgs]) for prefix, pkgs in groups.items()) or None

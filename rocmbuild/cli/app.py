@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 import traceback
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from rocmbuild.proc import stop
 from rocmbuild import ui
@@ -170,7 +170,8 @@ def _main(argv: list[str]) -> int:
     code = error.exit_code if error is not None else EXIT_OK
     try:
         if want_json:
-            out = {**rendered, "ok": code == EXIT_OK, "verb": verb, "exit_code": code}  # type: ignore[dict-item]
+            assert isinstance(rendered, dict)  # with --json a verb's result renders to its JSON object
+            out: dict[str, Any] = {**rendered, "ok": code == EXIT_OK, "verb": verb, "exit_code": code}
             changed = getattr(result, "changed", None)  # a verb that can change something says if it did
             if changed is not None:
                 out["changed"] = bool(changed)

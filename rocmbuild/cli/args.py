@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from rocmbuild.errors import InputError
 from rocmbuild.fs.locks import LockWait
@@ -63,7 +63,7 @@ class Parser(argparse.ArgumentParser):
         kwargs.setdefault("allow_abbrev", False)  # `--t 0` is not `--to 0`: a script's typo is an error
         super().__init__(*args, **kwargs)
 
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         raise UsageError(did_you_mean(message), self.format_usage().strip())
 
 
@@ -133,7 +133,7 @@ def common(p: argparse.ArgumentParser, *, top: bool = False) -> None:
     if top:  # `rocmbuild -n torch status`: the env name may come before the verb too
         g.add_argument("-n", "--name", dest="env_name_before", metavar="NAME", default=None,
                        help="a conda env by name, for the verbs that take --env (also after the verb)")
-    p.has_globals = True  # type: ignore[attr-defined]
+    p.has_globals = True  # type: ignore[attr-defined]  # our parser class's mark, set on the instance
 
 
 def merge_globals(args: argparse.Namespace) -> argparse.Namespace:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from rocmbuild import ui
 from rocmbuild.store import differs
 from rocmbuild.cli import textlayout
+from rocmbuild.cli.textlayout import Renderers
 from rocmbuild.cli.fleettext import size
 from rocmbuild.cli.statetext import origin_text
 from rocmbuild.names import safe_lines, safe_text
@@ -26,7 +27,7 @@ _USE_WORDS = {  # what each role of cache list's "used by" means, in words (swap
 def _cache_list(r: CacheListResult) -> str:
     lines = []
     apart = differs.told_apart([(a.info.recipe, a.info.build) for a in r.artifacts], verbose=ui.verbosity() > 0)
-    for a, built in zip(r.artifacts, apart):
+    for a, built in zip(r.artifacts, apart, strict=True):
         i = a.info
         lines.append(f"{i.key[:16]} {i.kind:8} {i.recipe or '?'} {i.version or '?'} "
                      f"commit {(i.commit or '-')[:12]}  {size(i.size)}  last used {i.last_used or 'never'}")
@@ -61,4 +62,4 @@ def _log(r: LogResult) -> str:
     return safe_lines(r.text.rstrip("\n"))
 
 
-RENDERERS = ((CacheListResult, _cache_list), (CacheDirResult, _cache_dir), (CacheRmResult, _cache_rm), (LogResult, _log))
+RENDERERS: Renderers = ((CacheListResult, _cache_list), (CacheDirResult, _cache_dir), (CacheRmResult, _cache_rm), (LogResult, _log))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rocmbuild.builder.rebuild import Difference
 from rocmbuild.cli import textlayout
+from rocmbuild.cli.textlayout import Renderers
 from rocmbuild.results import CheckResult
 
 
@@ -27,4 +28,4 @@ def check(r: CheckResult) -> str:
     return textlayout.lines(out)  # the files' sha256 in full (the key: 16 digits)
 
 
-RENDERERS = ((CheckResult, check),)
+RENDERERS: Renderers = ((CheckResult, check),)

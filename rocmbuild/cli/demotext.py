@@ -7,6 +7,7 @@ from __future__ import annotations
 import shlex
 
 from rocmbuild.cli import textlayout
+from rocmbuild.cli.textlayout import Renderers
 from rocmbuild.results import DemoResult
 
 
@@ -31,4 +32,4 @@ def next_commands(r: DemoResult) -> list[str]:
             "  rocmbuild rollback --env env        # and `rocmbuild redo --env env`"]
 
 
-RENDERERS = [(DemoResult, _demo)]
+RENDERERS: Renderers = [(DemoResult, _demo)]

@@ -5,17 +5,18 @@ from __future__ import annotations
 
 import json
 
+from rocmbuild.cli.textlayout import Renderers
 from rocmbuild.names import recipe_version, safe_text
 from rocmbuild.results import BuildPlan, ConfigListResult, KeyResult, PushResult, RemoteListResult
 
 
-def size(n: int | None) -> str:
+def size(n: float | None) -> str:
     if n is None:
         return "?"
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
+        n /= 1024
     return str(n)
 
 
@@ -73,5 +74,5 @@ def remote_list(r: RemoteListResult) -> str:
     return "\n".join(lines)
 
 
-RENDERERS = ((ConfigListResult, config_list), (KeyResult, key_generate), (PushResult, push),
+RENDERERS: Renderers = ((ConfigListResult, config_list), (KeyResult, key_generate), (PushResult, push),
              (RemoteListResult, remote_list))

@@ -44,7 +44,6 @@ from rocmbuild.results import (
     RemoteListResult,
     RollbackResult,
     StatusResult,
-    VerbResult,
     VerifyResult,
 )
 
@@ -54,7 +53,7 @@ def _lines(items) -> str:
 
 
 @singledispatch
-def brief(result: VerbResult) -> str | None:
+def brief(result: object) -> str | None:  # a VerbResult, or a result made below results/ (store's CacheReport)
     """The quiet text of ``result`` (None: the full text is already what ``-q`` shows)."""
     return None
 

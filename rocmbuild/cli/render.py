@@ -14,7 +14,7 @@ is escaped where it is made. ``--json`` keeps every string exact.
 from __future__ import annotations
 
 from functools import singledispatch
-from typing import Any
+from typing import Any, Mapping
 
 from rocmbuild.proc import runner
 from rocmbuild import ui
@@ -41,14 +41,13 @@ from rocmbuild.results import (
     ShowResult,
     StatusChanges,
     StatusResult,
-    VerbResult,
     VerifyResult,
     short_txn,
 )
 
 
 @singledispatch
-def text(result: VerbResult) -> str:
+def text(result: object) -> str:  # a VerbResult, or a result made below results/ (store's CacheReport)
     raise TypeError(f"no renderer for {type(result).__name__}")
 
 
@@ -76,7 +75,7 @@ def _show(r: ShowResult) -> str:
                                                        + [f"#   {x}" for x in r.overridden]))
 
 
-def package_words(p: dict) -> str:
+def package_words(p: Mapping[str, Any]) -> str:
     """``Debian package libmiopen1 7.2.4+dfsg-1 (amd64)`` (the architecture is known once fetched)."""
     return f"Debian package {p['name']} {p['version']} ({p.get('architecture') or 'architecture known once fetched'})"
 
@@ -236,11 +235,11 @@ def _cache_verify(r: CacheVerifyResult) -> str:
     return textlayout.lines(lines)
 
 
-def _size(n: int) -> str:
+def _size(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
+        n /= 1024
     return str(n)
 
 
@@ -346,7 +345,7 @@ def _history(h: HistoryResult) -> str:
     cols = textlayout.width()
     apart = differs.told_apart([(r.get("recipe"), r.get("build") or {}) for r in h.transactions],
                                verbose=ui.verbosity() > 0)  # what tells builds of one recipe apart
-    rows = [history_row(r, built) for r, built in reversed(list(zip(h.transactions, apart)))]
+    rows = [history_row(r, built) for r, built in reversed(list(zip(h.transactions, apart, strict=True)))]
     out = [textlayout.wrap(safe_text(f"history of {h.prefix} (newest first)"), cols)]
     out += [textlayout.wrap(safe_text(f"this state was {o['relation']} from {o['from']} ({o['state_dir']}): its "
                                   "transactions ran there; rollback and recover act on this prefix only"), cols)

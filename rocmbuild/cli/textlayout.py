@@ -29,7 +29,7 @@ import shutil
 import sys
 import textwrap
 from io import StringIO
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from rich import box
 from rich.console import Console
@@ -38,6 +38,9 @@ from rich.text import Text
 from rich.tree import Tree
 
 from rocmbuild.names import safe_text
+
+#: each text module's renderers, by result type (cli/render.py registers them)
+Renderers = Sequence[tuple[type, Callable[..., str]]]
 
 OFF_TERMINAL = 120
 #: the width off a terminal: nothing is wrapped
@@ -80,7 +83,7 @@ class _Buffer(StringIO):
     """Text rich writes as for stdout: ASCII tree guides and ellipses where stdout is not UTF-8."""
 
     @property
-    def encoding(self) -> str:  # type: ignore[override]
+    def encoding(self) -> str:  # type: ignore[override]  # StringIO's attribute, computed here
         return "utf-8" if _utf8() else "ascii"
 
 
@@ -118,9 +121,9 @@ def _widths(cells: list[list[str]], cols: int) -> list[int] | None:
         return natural
     if sum(least) > room:
         return None
-    want = [n - m for n, m in zip(natural, least)]
+    want = [n - m for n, m in zip(natural, least, strict=True)]
     spare = room - sum(least)
-    widths = [m + spare * w // sum(want) for m, w in zip(least, want)]
+    widths = [m + spare * w // sum(want) for m, w in zip(least, want, strict=True)]
     return widths
 
 
@@ -138,16 +141,16 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Cell]], cols: int | No
     cols = cols or width()
     if cols >= UNBOUNDED:
         return aligned(headers, rows)
-    rows = [[cell_text(c) for c in r] for r in rows]
-    cells = [[h, *(r[i] for r in rows)] for i, h in enumerate(headers)]
+    texts = [[cell_text(c) for c in r] for r in rows]
+    cells = [[h, *(r[i] for r in texts)] for i, h in enumerate(headers)]
     widths = _widths(cells, cols)
     if widths is None:
         return None
     t = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1, 0, 0), show_edge=False, header_style="",
               expand=False)
-    for h, w in zip(headers, widths):
+    for h, w in zip(headers, widths, strict=True):
         t.add_column(Text(h), overflow="ellipsis", width=w)
-    for row in rows:
+    for row in texts:
         t.add_row(*(Text(c) for c in row))
     return to_text(t, cols)
 
@@ -157,7 +160,7 @@ def aligned(headers: Sequence[str], rows: Sequence[Sequence[Cell]]) -> str:
     cut (a cell of several lines joined with ", ")."""
     texts = [[safe_text(h) for h in headers]] + [[cell_text(c, ", ") for c in r] for r in rows]
     widths = [max(len(r[i]) for r in texts) for i in range(len(headers))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in texts)
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in texts)
 
 
 def tree(label: str, branches: Iterable[tuple[str, Sequence[str]]], cols: int | None = None) -> str:

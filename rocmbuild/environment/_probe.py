@@ -144,7 +144,7 @@ def _close(torch, got, want, what, rtol=1e-3, atol=1e-3):
     try:
         torch.testing.assert_close(got.detach().cpu(), want.detach().cpu(), rtol=rtol, atol=atol)
     except AssertionError as exc:
-        raise AssertionError("%s differs from the CPU: %s" % (what, str(exc)[:500]))
+        raise AssertionError("%s differs from the CPU: %s" % (what, str(exc)[:500])) from exc
 
 
 def _sync(torch, device):

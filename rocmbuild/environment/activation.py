@@ -39,6 +39,7 @@ Decisions:
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -142,7 +143,7 @@ def kind_of(prefix: Path) -> str:
 def _active(prefix: Path, kind: str) -> bool:
     var = os.environ.get("CONDA_PREFIX" if kind == "conda" else "VIRTUAL_ENV")
     try:
-        return bool(var) and os.path.samefile(var, prefix)
+        return var is not None and var != "" and os.path.samefile(var, prefix)
     except OSError:
         return False
 
@@ -233,7 +234,7 @@ def _emulate(prefix: Path, kind: str, scripts: list[Path], env_vars: dict[str, t
                           "fix that activation script (it must not `exit`), or run rocmbuild with --python EXE "
                           "from the activated shell")
     sources: dict[str, str] = {}
-    for step, (a, b) in zip(steps, zip(snaps, snaps[1:])):
+    for step, (a, b) in zip(steps, itertools.pairwise(snaps), strict=True):
         for var in set(a) | set(b):
             if a.get(var) != b.get(var):
                 sources[var] = env_vars[var][1] if step == "env vars" and var in env_vars else step
@@ -280,7 +281,7 @@ def _run(argv: list[str], prefix: Path) -> runner.Completed:
 
 
 def _snapshots(stdout: str) -> list[dict[str, str]]:
-    out = []
+    out: list[dict[str, str]] = []
     for chunk in stdout.split("\0\0"):
         if not chunk and not out:
             continue

@@ -139,7 +139,8 @@ def copies(act: Activation, report: ProbeReport, environ=None) -> list[Copy]:
             files = _matching(var, e, _pattern(library))
             other = tuple(f for f in files if not any(lib.same_file(f) for lib in loaded))
             if other:
-                out.append(Copy(var, e, CALLER if e in caller else ch.source, other))
+                # an entry not the caller's came from the activation's change
+                out.append(Copy(var, e, CALLER if e in caller or ch is None else ch.source, other))
     return out
 
 

@@ -67,14 +67,15 @@ def read_elf(path: Path) -> Elf | None:
             for section in ELFFile(f).iter_sections():
                 if not isinstance(section, DynamicSection):
                     continue
+                # pyelftools sets needed/runpath/rpath on a tag at run time (its types do not declare them)
                 for tag in section.iter_tags():
                     kind = tag.entry.d_tag
                     if kind == "DT_NEEDED":
-                        needed.append(tag.needed)
+                        needed.append(tag.needed)  # type: ignore[attr-defined]
                     elif kind == "DT_RUNPATH":
-                        runpath += [p for p in tag.runpath.split(":") if p]
+                        runpath += [p for p in tag.runpath.split(":") if p]  # type: ignore[attr-defined]
                     elif kind == "DT_RPATH":
-                        rpath += [p for p in tag.rpath.split(":") if p]
+                        rpath += [p for p in tag.rpath.split(":") if p]  # type: ignore[attr-defined]
     except (ELFError, OSError, ValueError):
         return None
     return Elf(tuple(needed), tuple(runpath), tuple(rpath))

@@ -98,7 +98,10 @@ def _tuple3(value) -> tuple[int, int, int] | None:
         t = tuple(int(x) for x in value)
     except (TypeError, ValueError):
         return None
-    return t if len(t) == 3 else None  # type: ignore[return-value]
+    if len(t) != 3:
+        return None
+    major, minor, patch = t
+    return major, minor, patch
 
 
 @dataclass(frozen=True)

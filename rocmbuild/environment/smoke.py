@@ -26,7 +26,7 @@ def check_smoke(report: ProbeReport) -> list[Check]:
 def _smoke_check(c: dict, s: dict) -> Check:
     name = "smoke" if c.get("name") == "batchnorm" else f"smoke: {c.get('name')}"
     status, reason = c.get("status"), c.get("reason")
-    expected = SMOKE_EXPECTED.get(c.get("name"), "passes")
+    expected = SMOKE_EXPECTED.get(str(c.get("name")), "passes")
     where = f" on {s['device']}" if s.get("device") else ""
     if status == "passed":
         node = s.get("node") if c.get("name") == "batchnorm" and not reason else None

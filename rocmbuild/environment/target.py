@@ -253,12 +253,13 @@ def resolve_from(env: str | None = None, python: str | None = None, *,
     if not prefix.is_dir():
         raise TargetError(f"target prefix is not a directory: {prefix} (from {source})",
                           "--env takes the environment's root directory; for an interpreter use --python")
-    exe = _python_in(prefix)
-    if exe is None:
+    in_prefix = _python_in(prefix)
+    if in_prefix is None:
         raise TargetError(
             f"not an environment prefix: {prefix} has no bin/python (from {source})",
             "--env takes a conda env or venv root (e.g. ~/miniconda3/envs/NAME); for another layout use --python EXE",
         )
+    exe = in_prefix
     if source.startswith("$"):
         _not_own_environment(prefix, source)
         ui.info(f"target: {prefix} (from {source})")
@@ -326,8 +327,9 @@ def probe_env(prefix: Path, python: Path) -> dict[str, str | None]:
 
 def _torch_error(report: ProbeReport, prefix: Path, python: Path, act: Activation) -> TargetError:
     """torch is missing, or ``import torch`` fails, in the target: say which, and that nothing changed."""
+    torch_error = report.torch_error or ""
     details = {"torch_error": report.torch_error, "prefix": str(prefix), "activation": act.to_json()}
-    if report.torch_error.startswith("ModuleNotFoundError") and "'torch'" in report.torch_error:
+    if torch_error.startswith("ModuleNotFoundError") and "'torch'" in torch_error:
         return TargetError(
             f"torch is not installed in the target {prefix} (python {python})",
             "install PyTorch for ROCm in that environment, or point --env/--python at the one that has it",

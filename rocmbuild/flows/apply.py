@@ -126,13 +126,14 @@ def apply(source: Source, where: TargetSpec, options: ApplyOptions = ApplyOption
         source = source.recipe()
     if options.dry_run:
         return replace(_dry_run(source, where, options), duration_s=time.monotonic() - start)
-    recipe = art = None
-    if isinstance(source, RecipeSource):
+    recipe: Recipe | None = None
+    art: Artifact | None = None
+    if isinstance(source, RecipeSource):  # a recipe: its targets before it is built
         recipe = build.load_recipe(source.name, source.recipes_dirs, source.overrides)
+        targets, encoding = arch.build_targets(recipe.build.defines), recipe.verify.encoding
     else:
         art = bundle.import_bundle(source.location, home=cache_home(), sha256=source.sha256)
-    targets, encoding = ((arch.build_targets(recipe.build.defines), recipe.verify.encoding) if recipe is not None
-                         else (art.manifest.gpu_targets, art.manifest.encoding))  # a recipe: before it is built
+        targets, encoding = art.manifest.gpu_targets, art.manifest.encoding
     gpu_arch = guards.refuse_other_arch(targets, encoding, allow_other_arch=options.allow_other_arch)
     prefix, python = target.resolve(where.env, where.python, check=False)  # probed below
     recovered = tuple(guards.recover_prefix(prefix, wait=options.wait))  # never probe a half-swapped target
@@ -296,7 +297,8 @@ def _dry_artifact(source: RecipeSource | BundleSource, options: ApplyOptions) ->
     if isinstance(source, RecipeSource):
         bp = build.build_plan(source.name, source.recipes_dirs, source.overrides,
                               offline=options.caches.offline, caches=options.caches)
-        yield (cache.lookup(bp.cache_key, cache_home()) if bp.cached else None), bp, None
+        hit = cache.lookup(bp.cache_key, cache_home()) if bp.cached and bp.cache_key is not None else None
+        yield hit, bp, None
         return
     if not bundle.is_url(source.location):  # read in place: nothing extracted, no temp dir
         art = bundle.inspect(source.location, home=cache_home(), sha256=source.sha256)

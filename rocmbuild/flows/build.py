@@ -97,10 +97,12 @@ def offline_commit(r: Recipe, home: Path) -> str:
     found = []
     for path in cache.entries(home):
         art = cache.lookup(path.name, home)
-        m = art.manifest if art is not None else None
-        if m is None or m.recipe != r.name or not m.commit:
+        if art is None:
             continue
-        if cache.cache_key(cache.inputs(r, commit=m.commit, home=home)) == art.key:  # type: ignore[union-attr]
+        m = art.manifest
+        if m.recipe != r.name or not m.commit:
+            continue
+        if cache.cache_key(cache.inputs(r, commit=m.commit, home=home)) == art.key:
             found.append(((path / "manifest.json").stat().st_mtime, m.commit))
     if not found:
         raise FetchError(f"{r.name}: --offline, and the ref '{r.source.ref or 'HEAD'}' needs the network to be resolved: "
@@ -242,14 +244,20 @@ def build_result(name: str, recipes_dirs: Sequence[str] = (), overrides: Overrid
 # the build plan
 
 
-def _soft_gpu_targets(r: Recipe, notes: list[str]) -> tuple[Recipe, str | None]:
+def _gpu_targets(r: Recipe) -> str | tuple[str, ...] | None:
+    """The recipe's GPU_TARGETS as it wrote it ("a;b" or a list; checked by recipe/arch.py)."""
+    v = r.build.define("GPU_TARGETS")
+    return v if v is None or isinstance(v, (str, tuple)) else str(v)
+
+
+def _soft_gpu_targets(r: Recipe, notes: list[str]) -> tuple[Recipe, str | tuple[str, ...] | None]:
     """Resolve GPU_TARGETS = "auto" if a GPU is there; else say so in ``notes``."""
-    gpu_targets = r.build.define("GPU_TARGETS")
+    gpu_targets = _gpu_targets(r)
     if gpu_targets != "auto":
         return r, gpu_targets
     try:
         r = _recipe.resolve_gpu_targets(r, gpu.detect)
-        return r, r.build.define("GPU_TARGETS")
+        return r, _gpu_targets(r)
     except InputError as exc:
         notes.append(f"GPU_TARGETS: {exc.message}; {exc.hint}")
         return r, "auto (unresolved)"

@@ -70,7 +70,8 @@ def check(path: Path) -> CacheEntry:
     if problems:
         return CacheEntry(path.name, kind, recipe, version, str(path), "quarantined", tuple(problems),
                           str(cache.quarantine(path)), prov)
-    seal(path, art.manifest.files)  # type: ignore[union-attr]
+    assert art is not None  # no problems: its manifest was read
+    seal(path, art.manifest.files)
     return CacheEntry(path.name, kind, recipe, version, str(path), "ok", (), None, prov)
 
 

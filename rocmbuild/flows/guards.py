@@ -34,7 +34,7 @@ import os
 import shutil
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from rocmbuild import progress, ui
 from rocmbuild.store import cache
@@ -49,6 +49,9 @@ from rocmbuild.swap import statedir
 from rocmbuild import swap as _txn
 from rocmbuild.environment import verify as verify_mod
 from rocmbuild.environment.verify import Check, Verdict
+
+if TYPE_CHECKING:
+    from rocmbuild.environment import needed
 
 RESTORED_WARN_ONLY = ("compatibility",)
 
@@ -82,11 +85,12 @@ def refuse_unreadable(prefix: Path) -> None:
         details={"unreadable": [u.to_json() for u in bad]})
 
 
-def recover_prefix(prefix: Path, *, wait: bool | LockWait, verify_restored=None) -> list[_txn.Recovered]:
+def recover_prefix(prefix: Path, *, wait: bool | LockWait,
+                   verify_restored: _txn.Verify | None = None) -> list[_txn.Recovered]:
     """Recover every unfinished journal of the target (each state dir under its lock); refuse
     first while a journal cannot be read (:func:`refuse_unreadable`)."""
     refuse_unreadable(prefix)
-    out: list[dict[str, Any]] = []
+    out: list[_txn.Recovered] = []
     for d in statedir.state_dirs_for(prefix):
         if _txn.needs_recovery(d):
             with statedir.TargetLock(d, wait=wait):
@@ -143,7 +147,7 @@ def compat_refusal(check: Check, report, encoding: str) -> InputError:
     )
 
 
-def refuse_needed(artifact: Artifact, t, libdir: Path) -> "needed.Needed":
+def refuse_needed(artifact: Artifact, t, libdir: Path) -> needed.Needed:
     """The artifact's libraries' DT_NEEDED against what the target ``t`` provides
     (:mod:`rocmbuild.environment.needed`): a conflict is refused (:func:`needed_refusal`, exit 2),
     a SONAME found nowhere warned about; before anything is written."""

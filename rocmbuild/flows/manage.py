@@ -67,8 +67,7 @@ def _pick_state_dir(prefix: Path, redo: bool = False) -> Path:
     def newest(d: Path) -> str | None:
         m = _txn.model(d)
         return m.redo.rollback if redo and m.redo else (None if redo else (m.stack[-1] if m.stack else None))
-    dirs = [(d, newest(d)) for d in statedir.state_dirs_for(prefix)]
-    dirs = [(d, n) for d, n in dirs if n]
+    dirs = [(d, n) for d in statedir.state_dirs_for(prefix) if (n := newest(d))]
     if not dirs:
         if redo:
             raise TargetError(f"nothing to redo on {prefix}: no rollback since the last apply took anything out of effect",

@@ -37,6 +37,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rocmbuild import config, ui
 from rocmbuild.store import bundle
@@ -47,6 +48,9 @@ from rocmbuild.errors import FetchError, LockedError, RocmbuildError
 from rocmbuild.home import downloads_dir
 from rocmbuild.fs.locks import LockWait
 from rocmbuild.fs.root import ConfinementError, Root
+
+if TYPE_CHECKING:  # imported where a cache is opened (requests, cryptography)
+    from rocmbuild.remote import Entry
 
 
 @dataclass(frozen=True)
@@ -75,7 +79,7 @@ class Candidate:
     """A cache entry that passed steps 1-3 (what a dry run says it would substitute)."""
 
     cache: config.CacheConfig
-    entry: object  # rocmbuild.remote.Entry
+    entry: Entry
     signer: str | None
 
 
@@ -133,11 +137,11 @@ def _import(cand: Candidate, key: str, home: Path) -> Artifact:
     try:
         with Root.under(home, tmp, "the cache", create=True) as root:  # no link in the cache home followed
             fetched = open_cache(cand.cache).fetch(key, root)
-        origin = Provenance(source=cand.cache.url, kind=SUBSTITUTED, bundle_sha256=entry.bundle_sha256,  # type: ignore[attr-defined]
+        origin = Provenance(source=cand.cache.url, kind=SUBSTITUTED, bundle_sha256=entry.bundle_sha256,
                             sha256_checked=True, cache=cand.cache.url, signer=cand.signer,
                             imported=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
-        art = bundle.import_bundle(fetched.bundle, home=home, sha256=entry.bundle_sha256,  # type: ignore[attr-defined]
-                                   signed=(key, entry.manifest), origin=origin)  # type: ignore[attr-defined]
+        art = bundle.import_bundle(fetched.bundle, home=home, sha256=entry.bundle_sha256,
+                                   signed=(key, entry.manifest), origin=origin)
         ok = True
         return art
     finally:
@@ -241,7 +245,8 @@ def would_substitute(key: str, opts: CacheOptions) -> WouldSubstitute:
     """Steps 1-3 for each cache in order, nothing downloaded: the registry's manifest (or the
     directory's ``.manifest.json``), the signature and the GPU targets; never the bundle. No
     request at all with ``--offline`` or ``--no-cache``."""
-    notes, unreachable = [], []
+    notes: list[str] = []
+    unreachable: list[str] = []
     for c in caches(opts):
         try:
             cand = candidate(c, key, opts)

@@ -20,7 +20,7 @@ class _OpenHow(ctypes.Structure):
     _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
 
 
-def _libc():
+def _libc() -> ctypes.CDLL | None:
     try:
         return ctypes.CDLL(None, use_errno=True)
     except OSError:  # pragma: no cover - no C library to call through
@@ -34,8 +34,10 @@ _openat2_ok: bool | None = None
 def open_beneath(dirfd: int, rel: str, flags: int, mode: int = 0) -> int:
     how = _OpenHow(flags | os.O_CLOEXEC, mode if flags & os.O_CREAT else 0,
                    RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)
+    if _LIBC is None:  # no C library to call through: has_openat2() said so
+        raise OSError(errno.ENOSYS, os.strerror(errno.ENOSYS), rel)
     for _ in range(8):  # EAGAIN: a rename raced the lookup; the kernel asks us to try again
-        fd = _LIBC.syscall(_SYS_OPENAT2, dirfd, os.fsencode(rel), ctypes.byref(how), ctypes.sizeof(how))
+        fd: int = _LIBC.syscall(_SYS_OPENAT2, dirfd, os.fsencode(rel), ctypes.byref(how), ctypes.sizeof(how))
         if fd >= 0:
             return fd
         err = ctypes.get_errno()
@@ -63,7 +65,7 @@ def has_openat2() -> bool:
     return _openat2_ok
 
 
-def parts(rel: str | os.PathLike) -> list[str]:
+def parts(rel: str | os.PathLike[str]) -> list[str]:
     """The components of a clean relative path; ValueError for anything else."""
     s = os.fspath(rel)
     if isinstance(s, bytes):

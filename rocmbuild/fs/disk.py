@@ -228,6 +228,7 @@ class FileLock:
         return locks.read_holder(self.path)
 
     def _try(self) -> bool:
+        assert self.fd is not None, "the lock file is open"
         op = fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX
         try:
             fcntl.flock(self.fd, op | fcntl.LOCK_NB)
@@ -319,5 +320,5 @@ class FileLock:
     def __enter__(self) -> "FileLock":
         return self.acquire()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.release()

@@ -52,7 +52,7 @@ class Root:
 
     # -- opening ---------------------------------------------------------------------------
     @classmethod
-    def open(cls, path: str | os.PathLike, what: str, *, create: bool = False, mode: int = 0o755) -> "Root":
+    def open(cls, path: str | os.PathLike[str], what: str, *, create: bool = False, mode: int = 0o755) -> "Root":
         """Open ``path`` (as named) as a root; with ``create``, make it first (``mkdir -p``)."""
         p = os.fspath(path)
         if create:
@@ -60,7 +60,7 @@ class Root:
         return cls(os.open(p, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), p, what)
 
     @classmethod
-    def under(cls, base: str | os.PathLike, path: str | os.PathLike, what: str, *, create: bool = False) -> "Root":
+    def under(cls, base: str | os.PathLike[str], path: str | os.PathLike[str], what: str, *, create: bool = False) -> "Root":
         """The directory ``path`` (``base`` or beneath it) as a root: ``base``, a home the user names,
         opened as named, the rest beneath its fd with no symlink followed (the cache home's dirs)."""
         rel = os.path.relpath(os.fspath(path), os.fspath(base))
@@ -93,7 +93,7 @@ class Root:
     def __enter__(self) -> "Root":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __del__(self) -> None:  # a root dropped without close() must not leak its fd
@@ -103,11 +103,11 @@ class Root:
             pass
 
     # -- resolving -------------------------------------------------------------------------
-    def show(self, rel: str | os.PathLike = "") -> str:
+    def show(self, rel: str | os.PathLike[str] = "") -> str:
         """``rel`` as a path a person reads (the root's path joined with it)."""
         return os.path.join(self.path, os.fspath(rel)) if os.fspath(rel) else self.path
 
-    def _checked(self, rel: str | os.PathLike) -> list[str]:
+    def _checked(self, rel: str | os.PathLike[str]) -> list[str]:
         try:
             return parts(rel)
         except ValueError as exc:
@@ -146,7 +146,7 @@ class Root:
                 raise
             raise err from None
 
-    def parent(self, rel: str | os.PathLike, *, create: bool = False, mode: int = 0o755) -> "_Parent":
+    def parent(self, rel: str | os.PathLike[str], *, create: bool = False, mode: int = 0o755) -> "_Parent":
         """A context: ``(dir_fd, name)`` of ``rel``'s directory (resolved now) and its last name."""
         comps = self._checked(rel)
         if not comps:
@@ -156,7 +156,7 @@ class Root:
         return _Parent(self._opendir(comps[:-1], os.fspath(rel)), comps[-1])
 
     # -- reading ---------------------------------------------------------------------------
-    def lstat(self, rel: str | os.PathLike = "") -> os.stat_result | None:
+    def lstat(self, rel: str | os.PathLike[str] = "") -> os.stat_result | None:
         """``rel``'s own status (never followed); None when it (or a directory on its way) is absent."""
         comps = self._checked(rel)
         if not comps:
@@ -167,28 +167,28 @@ class Root:
         except FileNotFoundError:
             return None
 
-    def readlink(self, rel: str | os.PathLike) -> str:
+    def readlink(self, rel: str | os.PathLike[str]) -> str:
         with self.parent(rel) as (fd, name):
             return os.readlink(name, dir_fd=fd)
 
-    def listdir(self, rel: str | os.PathLike = "") -> list[str]:
+    def listdir(self, rel: str | os.PathLike[str] = "") -> list[str]:
         fd = self._opendir(self._checked(rel), os.fspath(rel))
         try:
             return sorted(os.listdir(fd))
         finally:
             os.close(fd)
 
-    def open_file(self, rel: str | os.PathLike, flags: int = os.O_RDONLY, mode: int = 0o644) -> int:
+    def open_file(self, rel: str | os.PathLike[str], flags: int = os.O_RDONLY, mode: int = 0o644) -> int:
         """An fd of the file ``rel`` (the last component never followed either)."""
         with self.parent(rel) as (fd, name):
             return os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=fd)
 
-    def read_bytes(self, rel: str | os.PathLike) -> bytes:
+    def read_bytes(self, rel: str | os.PathLike[str]) -> bytes:
         fd = self.open_file(rel)
         with os.fdopen(fd, "rb") as f:
             return f.read()
 
-    def sha256(self, rel: str | os.PathLike) -> str:
+    def sha256(self, rel: str | os.PathLike[str]) -> str:
         fd = self.open_file(rel)
         try:
             return sha256_fd(fd)
@@ -196,7 +196,7 @@ class Root:
             os.close(fd)
 
     # -- writing ---------------------------------------------------------------------------
-    def fsync(self, rel: str | os.PathLike = "") -> None:
+    def fsync(self, rel: str | os.PathLike[str] = "") -> None:
         fd = self._opendir(self._checked(rel), os.fspath(rel))
         try:
             os.fsync(fd)
@@ -226,12 +226,12 @@ class Root:
         os.fsync(fd)  # the new entry
         return True
 
-    def mkdir(self, rel: str | os.PathLike, mode: int = 0o755) -> bool:
+    def mkdir(self, rel: str | os.PathLike[str], mode: int = 0o755) -> bool:
         """Make the directory ``rel`` (its parent must exist); False when it already exists."""
         with self.parent(rel) as (fd, name):
             return self._mkdir_at(fd, name, mode)
 
-    def makedirs(self, rel: str | os.PathLike, mode: int = 0o755) -> list[str]:
+    def makedirs(self, rel: str | os.PathLike[str], mode: int = 0o755) -> list[str]:
         """``mkdir -p rel`` beneath the root; the directories it made, outermost first."""
         made, fd = [], os.dup(self.fd)
         try:
@@ -245,7 +245,7 @@ class Root:
             os.close(fd)
         return made
 
-    def unlink(self, rel: str | os.PathLike, *, sync: bool = True) -> bool:
+    def unlink(self, rel: str | os.PathLike[str], *, sync: bool = True) -> bool:
         """Remove the file or link ``rel``; False when it was not there. The directory is fsynced."""
         try:
             with self.parent(rel) as (fd, name):
@@ -256,7 +256,7 @@ class Root:
         except FileNotFoundError:
             return False
 
-    def rmdir(self, rel: str | os.PathLike, *, sync: bool = True) -> bool:
+    def rmdir(self, rel: str | os.PathLike[str], *, sync: bool = True) -> bool:
         """Remove the empty directory ``rel``; False when absent or not empty."""
         try:
             with self.parent(rel) as (fd, name):
@@ -269,7 +269,7 @@ class Root:
                 return False
             raise
 
-    def rmtree(self, rel: str | os.PathLike) -> None:
+    def rmtree(self, rel: str | os.PathLike[str]) -> None:
         """Remove ``rel`` and everything beneath it, never following a link out."""
         st = self.lstat(rel)
         if st is None:
@@ -288,7 +288,7 @@ class Root:
             self.rmtree(f"{os.fspath(rel)}/{name}")
         self.rmdir(rel, sync=False)
 
-    def symlink(self, text: str, rel: str | os.PathLike) -> None:
+    def symlink(self, text: str, rel: str | os.PathLike[str]) -> None:
         """Make the link ``rel`` -> ``text`` (a leftover ``rel`` is replaced); fsync its directory."""
         with self.parent(rel) as (fd, name):
             try:
@@ -301,7 +301,7 @@ class Root:
                 os.chown(name, ref.st_uid, ref.st_gid, dir_fd=fd, follow_symlinks=False)
             os.fsync(fd)
 
-    def replace(self, src: str | os.PathLike, dst: str | os.PathLike, *, into: "Root | None" = None,
+    def replace(self, src: str | os.PathLike[str], dst: str | os.PathLike[str], *, into: "Root | None" = None,
                 sync: bool = True) -> None:
         """``renameat`` ``src`` over ``dst`` (in ``into``, this root by default): one atomic step."""
         other = into or self
@@ -312,7 +312,7 @@ class Root:
                 if other is not self:
                     os.fsync(sfd)
 
-    def link_to(self, src: str | os.PathLike, into: "Root", dst: str | os.PathLike) -> None:
+    def link_to(self, src: str | os.PathLike[str], into: "Root", dst: str | os.PathLike[str]) -> None:
         """Hardlink the file ``src`` as ``dst`` in ``into`` (``linkat``; a leftover ``dst`` is
         replaced). OSError(EXDEV etc.) when the filesystem will not: the caller copies."""
         with self.parent(src) as (sfd, sname), into.parent(dst) as (dfd, dname):
@@ -323,7 +323,7 @@ class Root:
             os.link(sname, dname, src_dir_fd=sfd, dst_dir_fd=dfd, follow_symlinks=False)
             os.fsync(dfd)
 
-    def write_atomic(self, rel: str | os.PathLike, data: bytes, mode: int = 0o644) -> None:
+    def write_atomic(self, rel: str | os.PathLike[str], data: bytes, mode: int = 0o644) -> None:
         """Write ``rel`` whole or not at all: a temp beside it, fsync, rename, fsync the directory.
         The one atomic writer: :func:`rocmbuild.fs.disk.atomic_write_bytes` (a file named by its
         path) opens the file's directory as a root and calls this."""
@@ -352,7 +352,7 @@ class Root:
                 raise
             os.fsync(dfd)
 
-    def copy_in(self, src_fd: int, rel: str | os.PathLike, *, mode: int, sha256: str | None = None,
+    def copy_in(self, src_fd: int, rel: str | os.PathLike[str], *, mode: int, sha256: str | None = None,
                 trusted: bool = False, owner: os.stat_result | None = None,
                 mtime_ns: int | None = None, durable: bool = True) -> str:
         """Write ``src_fd``'s bytes as the new file ``rel`` (a leftover is replaced), mode ``mode``,
@@ -396,7 +396,7 @@ class _Parent:
     def __enter__(self) -> tuple[int, str]:
         return self.fd, self.name
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         os.close(self.fd)
 
 

@@ -30,6 +30,7 @@ import os
 import signal
 import sys
 import time
+from types import FrameType
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -44,11 +45,11 @@ class _Stop(Exception):
         self.signum = signum
 
 
-def _on_signal(signum, _frame):
+def _on_signal(signum: int, _frame: FrameType | None) -> None:  # raises: typing is not imported here
     raise _Stop(signum)
 
 
-def _prctl(libc, option: int, value: int) -> None:
+def _prctl(libc: ctypes.CDLL, option: int, value: int) -> None:
     if libc.prctl(option, value, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), f"prctl({option}) failed")
 
@@ -68,7 +69,7 @@ def _become(user: tuple[int, int, list[int]] | None) -> None:
         os.chdir("/")
 
 
-def _exec_child(libc, me: int, argv: list[str], user: tuple[int, int, list[int]] | None = None) -> None:
+def _exec_child(libc: ctypes.CDLL, me: int, argv: list[str], user: tuple[int, int, list[int]] | None = None) -> None:
     """In the forked child: own process group, default signals, the target owner's identity when
     asked (before the parent-death signal: a change of credentials clears it), parent-death
     SIGKILL, exec."""
@@ -130,13 +131,21 @@ def _reap_all() -> None:
             continue
 
 
-def _wait(pid: int, deadline: float | None) -> int | None:
-    """The raw wait status of ``pid``, or None when ``deadline`` passed first."""
+def _wait(pid: int) -> int:
+    """The raw wait status of ``pid``, once it exited."""
     while True:
-        done, status = os.waitpid(pid, 0 if deadline is None else os.WNOHANG)
+        done, status = os.waitpid(pid, 0)
         if done == pid:
             return status
-        if deadline is not None and time.monotonic() >= deadline:
+
+
+def _wait_until(pid: int, deadline: float) -> int | None:
+    """The raw wait status of ``pid``, or None when ``deadline`` passed first."""
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            return status
+        if time.monotonic() >= deadline:
             return None
         time.sleep(0.02)
 
@@ -145,9 +154,9 @@ def _stop(pid: int, grace: float, signum: int) -> int:
     for s in STOP_SIGNALS:
         signal.signal(s, signal.SIG_IGN)  # the stop runs to its end
     _kill(pid, signal.SIGTERM, group=True)
-    if _wait(pid, time.monotonic() + grace) is None:
+    if _wait_until(pid, time.monotonic() + grace) is None:
         _kill(pid, signal.SIGKILL, group=True)
-        _wait(pid, None)
+        _wait(pid)
     _kill(pid, signal.SIGKILL, group=True)
     _reap_all()
     return 128 + signum
@@ -194,7 +203,7 @@ def main(args: list[str]) -> int:
         _reap_all()
         return 128 + stop.signum
     try:
-        status = _wait(pid, None)
+        status = _wait(pid)
     except _Stop as stop:
         return _stop(pid, float(grace), stop.signum)
     for s in STOP_SIGNALS:

@@ -39,7 +39,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+from typing import IO, TYPE_CHECKING, Callable, Mapping, Sequence
 
 from rocmbuild import progress, ui
 from rocmbuild.errors import BuildError, RequirementError, RocmbuildError, SystemLimitError, from_os_error
@@ -67,7 +67,8 @@ GRACE = 3.0  # seconds between SIGTERM and SIGKILL when a tree is stopped
 REAPER = Path(__file__).with_name("reaper.py")
 
 
-def _start(argv: Sequence[str | os.PathLike], cwd, env: Env, stderr, user: "Identity | None" = None) -> subprocess.Popen:
+def _start(argv: Sequence[str | os.PathLike[str]], cwd: str | os.PathLike[str] | None, env: Env, stderr: int,
+           user: "Identity | None" = None) -> subprocess.Popen[bytes]:
     """Start argv under the supervisor, in its own session, stdin /dev/null, stdout piped;
     ``user``: the program runs as that user (the supervisor drops it before exec, :mod:`rocmbuild.proc.runas`)."""
     program, args = _command(argv)
@@ -91,8 +92,9 @@ def _start(argv: Sequence[str | os.PathLike], cwd, env: Env, stderr, user: "Iden
     except OSError as exc:
         if exc.errno == errno.E2BIG:
             raise too_long(argv, env) from exc
-        if exc.errno == errno.ENAMETOOLONG:
-            raise from_os_error(exc, "build") from exc  # type: ignore[misc]
+        err = from_os_error(exc, "build") if exc.errno == errno.ENAMETOOLONG else None
+        if err is not None:
+            raise err from exc
         raise
 
 
@@ -100,7 +102,7 @@ def _start(argv: Sequence[str | os.PathLike], cwd, env: Env, stderr, user: "Iden
 MAX_ARG_STRLEN = 32 * 4096
 
 
-def too_long(argv: Sequence[str | os.PathLike], env: Env) -> SystemLimitError:
+def too_long(argv: Sequence[str | os.PathLike[str]], env: Env) -> SystemLimitError:
     """E2BIG from execve: name the longest argument (or environment entry) and the limits."""
     strings = [str(a) for a in argv] + [f"{k}={v}" for k, v in (env or {}).items() if v is not None]
     longest = max(strings, key=len)
@@ -116,7 +118,7 @@ def too_long(argv: Sequence[str | os.PathLike], env: Env) -> SystemLimitError:
     )
 
 
-def _command(argv: Sequence[str | os.PathLike]):
+def _command(argv: Sequence[str | os.PathLike[str]]) -> tuple[str, list[str]]:
     if not argv:
         raise ValueError("empty argv")
     prog = str(argv[0])
@@ -141,7 +143,7 @@ def environment(env: Env) -> dict[str, str]:
     return merged
 
 
-def kill_tree(proc: subprocess.Popen) -> None:
+def kill_tree(proc: subprocess.Popen[bytes]) -> None:
     """End the supervisor's tree: SIGTERM (it stops the command's group, waits :data:`GRACE`,
     then kills it and every orphan), then SIGKILL to whatever is left of both groups; reap."""
     groups = {proc.pid, *_children(proc.pid)}  # the supervisor's session and the command's group
@@ -171,14 +173,14 @@ def _children(pid: int) -> list[int]:
         return []
 
 
-def display(argv: Sequence[str | os.PathLike]) -> str:
+def display(argv: Sequence[str | os.PathLike[str]]) -> str:
     """A copy-pasteable rendering of argv for messages (never executed)."""
     import shlex
 
     return shlex.join(str(a) for a in argv)
 
 
-def _open_log(log: Path | None, argv: Sequence[str | os.PathLike]):
+def _open_log(log: Path | None, argv: Sequence[str | os.PathLike[str]]) -> IO[str] | None:
     if log is None:
         return None
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -188,8 +190,8 @@ def _open_log(log: Path | None, argv: Sequence[str | os.PathLike]):
     return logf
 
 
-def _failed(argv, rc: int, tail: deque[str], log: Path | None, *, error: type[RocmbuildError], what: str | None,
-            hint: str) -> RocmbuildError:
+def _failed(argv: Sequence[str | os.PathLike[str]], rc: int, tail: deque[str], log: Path | None, *,
+            error: type[RocmbuildError], what: str | None, hint: str) -> RocmbuildError:
     label = what or f"{Path(str(argv[0])).name} failed"
     where = f"\nfull log: {log}" if log is not None else ""
     output = "\n".join(tail)
@@ -201,9 +203,9 @@ def _failed(argv, rc: int, tail: deque[str], log: Path | None, *, error: type[Ro
 
 
 def run(
-    argv: Sequence[str | os.PathLike],
+    argv: Sequence[str | os.PathLike[str]],
     *,
-    cwd: str | os.PathLike | None = None,
+    cwd: str | os.PathLike[str] | None = None,
     env: Env = None,
     log: Path | None = None,
     on_line: Callable[[str], None] | None = None,
@@ -261,9 +263,9 @@ def run(
 
 
 def capture(
-    argv: Sequence[str | os.PathLike],
+    argv: Sequence[str | os.PathLike[str]],
     *,
-    cwd: str | os.PathLike | None = None,
+    cwd: str | os.PathLike[str] | None = None,
     env: Env = None,
     timeout: float | None = 60,
     user: "Identity | None" = None,
@@ -296,14 +298,16 @@ def capture(
     )
 
 
-def _communicate(proc: subprocess.Popen, argv, timeout: float | None) -> tuple[bytes, bytes]:
+def _communicate(proc: subprocess.Popen[bytes], argv: Sequence[str | os.PathLike[str]],
+                 timeout: float | None) -> tuple[bytes, bytes]:
     """Read stdout and stderr until the process exits (then what is already in the pipes), not
     until every holder of the pipes has closed them; raise TimeoutExpired after ``timeout``."""
+    assert proc.stdout is not None and proc.stderr is not None  # both piped by _start
     deadline = None if timeout is None else time.monotonic() + timeout
-    bufs = {proc.stdout: bytearray(), proc.stderr: bytearray()}
+    out, err = bytearray(), bytearray()
     with selectors.DefaultSelector() as sel:
-        for f in bufs:
-            sel.register(f, selectors.EVENT_READ)
+        for f, buf in ((proc.stdout, out), (proc.stderr, err)):
+            sel.register(f, selectors.EVENT_READ, buf)  # the key's data: where its bytes go
         exited_at = None
         while sel.get_map():
             if exited_at is None and proc.poll() is not None:
@@ -311,16 +315,17 @@ def _communicate(proc: subprocess.Popen, argv, timeout: float | None) -> tuple[b
             now = time.monotonic()
             if exited_at is not None and now - exited_at > 0.5:
                 break  # exited: a holder of the pipes is not the command (the group is killed below)
-            if exited_at is None and deadline is not None and now > deadline:
+            if exited_at is None and timeout is not None and deadline is not None and now > deadline:
                 raise subprocess.TimeoutExpired([str(a) for a in argv], timeout)
             for key, _ in sel.select(0.05):
                 data = os.read(key.fd, 65536)
                 if data:
-                    bufs[key.fileobj].extend(data)
+                    into: bytearray = key.data
+                    into.extend(data)
                 else:
                     sel.unregister(key.fileobj)
     proc.wait()
-    return bytes(bufs[proc.stdout]), bytes(bufs[proc.stderr])
+    return bytes(out), bytes(err)
 
 
 def which(program: str) -> str | None:

@@ -23,7 +23,11 @@ import os
 import signal
 import threading
 from contextlib import contextmanager
-from typing import Iterator
+from types import FrameType
+from typing import TYPE_CHECKING, Any, Iterator
+
+if TYPE_CHECKING:
+    from rocmbuild.errors import Interrupted
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -34,7 +38,7 @@ class Stop(KeyboardInterrupt):
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
-        self.details: dict = {}
+        self.details: dict[str, Any] = {}
 
 
 class _State:
@@ -55,14 +59,15 @@ def name(signum: int) -> str:
     return signal.Signals(signum).name
 
 
-def note(exc: BaseException, summary: str = "", **details) -> None:
+def note(exc: BaseException, summary: str = "", **details: Any) -> None:
     """Record on a stop what its cleanup did: ``summary`` is a sentence for the message, the rest
     goes to the error's JSON details (a plain KeyboardInterrupt gets a ``details`` too)."""
     if not hasattr(exc, "details"):
-        exc.details = {}  # type: ignore[attr-defined]
-    exc.details.update(details)  # type: ignore[attr-defined]
+        setattr(exc, "details", {})  # noqa: B010 (an attribute a plain exception does not declare)
+    recorded: dict[str, Any] = getattr(exc, "details")  # noqa: B009 (the same)
+    recorded.update(details)
     if summary:
-        exc.details.setdefault("summary", []).append(summary)  # type: ignore[attr-defined]
+        recorded.setdefault("summary", []).append(summary)
 
 
 def _fresh_line() -> str:
@@ -84,7 +89,7 @@ def _say(text: str) -> None:
         pass
 
 
-def _handler(signum: int, _frame) -> None:
+def _handler(signum: int, _frame: FrameType | None) -> None:
     if _state.stopping is not None:
         _say(f"{name(signum)} received: already stopping after {name(_state.stopping)}; the rollback and its "
              "check finish first (SIGKILL would leave it to the next command's recovery)")
@@ -135,7 +140,7 @@ def shielded() -> Iterator[None]:
         raise Stop(_state.stopping)
 
 
-def interrupted(exc: BaseException):
+def interrupted(exc: BaseException) -> Interrupted:
     """The error the CLI reports for a stop: what stopped us and what the stop undid."""
     from rocmbuild.errors import Interrupted
 

@@ -34,7 +34,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Literal
 
 from rocmbuild.home import cache_home
 from rocmbuild.recipe.model import DefineValue, Hint, Recipe
@@ -101,7 +101,7 @@ def _half(found: RocmInstall | None, home: Path) -> Variable:
                      "(half.hpp, half.sourceforge.net)"), ("rocm", "apt install half")))
 
 
-def resolve(found: RocmInstall | None | bool = False, home: Path | None = None) -> dict[str, Variable]:
+def resolve(found: RocmInstall | None | Literal[False] = False, home: Path | None = None) -> dict[str, Variable]:
     """Every variable's value on this machine (``found``: the ROCm, default :func:`find_rocm`)."""
     found = find_rocm() if found is False else found
     home = home or cache_home()

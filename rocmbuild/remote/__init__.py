@@ -19,9 +19,7 @@ Trust (:mod:`.trust`) is checked by the caller, on the entry, before anything is
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,7 +108,10 @@ def bundle_manifest(bundle: Path) -> bytes:
             m = tf.getmember(MANIFEST_MEMBER)
             if not m.isreg() or m.size > MAX_MANIFEST:
                 raise KeyError(MANIFEST_MEMBER)
-            with tf.extractfile(m) as f:  # type: ignore[union-attr]
+            f = tf.extractfile(m)
+            if f is None:  # not a regular file after all
+                raise KeyError(MANIFEST_MEMBER)
+            with f:
                 return f.read()
     except (KeyError, tarfile.TarError, OSError, EOFError) as exc:
         raise InputError(f"{bundle} is not a rocmbuild artifact bundle ({exc})", "export it again") from exc

@@ -75,7 +75,7 @@ class PinnedSession(requests.Session):
 
     ca_bundle: str | None = None
 
-    def merge_environment_settings(self, url, proxies, stream, verify, cert):  # type: ignore[override]
+    def merge_environment_settings(self, url, proxies, stream, verify, cert):
         settings = super().merge_environment_settings(url, proxies, stream, verify, cert)
         if self.ca_bundle:
             settings["verify"] = self.ca_bundle

@@ -88,9 +88,9 @@ class Registry:
         scheme, params = _challenge(resp.headers.get("WWW-Authenticate", ""))
         if self.creds is None and scheme != "bearer":
             raise http.auth_error(self.cfg, resp.url, resp.status_code, False)
-        if scheme == "basic":
-            token = base64.b64encode(f"{self.creds[0]}:{self.creds[1]}".encode()).decode()  # type: ignore[index]
-            self.auth = {"Authorization": f"Basic {token}"}
+        if scheme == "basic" and self.creds is not None:  # (without creds it was refused above)
+            basic = base64.b64encode(f"{self.creds[0]}:{self.creds[1]}".encode()).decode()
+            self.auth = {"Authorization": f"Basic {basic}"}
             return
         if scheme != "bearer" or "realm" not in params:
             raise http.auth_error(self.cfg, resp.url, resp.status_code, self.creds is not None)
@@ -108,7 +108,7 @@ class Registry:
             doc = json.loads(body)
         except (ValueError, RecursionError):
             doc = None
-        token = (doc.get("token") or doc.get("access_token")) if isinstance(doc, dict) else None
+        token: object = (doc.get("token") or doc.get("access_token")) if isinstance(doc, dict) else None
         if not isinstance(token, str) or not _TOKEN.match(token):
             raise FetchError(f"{self.cfg.url}: the registry's token service ({realm.split('?')[0][:200]}) answered "
                              "without a usable token", "the registry's auth setup is broken: tell whoever runs it",

@@ -47,7 +47,7 @@ class Record:
     """A result whose JSON object is its fields, as they are."""
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)  # type: ignore[call-overload]
+        return asdict(self)  # type: ignore[call-overload]  # a mixin: every Record is a dataclass
 
 
 def plan_target(plan: "Plan") -> dict[str, Any]:

@@ -45,7 +45,7 @@ class ShowResult(VerbResult):
     fixes: tuple[str, ...] = ()  # the names of [source] contains: what an artifact of it carries
     fixes_where: tuple[str, ...] = ()  # text only: where each is searched (the source, the artifact)
     overridden: tuple[str, ...] = ()  # "key = value" the command line set (text only: the JSON's recipe has them)
-    package: Json = None  # a Debian package source: {format, name, version, architecture} (sources/debarchive.py)
+    package: Json | None = None  # a Debian package source: {format, name, version, architecture} (sources/debarchive.py)
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "path": self.path, "description": self.description, "recipe": self.recipe,
@@ -78,7 +78,7 @@ class BuildPlan(VerbResult):
     recipe: str
     path: str
     source: SourcePlan
-    gpu_targets: str | None
+    gpu_targets: str | tuple[str, ...] | None  # as the recipe has it: "a;b" or a list
     commands: Mapping[str, Sequence[str]]  # configure/build/install -> argv
     env: Mapping[str, str]
     destdir: str
@@ -125,7 +125,7 @@ class BuildResult(VerbResult):
     artifact: "Artifact"
     duration_s: float | None = None  # this run, start to end
     log: str | None = None  # this attempt's build log (None: a cache hit ran nothing)
-    substituted: Json = None  # from a binary cache: {url, bundle_sha256, signer, imported} (None: built here)
+    substituted: Json | None = None  # from a binary cache: {url, bundle_sha256, signer, imported} (None: built here)
     added: bool | None = None  # this run put the artifact into the local cache (built or substituted now)
 
     @property
@@ -153,7 +153,7 @@ class CheckResult(VerbResult):
     recipe: str
     key: str
     artifact: str
-    substituted: Json  # the cached artifact came from a binary cache: its provenance (None: built here)
+    substituted: Json | None  # the cached artifact came from a binary cache: its provenance (None: built here)
     compared: int  # paths compared (the union of both trees)
     differences: tuple["Difference", ...]
     duration_s: float | None = None

@@ -42,7 +42,7 @@ import sys
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 AR_MAGIC = b"!<arch>\n"
 RPM_MAGIC = b"\xed\xab\xee\xdb"
@@ -208,9 +208,9 @@ class _Window(io.RawIOBase):
 
 def _zstd():
     if sys.version_info >= (3, 14):
-        from compression import zstd  # type: ignore[import-not-found]
+        from compression import zstd
     else:
-        from backports import zstd  # type: ignore[import-not-found]
+        from backports import zstd
     return zstd
 
 
@@ -227,7 +227,8 @@ def decompressed(raw: IO[bytes], kind: str | None) -> IO[bytes]:
     if kind is None:
         return raw
     if kind == "gz":
-        return gzip.GzipFile(fileobj=raw, mode="rb")
+        # a binary file in all but its declared type
+        return cast(IO[bytes], gzip.GzipFile(fileobj=raw, mode="rb"))
     if kind == "xz":
         return lzma.LZMAFile(raw)
     if kind == "bz2":
@@ -318,7 +319,8 @@ class DebReader:
             size = self.f.seek(0, 2)
             self.f.seek(0)
             control, data, c_ext, d_ext = _pick(read_members(self.f, size))
-            self.package = _read_control(_Window(self.f, control.offset, control.size), _COMPRESSED[c_ext])
+            control_raw = io.BufferedReader(_Window(self.f, control.offset, control.size))
+            self.package = _read_control(control_raw, _COMPRESSED[c_ext])
             self.data_name = data.name
             self.stream = decompressed(io.BufferedReader(_Window(self.f, data.offset, data.size)), _COMPRESSED[d_ext])
             self.tf = tarfile.open(fileobj=self.stream, mode="r:")
@@ -352,4 +354,4 @@ def read_package(path: Path) -> Package:
         size = f.seek(0, 2)
         f.seek(0)
         control, _, c_ext, _ = _pick(read_members(f, size))
-        return _read_control(_Window(f, control.offset, control.size), _COMPRESSED[c_ext])
+        return _read_control(io.BufferedReader(_Window(f, control.offset, control.size)), _COMPRESSED[c_ext])

@@ -62,8 +62,8 @@ MAX_HOPS = 40  # symlinks followed while resolving one link (Linux's MAXSYMLINKS
 Parts = tuple[str, ...]
 Kind = Optional[tuple[str, Optional[str]]]  # ("dir"|"file"|"link"|"other", link text) or None: absent
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-CORRUPT = (tarfile.TarError, EOFError, zlib.error, zipfile.BadZipFile, lzma.LZMAError, gzip.BadGzipFile,
-           *zstd_errors())
+CORRUPT: tuple[type[BaseException], ...] = (tarfile.TarError, EOFError, zlib.error, zipfile.BadZipFile,
+                                           lzma.LZMAError, gzip.BadGzipFile, *zstd_errors())
 ARCHIVE_HINT = "check [source] archive points at a .tar*, .zip, .whl or .deb file"
 
 
@@ -140,9 +140,9 @@ def _place(tree: dict[Parts, tuple[str, str | None]], m: tarfile.TarInfo, parts:
         if have[0] != "dir":
             return f"its path goes through the {'symlink' if have[0] == 'link' else have[0]} {'/'.join(parts[:i])}"
     kind = "dir" if m.isdir() else "link" if m.issym() else "file"
-    have = tree.get(parts)
-    if have is not None and not (kind == have[0] == "dir"):
-        return f"a duplicate entry: it would replace the {have[0]} extracted before it"
+    before = tree.get(parts)
+    if before is not None and not (kind == before[0] == "dir"):
+        return f"a duplicate entry: it would replace the {before[0]} extracted before it"
     if m.islnk():
         if ".." in m.linkname.split("/") or tree.get(parts_of(m.linkname), ("",))[0] != "file":
             return f"hardlink to {m.linkname}, which is not a file extracted before it"
@@ -155,7 +155,8 @@ def _place(tree: dict[Parts, tuple[str, str | None]], m: tarfile.TarInfo, parts:
 def check_members(members: Iterable[tarfile.TarInfo]) -> list[tuple[tarfile.TarInfo, Parts]]:
     """The members in order with their components, or :class:`Refused` for the first unsafe one."""
     tree: dict[Parts, tuple[str, str | None]] = {(): ("dir", None)}
-    out, first = [], {}
+    out: list[tuple[tarfile.TarInfo, Parts]] = []
+    first: dict[Parts, str] = {}
     for m in members:
         parts = parts_of(m.name)
         why = unsafe_member(m) or ("a sparse file (a tree to install has none)" if m.issparse() else None)
@@ -346,7 +347,7 @@ def _open(archive: Path):
         return ZipReader(archive) if is_zip(archive) else tarfile.open(archive, "r:*")
     except DebFormatError as exc:
         raise _not_deb(archive, exc) from exc
-    except (*CORRUPT, OSError) as exc:
+    except CORRUPT + (OSError,) as exc:
         raise FetchError(f"cannot open archive {archive}: {exc}", ARCHIVE_HINT) from exc
 
 

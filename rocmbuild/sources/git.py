@@ -145,7 +145,7 @@ def remote_key(url: str) -> str:
 
 
 def is_full_sha(ref: str | None) -> bool:
-    return bool(ref) and FULL_SHA_RE.match(ref) is not None
+    return ref is not None and FULL_SHA_RE.match(ref) is not None
 
 
 def parse_ls_remote(text: str) -> dict[str, str]:

@@ -24,6 +24,7 @@ from typing import Iterator
 
 import requests
 from requests.adapters import HTTPAdapter
+from urllib3.response import BaseHTTPResponse
 from urllib3.util.retry import Retry
 
 from rocmbuild.errors import FetchError
@@ -38,7 +39,7 @@ MAX_RETRY_AFTER = 60.0
 class _Retry(Retry):
     """urllib3's Retry with the server's ``Retry-After`` capped (see the module notes)."""
 
-    def get_retry_after(self, response):  # type: ignore[override]
+    def get_retry_after(self, response: BaseHTTPResponse) -> float | None:
         after = super().get_retry_after(response)
         return None if after is None else min(after, MAX_RETRY_AFTER)
 

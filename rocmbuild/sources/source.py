@@ -64,8 +64,8 @@ def resolve_ref(recipe: Recipe, *, timeout: float = 30) -> str:
     if not src.git:
         raise FetchError(f"recipe '{recipe.name}' has no git source", "tarball sources have no ref to resolve")
     ref = src.ref
-    if is_full_sha(ref.lower() if ref else None):
-        return ref.lower()  # type: ignore[union-attr]
+    if ref is not None and is_full_sha(ref.lower()):
+        return ref.lower()
     url = normalize_url(src.git)
     refs = ls_remote(url, cwd=Path.cwd(), timeout=timeout)
     sha = match_ref(ref, refs)

@@ -28,6 +28,7 @@ class ZipMember(tarfile.TarInfo):
     """A zip entry in tar terms; ``zipinfo`` is the entry it reads from."""
 
     __slots__ = ("zipinfo",)
+    zipinfo: zipfile.ZipInfo
 
 
 class ZipReader:

@@ -230,7 +230,7 @@ def read_soname(path: Path) -> str | None:
                 if isinstance(section, DynamicSection):
                     for tag in section.iter_tags():
                         if tag.entry.d_tag == "DT_SONAME":
-                            return tag.soname
+                            return tag.soname  # type: ignore[attr-defined]  # pyelftools sets it at run time
     except (ELFError, OSError):
         return None
     return None

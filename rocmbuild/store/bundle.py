@@ -79,7 +79,7 @@ from rocmbuild.sources.tarball import touch_download
 from rocmbuild.store.unbundle import MAX_MANIFEST, TOP, checked_names  # noqa: F401 (re-exported)
 from rocmbuild.fs.disk import CHUNK, sha256_fd, sha256_file
 from rocmbuild.names import recipe_version
-from rocmbuild.errors import ArtifactError, FetchError, InputError
+from rocmbuild.errors import FetchError, InputError
 from rocmbuild.home import artifacts_dir, downloads_dir
 from rocmbuild.fs.root import Root, file_mode
 
@@ -196,9 +196,8 @@ def write_bundle(raw: IO[bytes], art: Artifact) -> None:
     """The reproducible bundle of ``art`` into ``raw`` (see the module notes)."""
     data = (json.dumps(art.manifest.to_json(), indent=2, sort_keys=True, default=str) + "\n").encode()
     with gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=9, mtime=0) as gz, \
-            tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tf, \
+            tarfile.TarFile(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT, copybufsize=CHUNK) as tf, \
             Root.open(art.tree, "the artifact cache") as tree:
-        tf.copybufsize = CHUNK
         tf.addfile(_info(f"{TOP}/{MANIFEST}", tarfile.REGTYPE, 0o644, len(data)), io.BytesIO(data))
         for parts, f in _tree_rows(art.manifest):
             name = "/".join((TOP, TREE, *parts))

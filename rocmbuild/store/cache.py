@@ -43,7 +43,7 @@ from rocmbuild.fs.disk import FileLock, read_json, sha256_file
 from rocmbuild.fs.root import Root
 from rocmbuild.errors import FetchError, InputError
 from rocmbuild.fs.locks import LockWait
-from rocmbuild.home import artifacts_dir, logs_dir
+from rocmbuild.home import artifacts_dir
 from rocmbuild.recipe.model import DefineValue, Recipe
 
 logger = logging.getLogger(__name__)

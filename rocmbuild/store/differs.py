@@ -47,7 +47,8 @@ def facts(inputs: Mapping[str, Any] | None) -> dict[str, str]:
         out["tarball"] = str(inputs["tarball_sha256"])[:16]
     if inputs.get("install_prefix"):
         out["install prefix"] = str(inputs["install_prefix"])
-    tools = inputs.get("tools") if isinstance(inputs.get("tools"), Mapping) else {}
+    raw = inputs.get("tools")
+    tools: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
     for name in ("cmake", "cc", "cxx"):
         if tools.get(name):
             out[name.replace("cxx", "c++")] = str(tools[name])
@@ -87,7 +88,7 @@ def told_apart(items: Sequence[tuple[str | None, Mapping[str, str]]], *, verbose
             by_recipe.setdefault(recipe, []).append(i)
     for idx in by_recipe.values():
         if len(idx) > 1:
-            for i, d in zip(idx, differing([items[i][1] for i in idx])):
+            for i, d in zip(idx, differing([items[i][1] for i in idx]), strict=True):
                 out[i] = short(d)
     return out
 

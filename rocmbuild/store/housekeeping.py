@@ -31,7 +31,7 @@ import stat as _stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
+from typing import AbstractSet, Mapping
 
 from rocmbuild.builder import buildtree
 from rocmbuild.store import differs
@@ -177,7 +177,7 @@ def _mtime(p: Path) -> float | None:
         return None
 
 
-def build_dir_reason(home: Path, tree: Path, gone: set = frozenset()) -> tuple[str | None, float | None]:
+def build_dir_reason(home: Path, tree: Path, gone: AbstractSet[str] = frozenset()) -> tuple[str | None, float | None]:
     """Why the build tree may go (None: it stays) and since when; ``gone``: keys whose artifact is
     being removed."""
     rec = attempt(tree)
@@ -194,7 +194,7 @@ def build_dir_reason(home: Path, tree: Path, gone: set = frozenset()) -> tuple[s
     return None, since
 
 
-def build_dirs(home: Path, cutoff: float, gone: set = frozenset()) -> list[Candidate]:
+def build_dirs(home: Path, cutoff: float, gone: AbstractSet[str] = frozenset()) -> list[Candidate]:
     root = build_dir(home)
     out = []
     for tree in sorted(root.iterdir()) if root.is_dir() else ():
@@ -281,10 +281,16 @@ def take(home: Path, c: Candidate, *, dry_run: bool, still=None) -> str | None:
     under the lock, may veto (e.g. an artifact used since it was listed). A dry run takes no lock
     (it writes nothing, not even a lock's holder record) and removes nothing."""
     if dry_run or c.key is None:
-        return removable_now(home, c) or (still() if still else None) or (None if dry_run else _remove(home, c))
+        why = removable_now(home, c) or (still() if still else None)
+        if why is None and not dry_run:
+            _remove(home, c)
+        return why
     try:
         with key_lock(home, c.key, wait=False):
-            return removable_now(home, c) or (still() if still else None) or _remove(home, c)
+            why = removable_now(home, c) or (still() if still else None)
+            if why is None:
+                _remove(home, c)
+            return why
     except LockedError:
         return "its key is locked by a running build"
 

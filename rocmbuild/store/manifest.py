@@ -137,9 +137,15 @@ _SHA = s.check(s.string, lambda v: bool(SHA_RE.match(v)), "a sha256 (64 lowercas
 _SIZE = s.check(s.integer, lambda v: v >= 0, "an integer of 0 or more")
 _FILE = s.record(FileEntry, path=_PATH, type=s.one_of("file", "link"), size=_SIZE, sha256=s.optional(_SHA),
                  target=s.optional(s.check(s.string, lambda v: "\x00" not in v, "a link text")))
+
+
+def _control_field(field: str) -> s.Spec:
+    """A string that is a valid value of the control file's ``field``."""
+    return s.check(s.string, lambda v: valid_field(field, v), f"a Debian {field.lower()} as a control file has it")
+
+
 _PACKAGE = s.record(Package, format=s.one_of("deb"), **{
-    k: s.check(s.string, lambda v, f=f: valid_field(f, v), f"a Debian {f.lower()} as a control file has it")
-    for k, f in (("name", "Package"), ("version", "Version"), ("architecture", "Architecture"))})
+    k: _control_field(f) for k, f in (("name", "Package"), ("version", "Version"), ("architecture", "Architecture"))})
 _LIBRARY = s.record(LibraryEntry, file=_PATH, links=s.list_of(_PATH), other_links=s.list_of(_PATH), size=_SIZE,
                     sha256=s.check(s.string, lambda v: not v or bool(SHA_RE.match(v)), "a sha256 or empty"))
 

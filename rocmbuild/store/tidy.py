@@ -17,7 +17,6 @@ Decisions (docs/cache.md, "Housekeeping"):
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from rocmbuild.builder import logs as _logs

@@ -118,7 +118,7 @@ def checked_names(manifest: Manifest, where: str) -> tuple[str, str | None]:
 def open_bundle(path: Path) -> tarfile.TarFile:
     try:
         return tarfile.open(path, "r:*")
-    except (*CORRUPT, OSError) as exc:
+    except CORRUPT + (OSError,) as exc:
         raise bundle_error(FetchError(f"cannot open bundle {path}: {exc}")) from exc
 
 
@@ -143,8 +143,8 @@ def _first(tf: tarfile.TarFile, path: Path) -> tarfile.TarInfo:
     if m is not None and m.isdir() and parts_of(m.name) == (TOP,):
         m = tf.next()
     why = unsafe_member(m) if m is not None else None
-    if why:
-        raise Refused(m.name, why)  # type: ignore[union-attr]
+    if m is not None and why:
+        raise Refused(m.name, why)
     if m is None or parts_of(m.name)[:1] != (TOP,) or len(parts_of(m.name)) < 2:
         raise not_a_bundle(path)
     if parts_of(m.name) != (TOP, MANIFEST):
@@ -157,8 +157,19 @@ def _first(tf: tarfile.TarFile, path: Path) -> tarfile.TarInfo:
 
 
 def _read(tf: tarfile.TarFile, m: tarfile.TarInfo) -> bytes:
-    with tf.extractfile(m) as f:  # type: ignore[union-attr]
+    f = tf.extractfile(m)
+    if f is None:
+        raise Refused(m.name, "the manifest is not a plain file")
+    with f:
         return f.read(MAX_MANIFEST + 1)
+
+
+def _bytes_of(tf: tarfile.TarFile, p: Planned) -> IO[bytes]:
+    """The bytes a planned file or hardlink carries: its regular source member's."""
+    f = tf.extractfile(p.source) if p.source is not None else None
+    if f is None:  # the plan gives every file and hardlink a regular source
+        raise Refused(p.member.name, "no regular member carries its bytes")
+    return f
 
 
 def _parse_manifest(path: Path, data: bytes) -> Manifest:
@@ -224,10 +235,10 @@ def _headers(tf: tarfile.TarFile, manifest: Manifest, read: list[tarfile.TarInfo
         m, f = p.member, p.entry
         if m.issym() and m.linkname != f.target:
             raise Refused(m.name, f"a symlink to {m.linkname} where the manifest says {f.target}")
-        src = regular.get(parts_of(m.linkname)) if m.islnk() else p
-        if m.islnk() and (src is None or (src.entry.size, src.entry.sha256) != (f.size, f.sha256)):
+        src = regular.get(parts_of(m.linkname)) if m.islnk() else p  # None: only for a hardlink
+        if src is None or (m.islnk() and (src.entry.size, src.entry.sha256) != (f.size, f.sha256)):
             raise Refused(m.name, f"a hardlink to {m.linkname}, not a file the manifest lists with the same bytes")
-        out.append(Planned(m, f, None if m.issym() else src.member))  # type: ignore[union-attr]
+        out.append(Planned(m, f, None if m.issym() else src.member))
     missing = sorted(set(files) - seen)
     if missing:
         raise FetchError(f"the bundle has no {missing[0]}, which its manifest lists"
@@ -264,7 +275,7 @@ def check_streamed(tf: tarfile.TarFile, plan: Plan) -> None:
         for p in plan.members:
             if p.member.issym():
                 continue
-            with tf.extractfile(p.source) as src:  # type: ignore[arg-type,union-attr]
+            with _bytes_of(tf, p) as src:
                 if _stream(src, p.entry.size, p.entry.path) != p.entry.sha256:
                     raise mismatch("file", p.entry.path)
     except CORRUPT as exc:
@@ -296,10 +307,11 @@ def extract_into(tf: tarfile.TarFile, plan: Plan, root: Root, dest: str) -> dict
                 root.makedirs(parent)
                 dirs.add(parent)
             if p.member.issym():
+                assert p.entry.target is not None  # a link entry has its text (the manifest's check)
                 with root.parent(rel) as (dfd, name):
                     os.symlink(p.entry.target, name, dir_fd=dfd)
                 continue
-            with tf.extractfile(p.source) as src:  # type: ignore[arg-type,union-attr]
+            with _bytes_of(tf, p) as src:
                 ids[p.entry.path] = _write_file(root, rel, src, p.entry)
     except CORRUPT as exc:
         raise bundle_error(corrupt(plan.path, exc)) from exc

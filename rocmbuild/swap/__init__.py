@@ -25,5 +25,5 @@ __all__ = [
     "Restored", "TargetFacts", "Unreadable", "Verify", "active", "backup_bytes", "drift", "execute", "expectation_after",
     "expectation_before", "facts_from", "failures_json", "find_backup", "journals", "make",
     "needs_recovery", "new_id", "pending", "placed", "unreadable", "foreign", "protected_backups", "prune", "recover", "resolve_txn",
-    "rollback_plan", "stock_version", "verdict_json", "STOCK", "Effect", "Redo", "model", "is_stock", "redo_plan",
+    "rollback_plan", "stock_version", "verdict_json", "STOCK", "Effect", "Redo", "model", "is_stock", "redo_plan", "point_before",
 ]

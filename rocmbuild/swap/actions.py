@@ -21,6 +21,7 @@ import abc
 import errno
 import os
 import stat
+from typing import Any
 from pathlib import Path
 
 from rocmbuild.store import cache
@@ -152,7 +153,7 @@ class FileAction(abc.ABC):
     def apply(self) -> None:
         self.roots.target.replace(self.staged, self.rel)
 
-    def make_durable(self, after: dict | None) -> None:
+    def make_durable(self, after: dict[str, Any] | None) -> None:  # noqa: B027 (a no-op unless overridden, not abstract)
         """Before the commit: the placed file's bytes on disk (its copy only started their
         writeback, so the disk worked during the swap and the verification). Nothing to do for
         a link or a removal (their directories are fsynced); a file that is not the inode this
@@ -211,7 +212,7 @@ class FileAction(abc.ABC):
 class _PlacesData(FileAction):
     """An action whose staged file is a copy of the artifact's (see :meth:`make_durable`)."""
 
-    def make_durable(self, after: dict | None) -> None:
+    def make_durable(self, after: dict[str, Any] | None) -> None:
         fd = self.roots.target.open_file(self.rel, os.O_RDONLY | os.O_NONBLOCK)
         try:
             st = os.fstat(fd)
@@ -300,7 +301,8 @@ class RemoveFile(FileAction):
         self.roots.target.unlink(self.rel)
 
 
-KINDS = {"replace_file": ReplaceFile, "add_file": AddFile, "replace_link": ReplaceLink, "remove": RemoveFile}
+KINDS: dict[str, type[FileAction]] = {"replace_file": ReplaceFile, "add_file": AddFile, "replace_link": ReplaceLink,
+                                      "remove": RemoveFile}
 
 
 def make(action: Action, txn: str, roots: Roots, index: int, *, backup_copied: bool = False) -> FileAction:

@@ -113,7 +113,8 @@ def report(prefix: Path, library: str, env: Mapping[str, str] | None = None) -> 
     db_dir = beside if override is None else Path(override)
     recs, applies = _placed(Path(prefix))
     latest = next((j for j in reversed(applies) if os.path.realpath(j.plan.library) == os.path.realpath(library)), None)
-    ours, foreign = [], []
+    ours: list[str] = []
+    foreign: list[str] = []
     for name in (n for n in _names(db_dir) if is_db_name(n)):
         p = db_dir / name
         (ours if _is_ours(p, recs.get(str(p))) else foreign).append(str(p))

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 
 from rocmbuild.swap.journal import Journal, journals
 
@@ -45,7 +45,7 @@ class Redo:
     reapplies: tuple[str, ...]
     point: str
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"rollback": self.rollback, "reapplies": list(self.reapplies), "restores_to": self.point}
 
 

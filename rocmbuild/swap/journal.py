@@ -28,7 +28,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import re
 
@@ -125,15 +125,18 @@ class Journal:
 
     @property
     def id(self) -> str:
-        return self.data["id"]
+        id: str = self.data["id"]
+        return id
 
     @property
     def state(self) -> str:
-        return self.data["state"]
+        state: str = self.data["state"]
+        return state
 
     @property
     def verb(self) -> str:
-        return self.data["verb"]
+        verb: str = self.data["verb"]
+        return verb
 
     @property
     def plan(self) -> Plan:
@@ -205,7 +208,7 @@ def check_places(plan: Plan, sdir: Path, file: object = None) -> None:
             raise s.SchemaError("plan.remove_dirs", where, s.describe(d), str(file))
 
 
-def _map_plan(plan: dict[str, Any], f) -> dict[str, Any]:
+def _map_plan(plan: dict[str, Any], f: Callable[[str], str | None]) -> dict[str, Any]:
     out = dict(plan)
     for k in PLAN_PATHS:
         if isinstance(out.get(k), str):
@@ -261,7 +264,8 @@ _META = s.obj({"recipe": (s.optional(s.name("recipe")), _OPT), "commit": (s.opti
 def META_SPEC(v: Any, field: str) -> dict[str, Any]:
     """What the caller recorded (``python``, ``artifact_path``): strings or null, spread into the
     history line, so a recipe, commit or version among them has its grammar too."""
-    return _META(s.dict_of(_STR)(v, field), field)
+    meta: dict[str, Any] = _META(s.dict_of(_STR)(v, field), field)
+    return meta
 
 
 _STEP = s.obj({"index": (s.integer, s.REQUIRED), "after": (s.valid(s.optional(PATH_STATE_SPEC)), None),
@@ -282,7 +286,7 @@ JOURNAL_SPEC = s.obj({
 def parse(data: Any, path: Path) -> dict[str, Any]:
     """A journal as read from ``path`` (on-disk form), checked by :data:`JOURNAL_SPEC`; its id must
     be the one its file name says (an id names the backups dir: it never leaves ``backups/``)."""
-    out = s.load(JOURNAL_SPEC, data, path)
+    out: dict[str, Any] = s.load(JOURNAL_SPEC, data, path)
     if out["id"] != Path(path).stem:
         raise s.SchemaError("id", f"the transaction id its file name says ({Path(path).stem!r})",
                             s.describe(out["id"]), str(path))
@@ -346,8 +350,8 @@ def foreign(state_dir: Path) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     for j in journals(state_dir) if prefix is not None else ():
         ident = j.data.get("prefix_identity")
-        rel = origin(ident, prefix)
-        if rel in ("copied", "moved") and (rel, ident["path"]) not in out:
+        rel = origin(ident, prefix) if ident is not None and prefix is not None else None
+        if ident is not None and rel in ("copied", "moved") and (rel, ident["path"]) not in out:
             out.append((rel, ident["path"]))
     return out
 

@@ -28,6 +28,7 @@ import datetime as _dt
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rocmbuild import schema as s
 from rocmbuild.fs.disk import read_json
@@ -35,7 +36,7 @@ from rocmbuild.errors import StateError
 from rocmbuild.fs.root import Root
 from rocmbuild.home import STATE_DIRNAME, known_targets_dir, targets_dir
 from rocmbuild.swap.ineffect import replay
-from rocmbuild.swap.journal import FINISHED, journals, unreadable
+from rocmbuild.swap.journal import FINISHED, Journal, journals, unreadable
 from rocmbuild.swap.statedir import read_target_record
 
 ROLES = ("in-effect", "rollback", "redo", "recovery")
@@ -58,7 +59,7 @@ class Use:
     state_dir: str
     prefix: str | None
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"prefix": self.prefix, "state_dir": self.state_dir, "txn": self.txn, "role": self.role}
 
 
@@ -71,14 +72,15 @@ RECORD_SPEC = s.obj({"state_dir": (s.check(s.string, lambda v: v.startswith("/")
                      "prefix": (s.optional(s.string), None), "registered": (s.optional(s.string), None)})
 
 
-def read_record(path: Path) -> dict:
+def read_record(path: Path) -> dict[str, Any]:
     """A known-targets record; OSError when it cannot be opened, SchemaError (a ValueError)
     naming the file, the field and what was expected when it is not one."""
     try:
         data = read_json(path)
     except RecursionError:
         raise s.SchemaError("", "a known-target record", "JSON nested too deeply", str(path)) from None
-    return s.load(RECORD_SPEC, data, path)
+    record: dict[str, Any] = s.load(RECORD_SPEC, data, path)
+    return record
 
 
 def record_json(state_dir: Path, prefix: str | None, registered: str | None = None) -> bytes:
@@ -157,7 +159,7 @@ def uses(target: KnownTarget) -> tuple[list[Use], list[str]]:
     bad = [u.path for u in unreadable(sdir) if u.kind == "journal"]
     out: list[Use] = []
 
-    def use(j, role: str) -> None:
+    def use(j: Journal, role: str) -> None:
         if j.plan.artifact:
             out.append(Use(j.plan.artifact, role, j.id, str(sdir), prefix))
 

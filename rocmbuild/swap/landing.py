@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+from typing import Any, Mapping, overload
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -143,7 +144,7 @@ def prefix_identity(prefix: str | Path) -> dict[str, object]:
     return {"path": str(prefix), "realpath": os.path.realpath(prefix), "dev": dev, "ino": ino}
 
 
-def origin(recorded: dict | None, prefix: str | Path) -> str | None:
+def origin(recorded: Mapping[str, Any] | None, prefix: str | Path) -> str | None:
     """Where a state file recorded under ``recorded`` (a :func:`prefix_identity`) stands to
     ``prefix`` now: "here", "moved" (the same directory inode elsewhere) or "copied"; None: unknown."""
     if not isinstance(recorded, dict) or not recorded.get("realpath"):
@@ -168,6 +169,10 @@ def relative_to(path: str | None, prefix: str | Path) -> str | None:
     return str(path)
 
 
+@overload
+def rebased(path: str, prefix: str | Path) -> str: ...
+@overload
+def rebased(path: str | None, prefix: str | Path) -> str | None: ...
 def rebased(path: str | None, prefix: str | Path) -> str | None:
     """A state file's path made absolute under ``prefix`` (an absolute one is kept as it is)."""
     if not path or str(path).startswith("/"):

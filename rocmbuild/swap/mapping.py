@@ -23,7 +23,7 @@ import os
 import posixpath
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 from rocmbuild.errors import TargetError
 from rocmbuild.swap.pathstate import Observer, PathState, resolve
@@ -124,7 +124,7 @@ def check_chains(chains: Iterable[tuple[Path, tuple[str, ...]]], after: After) -
         )
 
 
-def soname_notes(members: Iterable, after: After) -> list[str]:
+def soname_notes(members: Iterable[Any], after: After) -> list[str]:  # plan's members: .dest, .lib
     """A member whose SONAME has no name resolving to its file: ``ldconfig`` would add that link
     (said, not refused: the file the target had is named so too, as a rule)."""
     return [f"{mem.dest.parent / mem.lib.soname} does not exist: the placed file's SONAME is "

@@ -33,6 +33,7 @@ import errno
 import logging
 import os
 import stat
+from typing import Callable
 from pathlib import Path
 
 from rocmbuild import ui
@@ -74,7 +75,7 @@ def migrate(cache: Path | None = None, state: Path | None = None) -> int:
     return tally.moved
 
 
-def _move_dir(old: Path, new: Path, tally: _Tally, move) -> None:
+def _move_dir(old: Path, new: Path, tally: _Tally, move: Callable[[Root, Root, str, _Tally], None]) -> None:
     try:
         old_root = Root.under(old.parent, old, "the old state in the cache")  # a link there is not followed
     except (FileNotFoundError, NotADirectoryError):

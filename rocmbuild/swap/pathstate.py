@@ -45,7 +45,8 @@ class PathState:
     @classmethod
     def from_json(cls, d: Any, file: object = "a path state") -> "PathState":
         """A journaled path state (null or ``{}``: absent); SchemaError naming the field."""
-        return s.load(PATH_STATE_SPEC, d, file)
+        state: PathState = s.load(PATH_STATE_SPEC, d, file)
+        return state
 
     @classmethod
     def from_stat(cls, st: os.stat_result, target: str | None = None) -> "PathState":
@@ -84,7 +85,7 @@ def PATH_STATE_SPEC(v: Any, field: str) -> PathState:
     return PathState("absent") if v is None or v == {} else _RECORD(v, field)
 
 
-def observe(path: str | os.PathLike) -> PathState:
+def observe(path: str | os.PathLike[str]) -> PathState:
     """``lstat`` a path into a :class:`PathState` (never follows a symlink, never hashes)."""
     try:
         st = os.lstat(path)

@@ -20,7 +20,7 @@ import os
 import posixpath
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, cast
 
 from rocmbuild import schema as s
 from rocmbuild.errors import InputError, TargetError
@@ -60,7 +60,7 @@ class Action:
 
     @classmethod
     def from_json(cls, d: Any, file: object = "a plan action") -> "Action":
-        return s.load(ACTION_SPEC, d, file)  # SchemaError naming the field
+        return cast(Action, s.load(ACTION_SPEC, d, file))  # SchemaError naming the field
 
     def describe(self) -> str:
         if self.kind == "remove":
@@ -115,7 +115,7 @@ class Plan:
 
     @classmethod
     def from_json(cls, d: Any, file: object = "a plan") -> "Plan":
-        return s.load(PLAN_SPEC, d, file)  # SchemaError naming the field
+        return cast(Plan, s.load(PLAN_SPEC, d, file))  # SchemaError naming the field
 
     def render(self) -> str:
         lines = [f"{self.verb} on {self.prefix} ({self.layout} layout, lib dir {self.libdir})"]
@@ -363,7 +363,7 @@ def make(artifact: "Artifact", facts: TargetFacts, *, allow_outside_prefix: bool
     actions: list[Action] = []
     names: list[NameMap] = []
     chains = []
-    members = [_locate(lib, c, dirs, libdir, obs) for lib, c in zip(m.libraries, loaded)]
+    members = [_locate(lib, c, dirs, libdir, obs) for lib, c in zip(m.libraries, loaded, strict=True)]
     for mem in members:
         acts, nmap, chain = _member_actions(m, mem, tree, places, placed)
         actions += acts

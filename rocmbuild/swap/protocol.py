@@ -26,15 +26,15 @@ from rocmbuild.errors import (RocmbuildError, RolledBackFilesystemError, TargetE
                               VerifyError, from_os_error)
 from rocmbuild.swap.actions import FileAction
 from rocmbuild.swap.backups import prune
-from rocmbuild.swap.history import history_missing, write_history
-from rocmbuild.swap.journal import (FINISHED, JOURNAL_SCHEMA, Journal, backup_dir, failpoint, journal_dir,
-                                    journals, new_id, now, pending)
+from rocmbuild.swap.history import write_history
+from rocmbuild.swap.journal import (JOURNAL_SCHEMA, Journal, backup_dir, failpoint, journal_dir,
+                                    new_id, now)
 from rocmbuild.fs.root import ConfinementError
 from rocmbuild.swap.pathstate import PathState
 from rocmbuild.swap.txnoutcome import (Outcome, Verify, expectation_after, expectation_before,
                                     failures_json, verdict_json)
 from rocmbuild.swap.plan import Plan
-from rocmbuild.swap.swaprecords import Recovered, Restored
+from rocmbuild.swap.swaprecords import Restored
 from rocmbuild.swap.roots import Roots
 from rocmbuild.environment.verify import Verdict
 
@@ -167,7 +167,8 @@ def _undo_failed(j: Journal, plan: Plan, exc: BaseException, swapped_any: bool,
                  verify_restored: Verify | None) -> BaseException | None:
     """Roll ``j`` back after ``exc``; the error to raise instead (None: re-raise ``exc``)."""
     if isinstance(exc, stop.Stop):
-        return _undo_stopped(j, plan, exc, swapped_any, verify_restored)  # undo, check; the stop goes on
+        _undo_stopped(j, plan, exc, swapped_any, verify_restored)  # undo, check; the stop goes on
+        return None
     if not swapped_any and not isinstance(exc, _VerifyFailed):
         finish_rollback(j, reason=f"{type(exc).__name__}: {exc}", verify_restored=None, quiet=True)
         if isinstance(exc, OSError):
@@ -208,7 +209,7 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _once(said: set, text) -> bool:
+def _once(said: set[object], text: object) -> bool:
     """True when ``text`` was said already (and remember it)."""
     seen = text in said
     said.add(text)
@@ -217,7 +218,7 @@ def _once(said: set, text) -> bool:
 
 def _verify_error(j: Journal, plan: Plan, exc: BaseException, restored: Restored) -> VerifyError:
     failures = exc.failures if isinstance(exc, _VerifyFailed) else []
-    said: set = set()  # a message shared by several checks (the smoke suite's) is said once
+    said: set[object] = set()  # a message shared by several checks (the smoke suite's) is said once
     lines = [f"  - {f.get('name')}: expected {f.get('expected')}, found {f.get('found')}"
              + (f" ({f.get('message')})" if f.get("message") and not _once(said, f.get("message")) else "")
              for f in failures]
@@ -336,8 +337,9 @@ def _finish(j: Journal, roots: Roots, writes: "_JournalWrites", was: str, reason
     bdir = backup_dir(Path(j.plan.state_dir), j.id)
     has_backups = _has_backups(roots, j.id)
     if not restored.ok and restored.paths and has_backups:
+        unconfirmed = len(restored.paths)
         restored = replace(restored, backups_kept=str(bdir))
-        msg = (f"the backups of {j.id} are kept in {bdir}: {len(restored.paths)} path(s) were not confirmed "
+        msg = (f"the backups of {j.id} are kept in {bdir}: {unconfirmed} path(s) were not confirmed "
                "to be their old selves again")
         messages.append(msg)
         if quiet:

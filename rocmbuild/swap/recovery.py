@@ -31,7 +31,7 @@ def recover(state_dir: Path, *, verify_restored: Verify | None = None) -> list[R
     done = []
     journal_errors: list[str] = []
     for j in pending(state_dir):
-        was = j.data.get("state_before_rollback") if j.state == "rolling_back" else j.state
+        was: str = j.data.get("state_before_rollback", j.state) if j.state == "rolling_back" else j.state
         restored = finish_rollback(j, reason=f"recovered after an interruption at '{was}'",
                                    verify_restored=verify_restored, quiet=True, recovered=True)
         journal_errors += restored.journal_errors
@@ -57,7 +57,7 @@ def recover(state_dir: Path, *, verify_restored: Verify | None = None) -> list[R
             details={"recovered": [r.to_json() for r in done], "journal_errors": journal_errors})
     unconfirmed = [r for r in done if r.restored.paths]
     if unconfirmed:
-        lines = [f"  {p}" for r in unconfirmed for p in r.restored.paths]
+        lines = [f"  {p}" for r in unconfirmed for p in r.restored.paths or ()]
         kept = [r.restored.backups_kept for r in unconfirmed if r.restored.backups_kept]
         raise VerifyError(
             "recovery rolled back " + ", ".join(r.id for r in unconfirmed) + ", but these paths are not "

@@ -17,6 +17,7 @@ Decisions:
 from __future__ import annotations
 
 import os
+from typing import Literal, overload
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,7 +35,11 @@ def _state_refused(state_dir: Path, exc: BaseException) -> StatePathError:
         details={"path": str(state_dir)})
 
 
-def open_state(state_dir: str | os.PathLike, *, create: bool) -> Root | None:
+@overload
+def open_state(state_dir: str | os.PathLike[str], *, create: Literal[True]) -> Root: ...
+@overload
+def open_state(state_dir: str | os.PathLike[str], *, create: bool) -> Root | None: ...
+def open_state(state_dir: str | os.PathLike[str], *, create: bool) -> Root | None:
     """The state dir as a root (made, 0755, with ``create``); None when it does not exist."""
     sdir = Path(state_dir)
     own = sdir.name == STATE_DIRNAME
@@ -57,6 +62,10 @@ def open_state(state_dir: str | os.PathLike, *, create: bool) -> Root | None:
         raise _state_refused(sdir, exc) from None
 
 
+@overload
+def state_sub(root: Root, rel: str, *, create: Literal[True]) -> Root: ...
+@overload
+def state_sub(root: Root, rel: str, *, create: bool) -> Root | None: ...
 def state_sub(root: Root, rel: str, *, create: bool) -> Root | None:
     """``journal/``, ``backups/<txn>`` ... beneath a state root (None: absent and not made)."""
     try:
@@ -69,7 +78,7 @@ def state_sub(root: Root, rel: str, *, create: bool) -> Root | None:
         raise _state_refused(Path(root.path) / rel, exc) from None
 
 
-def write_state_file(state_dir: str | os.PathLike, rel: str, data: bytes) -> None:
+def write_state_file(state_dir: str | os.PathLike[str], rel: str, data: bytes) -> None:
     """Write ``<state_dir>/<rel>`` atomically, 0644, through the state root."""
     root = open_state(state_dir, create=True)
     assert root is not None
@@ -100,7 +109,7 @@ class Roots:
         assert state is not None
         return cls(target, base, state, str(state_dir))
 
-    def rel(self, path: str | os.PathLike) -> str:
+    def rel(self, path: str | os.PathLike[str]) -> str:
         """``path`` relative to the target root (as named or resolved); refused when not beneath."""
         p = os.path.normpath(os.fspath(path))
         for b in dict.fromkeys((os.path.normpath(self.base), os.path.realpath(self.base))):
@@ -111,7 +120,7 @@ class Roots:
         raise ConfinementError(f"{p} is not a path rocmbuild may change in {self.base}; nothing was done there",
                                "the journal or plan naming it is corrupt or hostile: `rocmbuild status` names it")
 
-    def state_rel(self, path: str | os.PathLike) -> str | None:
+    def state_rel(self, path: str | os.PathLike[str]) -> str | None:
         """``path`` relative to the state dir (None: not beneath it)."""
         p, s = os.path.normpath(os.fspath(path)), os.path.normpath(self.state_dir)
         return os.path.relpath(p, s) if under(p, s, strictly=True) else None
@@ -123,5 +132,5 @@ class Roots:
     def __enter__(self) -> "Roots":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

@@ -64,7 +64,8 @@ def read_target_record(state_dir: Path) -> dict[str, str] | None:
     except (OSError, ValueError, RecursionError) as exc:
         raise _bad_record(path, f"{type(exc).__name__}: {exc}") from None
     try:
-        return s.load(TARGET_SPEC, data, path)
+        record: dict[str, str] = s.load(TARGET_SPEC, data, path)
+        return record
     except s.SchemaError as exc:
         raise _bad_record(path, str(exc)) from None
 
@@ -191,7 +192,7 @@ def unusable_state(path: Path, exc: OSError) -> RocmbuildError | OSError:
     return from_os_error(exc, "target") or exc
 
 
-def append_history(state_dir: Path, record: dict) -> None:
+def append_history(state_dir: Path, record: Mapping[str, Any]) -> None:
     path = Path(state_dir) / "history.jsonl"
     old = path.read_bytes() if path.exists() else b""
     if old and not old.endswith(b"\n"):
@@ -213,11 +214,12 @@ HISTORY_SPEC = s.obj({
 })
 
 
-def parse_history_line(rec: object, file: object) -> dict:
+def parse_history_line(rec: object, file: object) -> dict[str, Any]:
     """One ``history.jsonl`` line (decoded JSON) as the verbs read it: every field typed, the
     recipe, commit and versions by their grammar (docs/state-files.md); keys it does not name are
     kept. SchemaError (a ValueError) naming ``file`` (and the line), the field and what was expected."""
-    return s.load(HISTORY_SPEC, rec, file)
+    line: dict[str, Any] = s.load(HISTORY_SPEC, rec, file)
+    return line
 
 
 def history_lines(state_dir: Path) -> tuple[list[Mapping[str, Any]], list[Unreadable]]:
@@ -226,7 +228,8 @@ def history_lines(state_dir: Path) -> tuple[list[Mapping[str, Any]], list[Unread
     path = Path(state_dir) / "history.jsonl"
     if not path.exists():
         return [], []
-    good, bad = [], []
+    good: list[Mapping[str, Any]] = []
+    bad: list[Unreadable] = []
     sdir = Path(state_dir)
     for n, line in enumerate(path.read_bytes().decode("utf-8", errors="replace").split("\n"), 1):
         if not line.strip():

@@ -17,7 +17,7 @@ from typing import Any
 from rocmbuild.environment.verify import Verdict
 
 
-class Record(Mapping):
+class Record(Mapping[str, Any]):
     """A frozen value that reads like its JSON object (each record defines ``to_json``)."""
 
     @abc.abstractmethod

@@ -32,7 +32,7 @@ class Expectation:
 class Verify(Protocol):
     """Judges the target against an expectation (the flows: the probe in the target's Python)."""
 
-    def __call__(self, expectation: Expectation) -> Verdict: ...
+    def __call__(self, expectation: Expectation, /) -> Verdict: ...
 
 
 @dataclass(frozen=True)

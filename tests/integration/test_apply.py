@@ -558,7 +558,7 @@ def test_pruned_intermediate_state_is_refused_cleanly_and_the_original_still_res
     env = env350("conda")
     p = env.prefix
     s0 = snapshot(p)
-    a = _ok("apply", txn_home.recipe("mini"), "--env", p, "--keep", "1")["txn"]
+    _ok("apply", txn_home.recipe("mini"), "--env", p, "--keep", "1")
     _ok("apply", txn_home.recipe("mini-fix"), "--env", p, "--keep", "1")
     _ok("rollback", "--env", p, "--keep", "1")
     _ok("apply", txn_home.recipe("mini-fix"), "--env", p, "--keep", "1")

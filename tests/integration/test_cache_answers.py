@@ -44,7 +44,10 @@ def _manifest(layer_size, layer_digest: str) -> bytes:
                        "layers": [{"digest": f"sha256:{layer_digest}", "size": layer_size}]}).encode()
 
 
-def fake_registry(*, layer_size=3277, layer=None, sig=None, tags=json.dumps({"name": REPO, "tags": [KEY]}).encode()):
+TAGS = json.dumps({"name": REPO, "tags": [KEY]}).encode()
+
+
+def fake_registry(*, layer_size=3277, layer=None, sig=None, tags=TAGS):
     """A registry holding tag KEY (its layer declared as ``layer_size``, served as ``layer()``:
     bytes or an endless iterator) and, when ``sig`` is given, tag KEY.sig (served as ``sig()``)."""
     digest = "ab" * 32

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 
-from rocmbuild.fs import disk
 from rocmbuild.store import cache
 from tests.support.cli import rb
 from tests.support.snapshots import inodes, snapshot

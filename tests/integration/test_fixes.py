@@ -4,11 +4,9 @@ confinement; ``${ROCM_PATH}`` in a recipe on a faked distribution layout."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import git
-import pytest
 
 from rocmbuild.sources import fixes
 from rocmbuild.builder import requirements

@@ -139,7 +139,7 @@ def playbook(name: str, inventory: Path, tmp_path: Path, *args: str, extra: dict
             os.killpg(proc.pid, signal.SIGKILL)  # whatever ansible left in its group
         except ProcessLookupError:
             pass
-    recap = {m[0]: dict(zip(("ok", "changed", "unreachable", "failed", "skipped", "rescued"), map(int, m[1:])))
+    recap = {m[0]: dict(zip(("ok", "changed", "unreachable", "failed", "skipped", "rescued"), map(int, m[1:]), strict=True))
              for m in RECAP.findall(out)}
     return Run(subprocess.CompletedProcess(argv, proc.returncode, out, err), recap)
 

@@ -16,11 +16,13 @@ from pathlib import Path
 import pytest
 
 from rocmbuild.errors import EXIT_BUILD, EXIT_INPUT
-from tests.integration.test_prebuilt import prebuilt_recipe, shims  # noqa: F401 (a fixture)
+from tests.integration import test_prebuilt
+from tests.integration.test_prebuilt import prebuilt_recipe
 from tests.support.cli import rb
 from tests.support.debs import tree_entries, write_deb
 
 PKG = {"format": "deb", "name": "libmiopen1", "version": "7.2.4+dfsg-1", "architecture": "amd64"}
+shims = test_prebuilt.shims  # the fixture, shared with test_prebuilt.py
 WORDS = "from Debian package libmiopen1 7.2.4+dfsg-1 (amd64)"
 
 

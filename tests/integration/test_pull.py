@@ -224,7 +224,7 @@ def test_eight_machines_pull_one_key_from_the_registry_at_once(world, oci_regist
     assert {r["substituted"]["url"] for r in results} == {url}
     assert {r["substituted"]["bundle_sha256"] for r in results} == {sha}
     reference = _tree_hashes(Path(world["built"]["artifact"]) / "tree")
-    for home, res in zip(homes, results):
+    for home, res in zip(homes, results, strict=True):
         imported = home / "artifacts" / "imported"
         assert [p.name for p in imported.iterdir()] == [world["key"]]  # exactly one artifact per machine
         assert res["artifact"] == str(imported / world["key"])

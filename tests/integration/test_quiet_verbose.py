@@ -122,7 +122,7 @@ def test_very_verbose_adds_rocmbuild_debug_lines(tmp_path, txn_home):
     assert r.returncode == 0, r.stderr
     debug = [line for line in r.stderr.splitlines() if line.startswith("debug: ")]
     assert any("cache lookup" in line for line in debug), r.stderr
-    assert any(line.startswith("debug: runner: start git") for line in debug), r.stderr
+    assert any(line.startswith("debug: proc.runner: start git") for line in debug), r.stderr
     one = rb("build", txn_home.recipe("mini"), "-v")
     assert "debug:" not in one.stderr
     quiet = rb("build", txn_home.recipe("mini"), "-vv", "-q")

@@ -84,7 +84,7 @@ def test_rb_through_the_server_says_what_a_fresh_process_says(tmp_path, monkeypa
     served = [rb(*c) for c in cases]
     monkeypatch.setenv(forkserver.PLAIN, "1")
     fresh = [rb(*c) for c in cases]
-    for a, b in zip(served, fresh):
+    for a, b in zip(served, fresh, strict=True):
         assert (a.returncode, a.stdout, a.stderr) == (b.returncode, b.stdout, b.stderr), a.args
     assert [a.returncode for a in served] == [0, 2, 2]
 

@@ -29,7 +29,6 @@ import shlex
 import shutil
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest

@@ -79,7 +79,7 @@ def test_two_homes_build_the_same_bytes(tmp_path, monorepo, launcher):
     lib = trees[0] / "lib" / "libMIOpen.so.1.0"
     data = lib.read_bytes()
     assert b".debug_info" in data  # the debug info that would name the build's paths is there
-    for home, tree in zip(homes, trees):
+    for home, tree in zip(homes, trees, strict=True):
         for f in tree.rglob("*"):
             if f.is_file() and not f.is_symlink():
                 assert str(home).encode() not in f.read_bytes(), f  # no absolute path of either home

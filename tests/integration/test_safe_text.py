@@ -19,7 +19,7 @@ from pathlib import Path
 from tests.support.cli import REPO, rb
 from tests.support.recipes import fixture_recipe
 from tests.support.snapshots import snapshot
-from tests.support.monorepo import run_git, small_repo
+from tests.support.monorepo import small_repo
 
 HOSTILE = "desc \x1b[2J\x1b]0;owned\x07 clear\r\nFAKE: all good"
 HOSTILE_REF = "develop\x1b[31m\nFAKE: all good"

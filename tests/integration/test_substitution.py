@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -238,11 +241,7 @@ def test_check_mode_says_where_the_artifact_would_come_from(fleet, oci_registry,
     assert f"would build ({closed} unreachable)" in rb("plan", recipe, env=quick).stdout
 
 
-def _provision(env: dict) -> "subprocess.CompletedProcess":
-    import os
-    import subprocess
-    import sys
-
+def _provision(env: dict) -> subprocess.CompletedProcess:
     from tests.support.cli import REPO
 
     shim = Path(env["SHIM_DIR"]) / "rocmbuild-bin"

@@ -194,7 +194,10 @@ def test_expect_overrides_the_manifest():
     assert p.version_after == "3.5.9"
 
 
-def _rollback(states, force=False, desired=F(10), backup="/s/backups/t1/000-libMIOpen.so.1.0", expected=F(99),
+F10, F99 = F(10), F(99)  # PathState is frozen: safe as a default
+
+
+def _rollback(states, force=False, desired=F10, backup="/s/backups/t1/000-libMIOpen.so.1.0", expected=F99,
               copied=False, hashes=None):
     u = undo.Undo("/env/lib/libMIOpen.so.1.0", expected=expected, desired=desired, backup=backup, txn="t1",
                   copied=copied)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import tarfile
 from pathlib import Path
 
@@ -176,6 +177,6 @@ def test_read_version_errors(tmp_path):
 
 def test_checkout_is_frozen(tmp_path):
     co = source.Checkout(Path("/r"), Path("/r"), "u", None, None, None, (), ())
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         co.commit = "x"  # type: ignore[misc]
     assert co.tarball_sha256 is None

@@ -106,10 +106,12 @@ def prepare(s: Scratch) -> None:
 def _build_stock(src: Path, out: Path) -> Path:
     log = out / "build.log"
     bld, inst = out / "build", out / "install"
-    for argv in (["cmake", "-S", src, "-B", bld, "-G", "Unix Makefiles", f"-DMIOPEN_DEMO_VERSION={STOCK_VERSION}",
-                  "-DCMAKE_BUILD_TYPE=Release"],
-                 ["cmake", "--build", bld],
-                 ["cmake", "--install", bld, "--prefix", inst]):
+    steps: tuple[list[str | Path], ...] = (
+        ["cmake", "-S", src, "-B", bld, "-G", "Unix Makefiles", f"-DMIOPEN_DEMO_VERSION={STOCK_VERSION}",
+         "-DCMAKE_BUILD_TYPE=Release"],
+        ["cmake", "--build", bld],
+        ["cmake", "--install", bld, "--prefix", inst])
+    for argv in steps:
         runner.run(argv, log=log, what=f"building the stock MIOpen {STOCK_VERSION} failed",
                    hint="the demo's own library does not build with this compiler: see the log")
     ui.info(f"prepared {inst}: the stock MIOpen {STOCK_VERSION}, built with plain cmake (log {log})")
