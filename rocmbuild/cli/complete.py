@@ -171,5 +171,5 @@ def txn_ids(given: dict) -> list[str]:
         return []
     ids: list[str] = []
     for d in statedir.state_dirs_for(prefix.resolve()):
-        ids += [str(rec["id"]) for rec in statedir.read_history(d) if str(rec["id"]) not in ids]
+        ids += [rec.id for rec in statedir.read_history(d) if rec.id not in ids]
     return ids[::-1]

@@ -6,7 +6,7 @@ Decisions:
   so that verbs that only know the prefix (history, recover) find it again.
 * a ``history.jsonl`` line names its files relative to the prefix and records the prefix's
   identity; reading rebases them onto the prefix the state dir is in now; each line is read by
-  one schema (:data:`HISTORY_SPEC`, docs/state-files.md) into a read-only mapping; a line it
+  one schema (:data:`HISTORY_SPEC`, docs/state-files.md) into a frozen :class:`HistoryLine`; a line it
   refuses (not JSON, not an object, a field of another type, a commit that is not one) is
   reported, never hides the others;
 * ``target.json`` is read by :data:`TARGET_SPEC`; one that cannot be read is a StateError (exit 2)
@@ -31,9 +31,8 @@ import errno
 import json
 import os
 import stat
-from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
 from rocmbuild import schema as s
@@ -41,12 +40,12 @@ from rocmbuild.fs.disk import FileLock, read_json
 from rocmbuild.errors import RocmbuildError, StateError, StatePathError, from_os_error
 from rocmbuild.fs.locks import LockWait
 from rocmbuild.home import STATE_DIRNAME, state_home, target_state_dir, targets_dir
-from rocmbuild.swap.landing import rebased
+from rocmbuild.swap.landing import PrefixIdentity, rebased
 from rocmbuild.swap.swaprecords import Unreadable
 from rocmbuild.swap.roots import open_state, write_state_file
 
 __all__ = ["STATE_DIRNAME", "target_state_dir", "TargetLock", "register_outside_target", "state_dirs_for",
-           "append_history", "read_history", "history_lines", "parse_history_line", "read_target_record",
+           "append_history", "read_history", "HistoryLine", "HISTORY_SPEC", "history_lines", "parse_history_line", "read_target_record",
            "unreadable_targets"]
 
 
@@ -191,36 +190,78 @@ def unusable_state(path: Path, exc: OSError) -> RocmbuildError | OSError:
     return from_os_error(exc, "target") or exc
 
 
-def append_history(state_dir: Path, record: dict) -> None:
+def append_history(state_dir: Path, line: "HistoryLine") -> None:
+    """Append ``line`` (saved whole, :meth:`HistoryLine.to_json`) to ``history.jsonl``."""
     path = Path(state_dir) / "history.jsonl"
     old = path.read_bytes() if path.exists() else b""
     if old and not old.endswith(b"\n"):
         old += b"\n"
-    line = json.dumps(record, sort_keys=True, default=str) + "\n"
-    write_state_file(state_dir, "history.jsonl", old + line.encode())
+    text = json.dumps(line.to_json(), sort_keys=True, default=str) + "\n"
+    write_state_file(state_dir, "history.jsonl", old + text.encode())
 
 
-_STR, _OPT = s.optional(s.string), s.OMIT
-HISTORY_SPEC = s.obj({
-    "id": (s.string, s.REQUIRED), "verb": (s.one_of("apply", "rollback"), s.REQUIRED), "time": (_STR, None),
-    "recipe": (s.optional(s.name("recipe")), None), "commit": (s.optional(s.name("commit")), None),
-    "version_before": (s.optional(s.name("version")), None), "version_after": (s.optional(s.name("version")), None),
-    "artifact": (_STR, None), "artifact_path": (_STR, _OPT), "python": (_STR, _OPT), "outcome": (_STR, None),
-    "files": (s.list_of(s.string), ()), "undoes": (s.list_of(s.string), ()),
-    "backup_bytes": (s.optional(s.check(s.integer, lambda v: v >= 0, "an integer of 0 or more")), _OPT),
-    "prefix_identity": (s.optional(s.obj({"path": (s.string, s.REQUIRED), "realpath": (_STR, _OPT),
-                                          "dev": (s.optional(s.integer), _OPT), "ino": (s.optional(s.integer), _OPT)})), _OPT),
-})
+@dataclass(frozen=True)
+class HistoryLine:
+    """One ``history.jsonl`` line (docs/json.md, ``history``), parsed by :data:`HISTORY_SPEC`;
+    ``extra`` holds the keys the schema does not name (a newer rocmbuild's, a journal's meta),
+    written back as they were."""
+
+    id: str
+    verb: str  # "apply" | "rollback"
+    time: str | None = None
+    recipe: str | None = None
+    commit: str | None = None
+    artifact: str | None = None
+    version_before: str | None = None
+    version_after: str | None = None
+    files: tuple[str, ...] = ()
+    outcome: str | None = None
+    undoes: tuple[str, ...] = ()
+    artifact_path: str | None = None
+    python: str | None = None
+    backup_bytes: int | None = None
+    prefix_identity: PrefixIdentity | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """The line as written (and as ``history --json`` shows it): the optional fields only when known."""
+        out: dict[str, Any] = {**self.extra, "id": self.id, "time": self.time, "verb": self.verb,
+                               "recipe": self.recipe, "commit": self.commit, "artifact": self.artifact,
+                               "version_before": self.version_before, "version_after": self.version_after,
+                               "files": list(self.files), "outcome": self.outcome, "undoes": list(self.undoes)}
+        for key in _WHEN_KNOWN:
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        if self.prefix_identity is not None:
+            out["prefix_identity"] = self.prefix_identity.to_json()
+        return out
 
 
-def parse_history_line(rec: object, file: object) -> dict:
+_WHEN_KNOWN = ("artifact_path", "python", "backup_bytes")
+HISTORY_NAMED = frozenset(f.name for f in fields(HistoryLine)) - {"extra"}  # the keys of the schema
+_RECORD = s.record(HistoryLine, verb=s.one_of("apply", "rollback"), recipe=s.optional(s.name("recipe")),
+                   commit=s.optional(s.name("commit")), version_before=s.optional(s.name("version")),
+                   version_after=s.optional(s.name("version")),
+                   backup_bytes=s.optional(s.check(s.integer, lambda v: v >= 0, "an integer of 0 or more")))
+
+
+def HISTORY_SPEC(v: Any, where: str) -> HistoryLine:
+    """A history line's schema: every named field typed (the recipe, commit and versions by their
+    grammar); the keys it does not name kept in ``extra``."""
+    if type(v) is not dict:
+        s.fail(where, "an object", v)
+    line = _RECORD({k: x for k, x in v.items() if k in HISTORY_NAMED}, where)
+    return replace(line, extra={k: s.json_value(x, k) for k, x in v.items() if k not in HISTORY_NAMED})
+
+
+def parse_history_line(rec: object, file: object) -> HistoryLine:
     """One ``history.jsonl`` line (decoded JSON) as the verbs read it: every field typed, the
     recipe, commit and versions by their grammar (docs/state-files.md); keys it does not name are
     kept. SchemaError (a ValueError) naming ``file`` (and the line), the field and what was expected."""
     return s.load(HISTORY_SPEC, rec, file)
 
 
-def history_lines(state_dir: Path) -> tuple[list[Mapping[str, Any]], list[Unreadable]]:
+def history_lines(state_dir: Path) -> tuple[list[HistoryLine], list[Unreadable]]:
     """The lines of ``history.jsonl`` that can be read (their paths absolute under the prefix the
     state dir belongs to now), and the others, each reported: one bad line hides nothing else."""
     path = Path(state_dir) / "history.jsonl"
@@ -228,24 +269,22 @@ def history_lines(state_dir: Path) -> tuple[list[Mapping[str, Any]], list[Unread
         return [], []
     good, bad = [], []
     sdir = Path(state_dir)
-    for n, line in enumerate(path.read_bytes().decode("utf-8", errors="replace").split("\n"), 1):
-        if not line.strip():
+    for n, text in enumerate(path.read_bytes().decode("utf-8", errors="replace").split("\n"), 1):
+        if not text.strip():
             continue
         try:
-            rec = parse_history_line(json.loads(line), f"{path} line {n}")
+            line = parse_history_line(json.loads(text), f"{path} line {n}")
         except (ValueError, RecursionError) as exc:
             bad.append(Unreadable("history", str(path), f"{type(exc).__name__}: {exc}", line=n,
-                                  known={"text": line.strip()[:120]}))
+                                  known={"text": text.strip()[:120]}))
             continue
-        ident = rec.get("prefix_identity") or {}
-        base = sdir.parent if sdir.name == STATE_DIRNAME else Path(ident.get("path") or "/")
-        rec = {**rec, "files": [rebased(f, base) for f in rec["files"]], "undoes": list(rec["undoes"])}
-        if rec.get("python"):
-            rec["python"] = rebased(rec["python"], base)
-        good.append(MappingProxyType(rec))
+        ident = line.prefix_identity
+        base = sdir.parent if sdir.name == STATE_DIRNAME else Path((ident.path if ident else "") or "/")
+        good.append(replace(line, files=tuple(rebased(f, base) for f in line.files),
+                            python=rebased(line.python, base) if line.python else line.python))
     return good, bad
 
 
-def read_history(state_dir: Path) -> list[Mapping[str, Any]]:
+def read_history(state_dir: Path) -> list[HistoryLine]:
     """The readable history lines (:func:`history_lines` reports the others)."""
     return history_lines(state_dir)[0]
