@@ -53,8 +53,8 @@ def drift(state_dir: Path) -> list[Drift]:
     for path, (j, after, source, digest) in sorted(_placed_by(state_dir).items()):
         now = observe(path)
         if not unchanged(now, after, path, digest=digest, source=source, obs=obs):
-            role = next((j.plan.actions[s["index"]].role for s in j.data["steps"]
-                         if j.plan.actions[s["index"]].path == path), None)
+            role = next((j.plan.actions[step["index"]].role for step in j.data["steps"]
+                         if j.plan.actions[step["index"]].path == path), None)
             in_place = now.kind == "file" and (now.dev, now.inode) == (after.dev, after.inode)
             out.append(Drift(path, j.id, after.describe(), found(now, after), role=role,
                              placed_version=j.plan.version_after if role in ("library", "restore") else None,
