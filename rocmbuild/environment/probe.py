@@ -222,17 +222,30 @@ PROBE_SCHEMA = 1  # what _probe.py's PROBE_SCHEMA says
 # the report's schema
 
 
-def _library(v: object, where: str) -> LoadedLibrary:
-    d = _LIBRARY_FIELDS(v, where)
-    return LoadedLibrary(path=d["path"], kind=d["kind"] or "", dev=os.makedev(d["dev_major"], d["dev_minor"]),
-                         inode=d["inode"], sha256=d["sha256"], deleted=d["deleted"])
+@dataclass(frozen=True)
+class _MappedFile:
+    """One library as the probe prints it (its device as major and minor), before it is a LoadedLibrary."""
+
+    path: str
+    dev_major: int
+    dev_minor: int
+    inode: int
+    kind: str | None = None
+    sha256: str | None = None
+    deleted: bool = False
 
 
 _COUNT = s.check(s.integer, lambda v: v >= 0, "an integer of 0 or more")
-_LIBRARY_FIELDS = s.obj({"path": (s.check(s.string, os.path.isabs, "an absolute path"), s.REQUIRED),
-                         "kind": (s.optional(s.string), None), "dev_major": (_COUNT, s.REQUIRED),
-                         "dev_minor": (_COUNT, s.REQUIRED), "inode": (_COUNT, s.REQUIRED),
-                         "sha256": (s.optional(s.string), None), "deleted": (s.boolean, False)}, keep=False)
+_MAPPED = s.record(_MappedFile, path=s.check(s.string, os.path.isabs, "an absolute path"), dev_major=_COUNT,
+                   dev_minor=_COUNT, inode=_COUNT)
+
+
+def _library(v: object, where: str) -> LoadedLibrary:
+    m = _MAPPED(v, where)
+    return LoadedLibrary(path=m.path, kind=m.kind or "", dev=os.makedev(m.dev_major, m.dev_minor), inode=m.inode,
+                         sha256=m.sha256, deleted=m.deleted)
+
+
 LIBRARY_SPEC: s.Spec = _library  # one library of the probe's ``libraries`` / ``mapped``
 _VERSION3 = s.optional(s.check(s.list_of(s.integer), lambda v: len(v) == 3, "a list of 3 integers"))
 _STATUS = s.one_of("passed", "failed", "skipped")

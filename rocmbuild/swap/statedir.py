@@ -45,14 +45,25 @@ from rocmbuild.swap.swaprecords import Unreadable
 from rocmbuild.swap.roots import open_state, write_state_file
 
 __all__ = ["STATE_DIRNAME", "target_state_dir", "TargetLock", "register_outside_target", "state_dirs_for",
-           "append_history", "read_history", "HistoryLine", "HISTORY_SPEC", "history_lines", "parse_history_line", "read_target_record",
+           "append_history", "read_history", "HistoryLine", "HISTORY_SPEC", "TargetRecord", "history_lines", "parse_history_line", "read_target_record",
            "unreadable_targets"]
 
 
-TARGET_SPEC = s.obj({"prefix": (s.string, s.REQUIRED), "libdir": (s.string, s.REQUIRED)}, keep=False)
+@dataclass(frozen=True)
+class TargetRecord:
+    """``target.json`` of an outside-prefix state dir: the prefix and the lib dir it belongs to."""
+
+    prefix: str
+    libdir: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"prefix": self.prefix, "libdir": self.libdir}
 
 
-def read_target_record(state_dir: Path) -> dict[str, str] | None:
+TARGET_SPEC = s.record(TargetRecord)
+
+
+def read_target_record(state_dir: Path) -> TargetRecord | None:
     """The ``target.json`` of an outside-prefix state dir (None: there is none); StateError
     (exit 2) naming the file, the field and what was expected when it cannot be read."""
     path = Path(state_dir) / "target.json"
@@ -79,7 +90,7 @@ def register_outside_target(state_dir: Path, prefix: Path, libdir: Path) -> None
     """Record which prefix an outside-prefix state dir belongs to (a record that is there but
     cannot be read: StateError, exit 2), through the state dir's root."""
     if read_target_record(state_dir) is None:
-        data = json.dumps({"prefix": str(prefix), "libdir": str(libdir)}, indent=2, sort_keys=True) + "\n"
+        data = json.dumps(TargetRecord(str(prefix), str(libdir)).to_json(), indent=2, sort_keys=True) + "\n"
         write_state_file(state_dir, "target.json", data.encode())
 
 
@@ -109,7 +120,7 @@ def state_dirs_for(prefix: Path) -> list[Path]:
                 rec = read_target_record(d)
             except StateError:
                 continue
-            if rec is not None and Path(rec["prefix"]) == Path(prefix):
+            if rec is not None and Path(rec.prefix) == Path(prefix):
                 out.append(d)
     return out
 

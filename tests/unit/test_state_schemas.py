@@ -131,8 +131,10 @@ PARSERS = {  # name: (parse, valid record, the documented error, what a success 
     "journal": (_journal_load, _journal, SchemaError, journal.Journal),
     "history-line": (lambda d: statedir.parse_history_line(d, "history.jsonl line 1"), _history, SchemaError,
                      statedir.HistoryLine),
-    "target-record": (_target_record, lambda: {"prefix": "/env", "libdir": "/opt/rocm/lib"}, StateError, dict),
-    "known-record": (_known_record, lambda: {"state_dir": "/env/.rocmbuild", "prefix": "/env"}, SchemaError, dict),
+    "target-record": (_target_record, lambda: {"prefix": "/env", "libdir": "/opt/rocm/lib"}, StateError,
+                      statedir.TargetRecord),
+    "known-record": (_known_record, lambda: {"state_dir": "/env/.rocmbuild", "prefix": "/env"}, SchemaError,
+                     knowntargets.KnownRecord),
 }
 
 

@@ -132,3 +132,25 @@ def test_a_signature_file_that_is_not_json_or_too_long_is_refused(signed):
         with pytest.raises(s.SchemaError):
             trust.read_signature(data)
     assert trust.read_signature(None) is None and trust.read_signature(b"") is None
+
+
+# --------------------------------------------------------------------------------------------
+# an outside-prefix state dir's target.json, a known-target record
+
+
+def test_the_target_and_known_target_records_round_trip(tmp_path, monkeypatch):
+    from rocmbuild.errors import StateError
+    from rocmbuild.swap import knowntargets, statedir
+
+    rec = statedir.TargetRecord("/env", "/opt/rocm/lib")
+    (tmp_path / "target.json").write_text(json.dumps(rec.to_json()))
+    assert statedir.read_target_record(tmp_path) == rec
+    (tmp_path / "target.json").write_text(json.dumps({**rec.to_json(), "libdir": ["/x"]}))
+    with pytest.raises(StateError) as info:
+        statedir.read_target_record(tmp_path)
+    assert info.value.exit_code == 2 and "field 'libdir': expected a string" in info.value.message
+    known = tmp_path / "known.json"
+    known.write_bytes(knowntargets.record_json(tmp_path / ".rocmbuild", "/env", "t"))
+    assert knowntargets.read_record(known) == knowntargets.KnownRecord(str(tmp_path / ".rocmbuild"), "/env", "t")
+    known.write_text(json.dumps({"state_dir": "relative"}))
+    _refused(knowntargets.RECORD_SPEC, json.loads(known.read_text()), "state_dir")
