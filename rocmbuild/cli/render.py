@@ -344,7 +344,7 @@ def _rollback(r: RollbackResult) -> str:
 def _history(h: HistoryResult) -> str:
     """A table at the terminal's width, newest first (a narrow terminal: one block per transaction)."""
     cols = textlayout.width()
-    apart = differs.told_apart([(r.get("recipe"), r.get("build") or {}) for r in h.transactions],
+    apart = differs.told_apart([(r.line.recipe, r.build) for r in h.transactions],
                                verbose=ui.verbosity() > 0)  # what tells builds of one recipe apart
     rows = [history_row(r, built) for r, built in reversed(list(zip(h.transactions, apart)))]
     out = [textlayout.wrap(safe_text(f"history of {h.prefix} (newest first)"), cols)]

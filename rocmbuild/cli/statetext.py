@@ -19,7 +19,7 @@ import os
 
 from rocmbuild.cli import textlayout
 from rocmbuild.names import safe_text
-from rocmbuild.results import short_txn
+from rocmbuild.results import HistoryRow, short_txn
 
 
 def rel(path: str, prefix: str | None) -> str:
@@ -52,47 +52,47 @@ def drift_text(d, prefix: str | None = None) -> str:
 HISTORY_HEADERS = ("txn", "when", "what", "version", "state")
 
 
-def history_state(r) -> tuple[str, ...]:
+def history_state(r: HistoryRow) -> tuple[str, ...]:
     """One line per fact: an apply in effect or undone (by which rollback), a rollback or redo done
     (never "in effect": it marks what it undid), a failed one rolled back; then whether ``redo``
     would undo it, pruned backups and foreign origin."""
-    out = r.get("outcome") or "?"
+    out = r.line.outcome or "?"
     if out != "committed":
         facts = [out.replace("_", " ")]
-    elif (r.get("kind") or r.get("verb")) == "apply":
-        undone = r.get("undone_by")
-        facts = ["in effect" if r.get("in_effect") else (f"undone by {short_txn(undone)}" if undone else "undone")]
-        if r.get("in_effect") and r.get("redone_by"):
-            facts.append(f"redone by {short_txn(r['redone_by'])}")
+    elif (r.kind or r.line.verb) == "apply":
+        facts = ["in effect" if r.in_effect else (f"undone by {short_txn(r.undone_by)}" if r.undone_by else "undone")]
+        if r.in_effect and r.redone_by:
+            facts.append(f"redone by {short_txn(r.redone_by)}")
     else:
         facts = ["done"]
-    if r.get("redo_next"):
+    if r.redo_next:
         facts.append("`redo` undoes it")
-    if r.get("backups_pruned"):
+    if r.backups_pruned:
         facts.append("backups pruned")
-    if r.get("origin") in ("copied", "moved"):
-        facts.append(f"{r['origin']} from {r['prefix_identity'].get('path')}")
+    if r.origin in ("copied", "moved"):
+        facts.append(f"{r.origin} from {r.line.prefix_identity.path if r.line.prefix_identity else '?'}")
     return tuple(facts)
 
 
-def history_row(r, built: str = "") -> tuple[textlayout.Cell, ...]:
+def history_row(r: HistoryRow, built: str = "") -> tuple[textlayout.Cell, ...]:
     """The cells of a history line (the table escapes each); ``built``: what tells its build apart
     from the other builds of its recipe listed (store/differs.py)."""
-    what = r.get("recipe") or "-"
-    if r.get("commit"):
-        what += f" @ {r['commit'][:12]}"
+    line = r.line
+    what = line.recipe or "-"
+    if line.commit:
+        what += f" @ {line.commit[:12]}"
     if built:
         what += f" ({built})"
-    to = r.get("restores_to")
-    if r.get("redoes"):
-        what = f"undoes rollback {short_txn(r['redoes'])}"
-    elif r.get("undoes"):
-        what += f" (undoes {', '.join(short_txn(u) for u in r['undoes'])})"
-    if to and (r.get("kind") or r.get("verb")) != "apply":
+    if r.redoes:
+        what = f"undoes rollback {short_txn(r.redoes)}"
+    elif line.undoes:
+        what += f" (undoes {', '.join(short_txn(u) for u in line.undoes)})"
+    to = r.restores_to
+    if to and (r.kind or line.verb) != "apply":
         what += "; back to stock" if to == "stock" else f"; back to the state after {short_txn(to)}"
-    when = (r.get("time") or "?").replace("T", " ").rstrip("Z")
-    return (f"{short_txn(r['id'])} {r.get('kind') or r['verb']}", when, what,
-            f"{r.get('version_before') or '?'} -> {r.get('version_after') or '?'}", history_state(r))
+    when = (line.time or "?").replace("T", " ").rstrip("Z")
+    return (f"{short_txn(line.id)} {r.kind or line.verb}", when, what,
+            f"{line.version_before or '?'} -> {line.version_after or '?'}", history_state(r))
 
 
 def _before(a, plan) -> str:

@@ -38,6 +38,7 @@ from rocmbuild.fs.locks import LockWait
 from rocmbuild.flows import guards
 from rocmbuild.results import (
     HistoryResult,
+    HistoryRow,
     InEffect,
     LibraryStatus,
     RecoverResult,
@@ -176,7 +177,7 @@ def history(*, env: str | None = None, python: str | None = None, limit: int | N
     ``limit``: only the newest N (still oldest first in the JSON; ``total`` counts them all)."""
     prefix, _py = target.resolve(env, python)
     home = cache_home()
-    rows: list[dict] = []
+    rows: list[HistoryRow] = []
     unfinished: list[Unfinished] = []
     origins: list[dict] = []
     total = 0
@@ -185,13 +186,13 @@ def history(*, env: str | None = None, python: str | None = None, limit: int | N
         pruned = {j.id for j in _txn.journals(d) if j.data.get("backups_pruned")}
         lines, _bad = statedir.history_lines(d)
         for rec in lines:
-            rows.append({**rec.to_json(), **_effect_of(m, rec), "backups_pruned": rec.id in pruned,
-                         "state_dir": str(d), "origin": origin(rec.prefix_identity, prefix),
-                         "build": differs.of_key(home, rec.artifact) if rec.artifact else {}})
+            rows.append(HistoryRow(rec, **_effect_of(m, rec), backups_pruned=rec.id in pruned, state_dir=str(d),
+                                   origin=origin(rec.prefix_identity, prefix),
+                                   build=differs.of_key(home, rec.artifact) if rec.artifact else {}))
         unfinished += _unfinished(d)
         origins += [{"state_dir": str(d), "relation": rel, "from": where} for rel, where in _txn.foreign(d)]
         total += _txn.backup_bytes(d)
-    rows.sort(key=lambda r: (r.get("time") or "", r["id"]))
+    rows.sort(key=lambda r: (r.line.time or "", r.line.id))
     shown = rows[-limit:] if limit is not None else rows
     return HistoryResult(str(prefix), tuple(shown), tuple(unfinished), total,
                          tuple(guards.unreadable_state(prefix)), tuple(origins), limit=limit, total=len(rows))
