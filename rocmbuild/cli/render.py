@@ -45,6 +45,7 @@ from rocmbuild.results import (
     VerifyResult,
     short_txn,
 )
+from rocmbuild.results.stateresult import dotted
 
 
 @singledispatch
@@ -137,23 +138,23 @@ def _build(r: BuildResult) -> str:
 # status, verify, doctor
 
 
-def _loaded(data: dict[str, Any]) -> str:
-    t, tv = data["target"], data["torch"]
-    build = f"ROCm {tv['hip']}" if tv["hip"] else (f"CUDA {tv['cuda']}" if tv["cuda"] else "CPU-only (no MIOpen/cuDNN)")
-    came = f"from {t['from']}; " if t.get("from", "--env") != "--env" else ""
-    lines = [f"target: {t['prefix']} ({came}python {t['python']}, {tv['python_version']})", *activation_lines(t),
-             f"torch {tv['version']}: {build}; compiled against {tv['compile_version'] or '-'}, "
-             f"runtime {tv['runtime_version'] or '-'}, cudnn.version() = "
-             + (f"raises {tv['version_error']} (then {tv['version_int_retry']})" if tv["version_error"]
-                else str(tv["version_int"]))]
-    for lib in data["libraries"] or []:
-        where = "inside the prefix" if lib["inside_prefix"] else "OUTSIDE the prefix"
-        links = f" via {', '.join(lib['links'])}" if lib["links"] else ""
-        lines.append(f"  {lib['kind']:6} {lib['path']}{' (deleted)' if lib['deleted'] else ''}"
-                     f"{' ' + lib['version'] if lib['version'] else ''}: {lib['layout']}, {where}{links}; "
-                     f"device {lib['device']} inode {lib['inode']}" + (f" sha256 {lib['sha256']}" if lib["sha256"] else ""))
-        lines += [f"    stray {s['path']}: {s['why']}" for s in lib.get("strays") or ()]
-    if not data["libraries"]:
+def _loaded(r: StatusResult) -> str:
+    t, tv = r.target, r.target.report
+    build = f"ROCm {tv.hip}" if tv.hip else (f"CUDA {tv.cuda}" if tv.cuda else "CPU-only (no MIOpen/cuDNN)")
+    came = f"from {t.origin}; " if t.origin != "--env" else ""
+    lines = [f"target: {t.prefix} ({came}python {t.python}, {tv.python_version})", *activation_lines(t),
+             f"torch {tv.torch_version}: {build}; compiled against {dotted(tv.compile_version) or '-'}, "
+             f"runtime {dotted(tv.runtime_version) or '-'}, cudnn.version() = "
+             + (f"raises {tv.version_error} (then {tv.version_int_retry})" if tv.version_error else str(tv.version_int))]
+    for s in r.libraries:
+        lib = s.library
+        where = "inside the prefix" if s.inside_prefix else "OUTSIDE the prefix"
+        links = f" via {', '.join(s.links)}" if s.links else ""
+        lines.append(f"  {lib.kind:6} {lib.path}{' (deleted)' if lib.deleted else ''}"
+                     f"{' ' + s.version if s.version else ''}: {s.layout}, {where}{links}; "
+                     f"device {lib.device} inode {lib.inode}" + (f" sha256 {lib.sha256}" if lib.sha256 else ""))
+        lines += [f"    stray {x.path}: {x.why(s.preload)}" for x in s.strays]
+    if not r.libraries:
         lines.append("  no libMIOpen/libamdhip64/libcudnn loaded")
     return textlayout.lines(lines)
 
@@ -196,7 +197,7 @@ def status_changes(c: StatusChanges, prefix: str | None = None) -> str:
 def _status(r: StatusResult) -> str:
     """The summary line first, then what is loaded, then rocmbuild's changes grouped per transaction."""
     prefix = str(r.target.prefix)
-    body = safe_text(r.summary) + "\n" + _loaded(r.to_json()) + "\n" + status_changes(r.changes, prefix)
+    body = safe_text(r.summary) + "\n" + _loaded(r) + "\n" + status_changes(r.changes, prefix)
     gate = r.drift_check
     if gate is not None and not gate.ok and r.error is None:  # with --check the error says it, once
         body += "\n" + textlayout.lines([f"what to do: {gate.message} (`rocmbuild status --check` and `rocmbuild verify` "
@@ -207,7 +208,7 @@ def _status(r: StatusResult) -> str:
 @text.register
 def _verify(r: VerifyResult) -> str:
     came = f" (from {r.target.origin})" if r.target.origin != "--env" else ""
-    head = textlayout.lines([f"verified {r.target.prefix}{came}", *activation_lines(r.target.to_json())])
+    head = textlayout.lines([f"verified {r.target.prefix}{came}", *activation_lines(r.target)])
     return head + "\n" + r.verdict.render() + databases_text(r.databases)
 
 

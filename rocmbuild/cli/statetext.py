@@ -16,10 +16,14 @@ Decisions:
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from rocmbuild.cli import textlayout
 from rocmbuild.names import safe_text
 from rocmbuild.results import HistoryRow, short_txn
+
+if TYPE_CHECKING:
+    from rocmbuild.environment.target import Target
 
 
 def rel(path: str, prefix: str | None) -> str:
@@ -173,16 +177,16 @@ def databases_text(db) -> str:
     return "\n" + "\n".join(safe_text(x) for x in lines)
 
 
-def activation_lines(t: dict) -> list[str]:
+def activation_lines(t: "Target") -> list[str]:
     """A target's activation (``target.activation`` in the JSON) and, when the unactivated
     environment loads something else, both (``target.unactivated``)."""
-    act, diff = t.get("activation") or {}, t.get("unactivated")
+    act, diff = t.activation, t.difference
     lines = []
-    if act.get("kind", "none") != "none":
-        sets = ", ".join(f"{c['var']} ({c['source']})" for c in act.get("changes") or ())
-        files = ", ".join(act.get("files") or ()) or "no activation files"
-        lines.append(f"activation: {act['kind']}, {act['how']}: {files}; "
+    if act.kind != "none":
+        sets = ", ".join(f"{c.var} ({c.source})" for c in act.relevant())
+        files = ", ".join(act.files) or "no activation files"
+        lines.append(f"activation: {act.kind}, {act.how}: {files}; "
                      + (f"sets {sets}" if sets else "nothing that changes what torch loads"))
-    if diff:
-        lines.append(f"ACTIVATED AND UNACTIVATED DIFFER: {diff['text']}")
+    if diff is not None:
+        lines.append(f"ACTIVATED AND UNACTIVATED DIFFER: {diff.text()}")
     return lines

@@ -75,8 +75,12 @@ class LoadedLibrary:
     def to_json(self) -> dict:
         """The library as the JSON output shows it (``dev`` and ``device``), and as the probe
         says it (``dev_major``, ``dev_minor``): :data:`LIBRARY_SPEC` reads it back."""
-        return {**asdict(self), "device": f"{os.major(self.dev):x}:{os.minor(self.dev):02x}",
-                "dev_major": os.major(self.dev), "dev_minor": os.minor(self.dev)}
+        return {**asdict(self), "device": self.device, "dev_major": os.major(self.dev), "dev_minor": os.minor(self.dev)}
+
+    @property
+    def device(self) -> str:
+        """``fe:01``: the device as ``/proc/self/maps`` says it (major and minor in hex)."""
+        return f"{os.major(self.dev):x}:{os.minor(self.dev):02x}"
 
     @property
     def soname(self) -> str:
