@@ -2,7 +2,8 @@
 
 ``text(result)`` picks the renderer by the result's type. Kept apart from parsing and exit codes
 (app.py, verbs.py) and from the flows that do the work, so wording changes touch only this file.
-Renderers read the result's ``to_json()`` form where the text mirrors it key for key.
+Renderers read the result's values (a ``Target`` and its ``ProbeReport``, a ``HistoryRow``, a ``Lock``),
+not its ``to_json()`` form.
 
 Every value a renderer shows passes ``names.safe_text`` (rocmbuild.names): a renderer builds its
 text as a list of lines and joins them with ``textlayout.lines``, which escapes each (so a newline in a
@@ -14,7 +15,6 @@ is escaped where it is made. ``--json`` keeps every string exact.
 from __future__ import annotations
 
 from functools import singledispatch
-from typing import Any
 
 from rocmbuild.proc import runner
 from rocmbuild import ui
@@ -118,19 +118,18 @@ def build_plan(plan: BuildPlan) -> str:
 
 @text.register
 def _build(r: BuildResult) -> str:
-    data = r.to_json()
-    verb = "cached (no configure, no compile)" if data["cached"] else "built"
-    out = [f"{data['recipe']} {data['version'] or ''} @ {(data['commit'] or '')[:12]}: {verb}",
-           f"artifact: {data['artifact']}"]
-    if data["substituted"]:
-        out.append(origin_text(data["substituted"]))
-    out += [f"  {lib['name']}: {' -> '.join(lib['chain'])} (SONAME {lib['soname']})" for lib in data["libraries"]]
-    if data["package"]:
-        out.append(f"from {package_words(data['package'])}")
-    if data["fixes"]:
-        out.append(f"fixes: {'; '.join(found_text(f) for f in r.artifact.manifest.found())}")
-    if data["log"]:
-        out.append(f"log: {data['log']}")
+    art, m = r.artifact, r.artifact.manifest
+    verb = "cached (no configure, no compile)" if art.cached else "built"
+    out = [f"{m.recipe} {m.version or ''} @ {(m.commit or '')[:12]}: {verb}", f"artifact: {art.path}"]
+    if r.substituted:
+        out.append(origin_text(r.substituted))
+    out += [f"  {lib.name}: {' -> '.join(lib.chain)} (SONAME {lib.soname})" for lib in m.libraries]
+    if m.package:
+        out.append(f"from {package_words(m.package.to_json())}")
+    if m.fixes:
+        out.append(f"fixes: {'; '.join(found_text(f) for f in m.found())}")
+    if r.log:
+        out.append(f"log: {r.log}")
     return textlayout.lines(out)
 
 
@@ -267,7 +266,7 @@ def _export(r: ExportResult) -> str:
 @text.register
 def _lock(r: LockResult) -> str:
     lk = r.lock
-    return textlayout.lines([f"{r.lock_file}: {lk['recipe']} @ {ref_words(lk['ref'])} -> {lk['commit']}",
+    return textlayout.lines([f"{r.lock_file}: {lk.recipe} @ {ref_words(lk.ref)} -> {lk.commit}",
                          f"rebuild exactly this with: rocmbuild apply --from-lock {r.lock_file}"])
 
 
@@ -359,7 +358,8 @@ def _history(h: HistoryResult) -> str:
         out += [textlayout.wrap("  ".join(textlayout.cell_text(c, ", ") for c in row), cols, "  ") for row in rows]
     if not h.transactions:
         out.append("  no transactions" + (" that can be read" if h.unreadable else ""))
-    shown, total = len(h.transactions), h.to_json()["total"]
+    shown = len(h.transactions)
+    total = shown if h.total is None else h.total
     if total > shown:
         out.append(textlayout.wrap(f"the newest {shown} of {total} transactions (--limit {h.limit}); "
                                "`rollback --to` takes a txn number", cols))
@@ -376,8 +376,8 @@ def _history(h: HistoryResult) -> str:
 def _recover(r: RecoverResult) -> str:
     if not r.recovered:
         return f"nothing to recover in {r.prefix}"
-    return textlayout.lines(f"recovered {e['verb']} {e['id']} (stopped at '{e['interrupted_at']}'): rolled back"
-                        + ("" if e["restored"].get("ok") else " -- WARNING: the old state did not verify")
+    return textlayout.lines(f"recovered {e.verb} {e.id} (stopped at '{e.interrupted_at}'): rolled back"
+                        + ("" if e.restored.ok else " -- WARNING: the old state did not verify")
                         for e in r.recovered)
 
 
