@@ -22,7 +22,8 @@ Decisions:
 * The library and encoding of a target follow its backend unless given: a ROCm torch is judged on
   ``libMIOpen``/``miopen``, a CUDA torch on the set ``libcudnn*``/``cudnn`` (:data:`BACKEND_LIBRARY`).
 * The JSON is the whole stdout, else its last line that parses as an object (interpreter
-  startup, e.g. a ``sitecustomize`` or a ``.pth`` file, may print before the probe redirects fd 1).
+  startup, e.g. a ``sitecustomize`` or a ``.pth`` file, may print before the probe redirects fd 1);
+  it is parsed once by :data:`PROBE_SPEC`: a report that does not fit is a TargetError (exit 2) naming the field.
 """
 
 from __future__ import annotations
@@ -152,7 +153,8 @@ class ProbeReport:
     libraries: tuple[LoadedLibrary, ...] = ()
     smoke: SmokeResult | None = None
     errors: dict[str, str] = field(default_factory=dict)
-    mapped: tuple[LoadedLibrary, ...] = field(default=(), compare=False, repr=False)  # every shared object (kind "" for others)
+    # every shared object mapped (kind "" for the others): for the DT_NEEDED check
+    mapped: tuple[LoadedLibrary, ...] = field(default=(), compare=False, repr=False)
     torch_file: str | None = field(default=None, compare=False, repr=False)  # torch/__init__.py of the target
     torch_traceback: str | None = field(default=None, compare=False, repr=False)  # the end of ``import torch``'s
 
@@ -229,7 +231,6 @@ PROBE_SCHEMA = 1  # what _probe.py's PROBE_SCHEMA says
 @dataclass(frozen=True)
 class _MappedFile:
     """One library as the probe prints it (its device as major and minor), before it is a LoadedLibrary."""
-
     path: str
     dev_major: int
     dev_minor: int
@@ -391,8 +392,8 @@ def probe_kind(library: str) -> str:
     return "miopen"
 
 
-__all__ = ["LoadedLibrary", "ProbeReport", "SmokeResult", "SmokeCheck", "PROBE_SPEC", "LIBRARY_SPEC", "run_probe", "parse_output", "PROBE_SCRIPT", "KINDS", "probe_kind",
-           "BACKEND_LIBRARY", "is_set", "soname_from_name"]
+__all__ = ["LoadedLibrary", "ProbeReport", "SmokeResult", "SmokeCheck", "PROBE_SPEC", "LIBRARY_SPEC", "run_probe",
+           "parse_output", "PROBE_SCRIPT", "KINDS", "probe_kind", "BACKEND_LIBRARY", "is_set", "soname_from_name"]
 
 if __name__ == "__main__":  # pragma: no cover - a debugging aid
     print(run_probe(Path(sys.argv[1] if len(sys.argv) > 1 else sys.executable)))

@@ -45,8 +45,8 @@ from rocmbuild.swap.swaprecords import Unreadable
 from rocmbuild.swap.roots import open_state, write_state_file
 
 __all__ = ["STATE_DIRNAME", "target_state_dir", "TargetLock", "register_outside_target", "state_dirs_for",
-           "append_history", "read_history", "HistoryLine", "HISTORY_SPEC", "TargetRecord", "history_lines", "parse_history_line", "read_target_record",
-           "unreadable_targets"]
+           "append_history", "read_history", "HistoryLine", "HISTORY_SPEC", "TargetRecord", "history_lines",
+           "parse_history_line", "read_target_record", "unreadable_targets"]
 
 
 @dataclass(frozen=True)
