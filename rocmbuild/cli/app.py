@@ -115,10 +115,10 @@ def _verb_parser(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.A
 
 def _text(result: VerbResult, quiet: bool) -> str:
     """The text of ``result``: with ``-q`` its one line per result (quiet.py), else render.py's."""
-    from rocmbuild.cli import quiet, render
+    from rocmbuild.cli import quiet as brief_text, render  # not `quiet`: that is the flag
 
     if quiet:
-        short = quiet.brief(result)
+        short = brief_text.brief(result)
         if short is not None:
             return short
     return render.text(result)
