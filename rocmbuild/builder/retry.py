@@ -274,7 +274,33 @@ def ninja_hash(command: str) -> int:
     return h
 
 
-CONFIGURED = ".rocmbuild-configure.json"  # {"defines": [names], "env": {...}} of the tree's last configure
+CONFIGURED = ".rocmbuild-configure.json"  # the ConfiguredRecord of the tree's last configure
+
+
+@dataclass(frozen=True)
+class ConfiguredRecord:
+    """How a tree was last configured (:data:`CONFIGURED`): the ``-D`` names given, the recipe's
+    ``[build.env]`` and the version tweak's ``GIT`` define; parsed by :data:`CONFIGURED_SPEC`."""
+
+    defines: tuple[str, ...]
+    env: dict[str, str]
+    git: str | None = None
+
+    def to_json(self) -> dict:
+        return {"defines": list(self.defines), "env": dict(self.env), **({"git": self.git} if self.git else {})}
+
+
+CONFIGURED_SPEC = s.record(ConfiguredRecord)
+
+
+def read_configured(tree: Path) -> ConfiguredRecord | None:
+    """The configure record of ``tree``; None when there is none or its schema refuses it (then
+    :func:`reconcile` drops the cache whole, as for a cache with no record)."""
+    path = tree / CONFIGURED
+    try:
+        return s.load(CONFIGURED_SPEC, json.loads(path.read_text()), path)
+    except (OSError, ValueError, RecursionError):
+        return None
 
 
 def _defines(argv: list[str]) -> dict[str, str]:
@@ -311,21 +337,17 @@ def reconcile(tree: Path, argv: list[str], env: dict[str, str]) -> None:
     it was made, is removed whole; another ``GIT`` (the version tweak, builder/tweak.py) also drops
     the entries MIOpen's CMake derived from the old one (``tweak.DERIVED``). Then records this
     configure."""
-    cache, record = tree / "CMakeCache.txt", None
-    try:
-        record = json.loads((tree / CONFIGURED).read_text())
-    except (OSError, ValueError):
-        pass
+    cache, record = tree / "CMakeCache.txt", read_configured(tree)
     defines = _defines(argv)
     names, git = set(defines), defines.get("GIT")
     if cache.is_file():
-        if not isinstance(record, dict) or record.get("env") != env:
+        if record is None or record.env != env:
             cache.unlink()
         else:
-            gone = set(record.get("defines") or ()) - names
-            if record.get("git") != git:  # another version tweak: what MIOpen derived from it goes too
+            gone = set(record.defines) - names
+            if record.git != git:  # another version tweak: what MIOpen derived from it goes too
                 gone |= set(tweak.DERIVED) - names
             if gone:
                 cache.write_text(_without(cache.read_text(), gone))
     tree.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(tree / CONFIGURED, {"defines": sorted(names), "env": env, **({"git": git} if git else {})})
+    atomic_write_json(tree / CONFIGURED, ConfiguredRecord(tuple(sorted(names)), dict(env), git).to_json())

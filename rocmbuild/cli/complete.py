@@ -184,5 +184,5 @@ def txn_ids(given: dict) -> list[str]:
         return []
     ids: list[str] = []
     for d in statedir.state_dirs_for(prefix.resolve()):
-        ids += [i for i in (str(rec["id"]) for rec in statedir.read_history(d)) if i not in ids and TXN_RE.fullmatch(i)]
+        ids += [rec.id for rec in statedir.read_history(d) if rec.id not in ids and TXN_RE.fullmatch(rec.id)]
     return ids[::-1]

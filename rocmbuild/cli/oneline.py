@@ -162,8 +162,8 @@ def _rollback(r: RollbackResult) -> str:
 def _history(h: HistoryResult) -> str:
     """id, kind (a redo is a redo, not the rollback its journal records), time, recipe, versions,
     then its state (in effect, undone by N, done, ...), as the table says it."""
-    return _lines(" ".join([t["id"], t.get("kind") or t.get("verb") or "?", t.get("time") or "?",
-                            t.get("recipe") or "-", f"{t.get('version_before') or '?'} -> {t.get('version_after') or '?'}",
+    return _lines(" ".join([t.line.id, t.kind or t.line.verb, t.line.time or "?", t.line.recipe or "-",
+                            f"{t.line.version_before or '?'} -> {t.line.version_after or '?'}",
                             f"({'; '.join(history_state(t))})"])
                   for t in reversed(h.transactions))
 

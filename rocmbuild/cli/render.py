@@ -2,7 +2,8 @@
 
 ``text(result)`` picks the renderer by the result's type. Kept apart from parsing and exit codes
 (app.py, commands/) and from the flows that do the work, so wording changes touch only this file.
-Renderers read the result's ``to_json()`` form where the text mirrors it key for key.
+Renderers read the result's values (a ``Target`` and its ``ProbeReport``, a ``HistoryRow``, a ``Lock``),
+not its ``to_json()`` form.
 
 Every value a renderer shows passes ``names.safe_text`` (rocmbuild.names): a renderer builds its
 text as a list of lines and joins them with ``textlayout.lines``, which escapes each (so a newline in a
@@ -44,6 +45,7 @@ from rocmbuild.results import (
     VerifyResult,
     short_txn,
 )
+from rocmbuild.results.stateresult import dotted
 
 
 @singledispatch
@@ -116,19 +118,18 @@ def build_plan(plan: BuildPlan) -> str:
 
 @text.register
 def _build(r: BuildResult) -> str:
-    data = r.to_json()
-    verb = "cached (no configure, no compile)" if data["cached"] else "built"
-    out = [f"{data['recipe']} {data['version'] or ''} @ {(data['commit'] or '')[:12]}: {verb}",
-           f"artifact: {data['artifact']}"]
-    if data["substituted"]:
-        out.append(origin_text(data["substituted"]))
-    out += [f"  {lib['name']}: {' -> '.join(lib['chain'])} (SONAME {lib['soname']})" for lib in data["libraries"]]
-    if data["package"]:
-        out.append(f"from {package_words(data['package'])}")
-    if data["fixes"]:
-        out.append(f"fixes: {'; '.join(found_text(f) for f in r.artifact.manifest.found())}")
-    if data["log"]:
-        out.append(f"log: {data['log']}")
+    art, m = r.artifact, r.artifact.manifest
+    verb = "cached (no configure, no compile)" if art.cached else "built"
+    out = [f"{m.recipe} {m.version or ''} @ {(m.commit or '')[:12]}: {verb}", f"artifact: {art.path}"]
+    if r.substituted:
+        out.append(origin_text(r.substituted))
+    out += [f"  {lib.name}: {' -> '.join(lib.chain)} (SONAME {lib.soname})" for lib in m.libraries]
+    if m.package:
+        out.append(f"from {package_words(m.package.to_json())}")
+    if m.fixes:
+        out.append(f"fixes: {'; '.join(found_text(f) for f in m.found())}")
+    if r.log:
+        out.append(f"log: {r.log}")
     return textlayout.lines(out)
 
 
@@ -136,23 +137,23 @@ def _build(r: BuildResult) -> str:
 # status, verify, doctor
 
 
-def _loaded(data: dict[str, Any]) -> str:
-    t, tv = data["target"], data["torch"]
-    build = f"ROCm {tv['hip']}" if tv["hip"] else (f"CUDA {tv['cuda']}" if tv["cuda"] else "CPU-only (no MIOpen/cuDNN)")
-    came = f"from {t['from']}; " if t.get("from", "--env") != "--env" else ""
-    lines = [f"target: {t['prefix']} ({came}python {t['python']}, {tv['python_version']})", *activation_lines(t),
-             f"torch {tv['version']}: {build}; compiled against {tv['compile_version'] or '-'}, "
-             f"runtime {tv['runtime_version'] or '-'}, cudnn.version() = "
-             + (f"raises {tv['version_error']} (then {tv['version_int_retry']})" if tv["version_error"]
-                else str(tv["version_int"]))]
-    for lib in data["libraries"] or []:
-        where = "inside the prefix" if lib["inside_prefix"] else "OUTSIDE the prefix"
-        links = f" via {', '.join(lib['links'])}" if lib["links"] else ""
-        lines.append(f"  {lib['kind']:6} {lib['path']}{' (deleted)' if lib['deleted'] else ''}"
-                     f"{' ' + lib['version'] if lib['version'] else ''}: {lib['layout']}, {where}{links}; "
-                     f"device {lib['device']} inode {lib['inode']}" + (f" sha256 {lib['sha256']}" if lib["sha256"] else ""))
-        lines += [f"    stray {s['path']}: {s['why']}" for s in lib.get("strays") or ()]
-    if not data["libraries"]:
+def _loaded(r: StatusResult) -> str:
+    t, tv = r.target, r.target.report
+    build = f"ROCm {tv.hip}" if tv.hip else (f"CUDA {tv.cuda}" if tv.cuda else "CPU-only (no MIOpen/cuDNN)")
+    came = f"from {t.origin}; " if t.origin != "--env" else ""
+    lines = [f"target: {t.prefix} ({came}python {t.python}, {tv.python_version})", *activation_lines(t),
+             f"torch {tv.torch_version}: {build}; compiled against {dotted(tv.compile_version) or '-'}, "
+             f"runtime {dotted(tv.runtime_version) or '-'}, cudnn.version() = "
+             + (f"raises {tv.version_error} (then {tv.version_int_retry})" if tv.version_error else str(tv.version_int))]
+    for s in r.libraries:
+        lib = s.library
+        where = "inside the prefix" if s.inside_prefix else "OUTSIDE the prefix"
+        links = f" via {', '.join(s.links)}" if s.links else ""
+        lines.append(f"  {lib.kind:6} {lib.path}{' (deleted)' if lib.deleted else ''}"
+                     f"{' ' + s.version if s.version else ''}: {s.layout}, {where}{links}; "
+                     f"device {lib.device} inode {lib.inode}" + (f" sha256 {lib.sha256}" if lib.sha256 else ""))
+        lines += [f"    stray {x.path}: {x.why(s.preload)}" for x in s.strays]
+    if not r.libraries:
         lines.append("  no libMIOpen/libamdhip64/libcudnn loaded")
     return textlayout.lines(lines)
 
@@ -195,7 +196,7 @@ def status_changes(c: StatusChanges, prefix: str | None = None) -> str:
 def _status(r: StatusResult) -> str:
     """The summary line first, then what is loaded, then rocmbuild's changes grouped per transaction."""
     prefix = str(r.target.prefix)
-    body = safe_text(r.summary) + "\n" + _loaded(r.to_json()) + "\n" + status_changes(r.changes, prefix)
+    body = safe_text(r.summary) + "\n" + _loaded(r) + "\n" + status_changes(r.changes, prefix)
     gate = r.drift_check
     if gate is not None and not gate.ok and r.error is None:  # with --check the error says it, once
         body += "\n" + textlayout.lines([f"what to do: {gate.message} (`rocmbuild status --check` and `rocmbuild verify` "
@@ -206,7 +207,7 @@ def _status(r: StatusResult) -> str:
 @text.register
 def _verify(r: VerifyResult) -> str:
     came = f" (from {r.target.origin})" if r.target.origin != "--env" else ""
-    head = textlayout.lines([f"verified {r.target.prefix}{came}", *activation_lines(r.target.to_json())])
+    head = textlayout.lines([f"verified {r.target.prefix}{came}", *activation_lines(r.target)])
     return head + "\n" + r.verdict.render() + databases_text(r.databases)
 
 
@@ -265,7 +266,7 @@ def _export(r: ExportResult) -> str:
 @text.register
 def _lock(r: LockResult) -> str:
     lk = r.lock
-    return textlayout.lines([f"{r.lock_file}: {lk['recipe']} @ {ref_words(lk['ref'])} -> {lk['commit']}",
+    return textlayout.lines([f"{r.lock_file}: {lk.recipe} @ {ref_words(lk.ref)} -> {lk.commit}",
                          f"rebuild exactly this with: rocmbuild apply --from-lock {r.lock_file}"])
 
 
@@ -343,7 +344,7 @@ def _rollback(r: RollbackResult) -> str:
 def _history(h: HistoryResult) -> str:
     """A table at the terminal's width, newest first (a narrow terminal: one block per transaction)."""
     cols = textlayout.width()
-    apart = differs.told_apart([(r.get("recipe"), r.get("build") or {}) for r in h.transactions],
+    apart = differs.told_apart([(r.line.recipe, r.build) for r in h.transactions],
                                verbose=ui.verbosity() > 0)  # what tells builds of one recipe apart
     rows = [history_row(r, built) for r, built in reversed(list(zip(h.transactions, apart, strict=True)))]
     out = [textlayout.wrap(safe_text(f"history of {h.prefix} (newest first)"), cols)]
@@ -357,7 +358,8 @@ def _history(h: HistoryResult) -> str:
         out += [textlayout.wrap("  ".join(textlayout.cell_text(c, ", ") for c in row), cols, "  ") for row in rows]
     if not h.transactions:
         out.append("  no transactions" + (" that can be read" if h.unreadable else ""))
-    shown, total = len(h.transactions), h.to_json()["total"]
+    shown = len(h.transactions)
+    total = shown if h.total is None else h.total
     if total > shown:
         out.append(textlayout.wrap(f"the newest {shown} of {total} transactions (--limit {h.limit}); "
                                "`rollback --to` takes a txn number", cols))
@@ -374,8 +376,8 @@ def _history(h: HistoryResult) -> str:
 def _recover(r: RecoverResult) -> str:
     if not r.recovered:
         return f"nothing to recover in {r.prefix}"
-    return textlayout.lines(f"recovered {e['verb']} {e['id']} (stopped at '{e['interrupted_at']}'): rolled back"
-                        + ("" if e["restored"].get("ok") else " -- WARNING: the old state did not verify")
+    return textlayout.lines(f"recovered {e.verb} {e.id} (stopped at '{e.interrupted_at}'): rolled back"
+                        + ("" if e.restored.ok else " -- WARNING: the old state did not verify")
                         for e in r.recovered)
 
 

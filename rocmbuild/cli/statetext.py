@@ -16,10 +16,14 @@ Decisions:
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING, Any, Mapping
 
 from rocmbuild.cli import textlayout
 from rocmbuild.names import safe_text
-from rocmbuild.results import short_txn
+from rocmbuild.results import HistoryRow, short_txn
+
+if TYPE_CHECKING:
+    from rocmbuild.environment.target import Target
 
 
 def rel(path: str, prefix: str | None) -> str:
@@ -52,47 +56,47 @@ def drift_text(d, prefix: str | None = None) -> str:
 HISTORY_HEADERS = ("txn", "when", "what", "version", "state")
 
 
-def history_state(r) -> tuple[str, ...]:
+def history_state(r: HistoryRow) -> tuple[str, ...]:
     """One line per fact: an apply in effect or undone (by which rollback), a rollback or redo done
     (never "in effect": it marks what it undid), a failed one rolled back; then whether ``redo``
     would undo it, pruned backups and foreign origin."""
-    out = r.get("outcome") or "?"
+    out = r.line.outcome or "?"
     if out != "committed":
         facts = [out.replace("_", " ")]
-    elif (r.get("kind") or r.get("verb")) == "apply":
-        undone = r.get("undone_by")
-        facts = ["in effect" if r.get("in_effect") else (f"undone by {short_txn(undone)}" if undone else "undone")]
-        if r.get("in_effect") and r.get("redone_by"):
-            facts.append(f"redone by {short_txn(r['redone_by'])}")
+    elif (r.kind or r.line.verb) == "apply":
+        facts = ["in effect" if r.in_effect else (f"undone by {short_txn(r.undone_by)}" if r.undone_by else "undone")]
+        if r.in_effect and r.redone_by:
+            facts.append(f"redone by {short_txn(r.redone_by)}")
     else:
         facts = ["done"]
-    if r.get("redo_next"):
+    if r.redo_next:
         facts.append("`redo` undoes it")
-    if r.get("backups_pruned"):
+    if r.backups_pruned:
         facts.append("backups pruned")
-    if r.get("origin") in ("copied", "moved"):
-        facts.append(f"{r['origin']} from {r['prefix_identity'].get('path')}")
+    if r.origin in ("copied", "moved"):
+        facts.append(f"{r.origin} from {r.line.prefix_identity.path if r.line.prefix_identity else '?'}")
     return tuple(facts)
 
 
-def history_row(r, built: str = "") -> tuple[textlayout.Cell, ...]:
+def history_row(r: HistoryRow, built: str = "") -> tuple[textlayout.Cell, ...]:
     """The cells of a history line (the table escapes each); ``built``: what tells its build apart
     from the other builds of its recipe listed (store/differs.py)."""
-    what = r.get("recipe") or "-"
-    if r.get("commit"):
-        what += f" @ {r['commit'][:12]}"
+    line = r.line
+    what = line.recipe or "-"
+    if line.commit:
+        what += f" @ {line.commit[:12]}"
     if built:
         what += f" ({built})"
-    to = r.get("restores_to")
-    if r.get("redoes"):
-        what = f"undoes rollback {short_txn(r['redoes'])}"
-    elif r.get("undoes"):
-        what += f" (undoes {', '.join(short_txn(u) for u in r['undoes'])})"
-    if to and (r.get("kind") or r.get("verb")) != "apply":
+    if r.redoes:
+        what = f"undoes rollback {short_txn(r.redoes)}"
+    elif line.undoes:
+        what += f" (undoes {', '.join(short_txn(u) for u in line.undoes)})"
+    to = r.restores_to
+    if to and (r.kind or line.verb) != "apply":
         what += "; back to stock" if to == "stock" else f"; back to the state after {short_txn(to)}"
-    when = (r.get("time") or "?").replace("T", " ").rstrip("Z")
-    return (f"{short_txn(r['id'])} {r.get('kind') or r['verb']}", when, what,
-            f"{r.get('version_before') or '?'} -> {r.get('version_after') or '?'}", history_state(r))
+    when = (line.time or "?").replace("T", " ").rstrip("Z")
+    return (f"{short_txn(line.id)} {r.kind or line.verb}", when, what,
+            f"{line.version_before or '?'} -> {line.version_after or '?'}", history_state(r))
 
 
 def _before(a, plan) -> str:
@@ -145,7 +149,7 @@ def plan_tree(tp) -> str:
     return textlayout.tree(head, dirs.items()) + "\n" + textlayout.lines(lines)
 
 
-def origin_text(o: dict) -> str:
+def origin_text(o: Mapping[str, Any]) -> str:
     """Where a substituted artifact came from, in one line."""
     signed = f"signed by {o['signer']}" if o.get("signer") else "unsigned (--allow-unsigned)"
     return f"substituted from {o['url']} (bundle sha256 {str(o['bundle_sha256'])[:16]}, {signed})"
@@ -173,16 +177,16 @@ def databases_text(db) -> str:
     return "\n" + "\n".join(safe_text(x) for x in lines)
 
 
-def activation_lines(t: dict) -> list[str]:
+def activation_lines(t: "Target") -> list[str]:
     """A target's activation (``target.activation`` in the JSON) and, when the unactivated
     environment loads something else, both (``target.unactivated``)."""
-    act, diff = t.get("activation") or {}, t.get("unactivated")
+    act, diff = t.activation, t.difference
     lines = []
-    if act.get("kind", "none") != "none":
-        sets = ", ".join(f"{c['var']} ({c['source']})" for c in act.get("changes") or ())
-        files = ", ".join(act.get("files") or ()) or "no activation files"
-        lines.append(f"activation: {act['kind']}, {act['how']}: {files}; "
+    if act.kind != "none":
+        sets = ", ".join(f"{c.var} ({c.source})" for c in act.relevant())
+        files = ", ".join(act.files) or "no activation files"
+        lines.append(f"activation: {act.kind}, {act.how}: {files}; "
                      + (f"sets {sets}" if sets else "nothing that changes what torch loads"))
-    if diff:
-        lines.append(f"ACTIVATED AND UNACTIVATED DIFFER: {diff['text']}")
+    if diff is not None:
+        lines.append(f"ACTIVATED AND UNACTIVATED DIFFER: {diff.text()}")
     return lines

@@ -22,7 +22,8 @@ Decisions:
 * The library and encoding of a target follow its backend unless given: a ROCm torch is judged on
   ``libMIOpen``/``miopen``, a CUDA torch on the set ``libcudnn*``/``cudnn`` (:data:`BACKEND_LIBRARY`).
 * The JSON is the whole stdout, else its last line that parses as an object (interpreter
-  startup, e.g. a ``sitecustomize`` or a ``.pth`` file, may print before the probe redirects fd 1).
+  startup, e.g. a ``sitecustomize`` or a ``.pth`` file, may print before the probe redirects fd 1);
+  it is parsed once by :data:`PROBE_SPEC`: a report that does not fit is a TargetError (exit 2) naming the field.
 """
 
 from __future__ import annotations
@@ -33,12 +34,13 @@ import os
 import re
 import subprocess
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from packaging.version import Version
 
 from rocmbuild import progress
+from rocmbuild import schema as s
 from rocmbuild.proc import runner
 from rocmbuild.proc import runas
 from rocmbuild.store.artifact import read_soname
@@ -58,7 +60,7 @@ BACKEND_LIBRARY = {"miopen": "libMIOpen", "cudnn": "libcudnn*"}  # what a backen
 @dataclass(frozen=True)
 class LoadedLibrary:
     path: str  # as in /proc/self/maps: the real file, symlinks resolved by the kernel
-    kind: str  # "miopen" | "hip" | "cudnn"
+    kind: str  # "miopen" | "hip" | "cudnn" ("" for any other shared object, in ``mapped``)
     dev: int  # os.makedev(major, minor) from the maps line's "fd:01" field (hex)
     inode: int
     sha256: str | None = None
@@ -73,7 +75,14 @@ class LoadedLibrary:
         return (st.st_dev, st.st_ino) == (self.dev, self.inode) and not self.deleted
 
     def to_json(self) -> dict:
-        return {**asdict(self), "device": f"{os.major(self.dev):x}:{os.minor(self.dev):02x}"}
+        """The library as the JSON output shows it (``dev`` and ``device``), and as the probe
+        says it (``dev_major``, ``dev_minor``): :data:`LIBRARY_SPEC` reads it back."""
+        return {**asdict(self), "device": self.device, "dev_major": os.major(self.dev), "dev_minor": os.minor(self.dev)}
+
+    @property
+    def device(self) -> str:
+        """``fe:01``: the device as ``/proc/self/maps`` says it (major and minor in hex)."""
+        return f"{os.major(self.dev):x}:{os.minor(self.dev):02x}"
 
     @property
     def soname(self) -> str:
@@ -91,77 +100,77 @@ def soname_from_name(name: str) -> str:
     return m.group(1) if m else name
 
 
-def _tuple3(value) -> tuple[int, int, int] | None:
-    if value is None:
-        return None
-    try:
-        t = tuple(int(x) for x in value)
-    except (TypeError, ValueError):
-        return None
-    if len(t) != 3:
-        return None
-    major, minor, patch = t
-    return major, minor, patch
+@dataclass(frozen=True)
+class SmokeCheck:
+    """One check of the probe's smoke suite (``_probe.py --smoke``)."""
+
+    name: str
+    status: str  # "passed" | "failed" | "skipped" ("": no suite ran, :mod:`rocmbuild.environment.smoke`)
+    reason: str | None = None
+    cannot_run: bool = False  # the torch lacks the API the check calls
+    traceback: str | None = None
+
+    def to_json(self) -> dict:
+        out = {"name": self.name, "status": self.status, "reason": self.reason}
+        return {**out, **({"cannot_run": True} if self.cannot_run else {}),
+                **({"traceback": self.traceback} if self.traceback is not None else {})}
+
+
+@dataclass(frozen=True)
+class SmokeResult:
+    """The smoke suite's result: its status, why, the device it ran on and each check."""
+
+    status: str
+    reason: str | None = None
+    node: str | None = None  # the BatchNorm2d backward node torch used
+    device: str | None = None
+    checks: tuple[SmokeCheck, ...] = ()
+
+    def to_json(self) -> dict:
+        return {"status": self.status, "reason": self.reason, "node": self.node, "device": self.device,
+                "checks": [c.to_json() for c in self.checks]}
 
 
 @dataclass(frozen=True)
 class ProbeReport:
-    python: str
-    prefix: str
-    python_version: str
-    torch_version: str | None
-    torch_error: str | None
-    hip: str | None
-    cuda: str | None
-    cudnn_available: bool | None
-    version_int: int | None
-    version_error: str | None
-    version_int_retry: int | None
-    runtime_version: tuple[int, int, int] | None
-    compile_version: tuple[int, int, int] | None
-    cuda_available: bool | None
-    gpu_arch: str | None
-    libraries: tuple[LoadedLibrary, ...]
-    smoke: dict | None
+    """The probe's report, parsed once by :data:`PROBE_SPEC`; :meth:`to_json` is the probe's JSON
+    (read back to an equal report), :meth:`summary` what the JSON output shows of it."""
+
+    python: str = ""
+    prefix: str = ""
+    python_version: str = ""
+    torch_version: str | None = None
+    torch_error: str | None = None
+    hip: str | None = None
+    cuda: str | None = None
+    cudnn_available: bool | None = None
+    version_int: int | None = None
+    version_error: str | None = None
+    version_int_retry: int | None = None
+    runtime_version: tuple[int, int, int] | None = None
+    compile_version: tuple[int, int, int] | None = None
+    cuda_available: bool | None = None
+    gpu_arch: str | None = None
+    libraries: tuple[LoadedLibrary, ...] = ()
+    smoke: SmokeResult | None = None
     errors: dict[str, str] = field(default_factory=dict)
-    raw: dict = field(default_factory=dict, compare=False, repr=False)
-    mapped: tuple[LoadedLibrary, ...] = field(default=(), compare=False, repr=False)  # every shared object (kind "" for others)
+    # every shared object mapped (kind "" for the others): for the DT_NEEDED check
+    mapped: tuple[LoadedLibrary, ...] = field(default=(), compare=False, repr=False)
+    torch_file: str | None = field(default=None, compare=False, repr=False)  # torch/__init__.py of the target
+    torch_traceback: str | None = field(default=None, compare=False, repr=False)  # the end of ``import torch``'s
 
     @classmethod
-    def from_json(cls, raw: dict) -> "ProbeReport":
-        def loaded(lib: dict) -> LoadedLibrary:
-            return LoadedLibrary(path=lib["path"], kind=lib.get("kind") or "",
-                                 dev=os.makedev(int(lib["dev_major"]), int(lib["dev_minor"])),
-                                 inode=int(lib["inode"]), sha256=lib.get("sha256"),
-                                 deleted=bool(lib.get("deleted", False)))
+    def from_json(cls, raw: object, file: object = "the probe's report") -> "ProbeReport":
+        """The probe's JSON read by :data:`PROBE_SPEC`; SchemaError (a ValueError) naming
+        ``file``, the field and what was expected."""
+        return s.load(PROBE_SPEC, raw, file)
 
-        libs = [loaded(lib) for lib in raw.get("libraries") or ()]
-
-        def _int(v):
-            return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
-        return cls(
-            python=raw.get("python") or "",
-            prefix=raw.get("prefix") or "",
-            python_version=raw.get("python_version") or "",
-            torch_version=raw.get("torch_version"),
-            torch_error=raw.get("torch_error"),
-            hip=raw.get("hip"),
-            cuda=raw.get("cuda"),
-            cudnn_available=raw.get("cudnn_available"),
-            version_int=_int(raw.get("version_int")),
-            version_error=raw.get("version_error"),
-            version_int_retry=_int(raw.get("version_int_retry")),
-            runtime_version=_tuple3(raw.get("runtime_version")),
-            compile_version=_tuple3(raw.get("compile_version")),
-            cuda_available=raw.get("cuda_available"),
-            gpu_arch=raw.get("gpu_arch"),
-            libraries=tuple(libs),
-            smoke=raw.get("smoke"),
-            errors=dict(raw.get("errors") or {}),
-            raw=raw,
-            mapped=tuple(loaded(lib) for lib in raw.get("mapped") or ()),
-        )
+    def to_json(self) -> dict:
+        """The report as the probe prints it (:meth:`from_json` reads it back to an equal report)."""
+        d = self.summary()
+        d.update(schema=PROBE_SCHEMA, mapped=[lib.to_json() for lib in self.mapped], torch_file=self.torch_file,
+                 torch_traceback=self.torch_traceback)
+        return d
 
     def loaded(self, kind: str = "miopen") -> tuple[LoadedLibrary, ...]:
         """Every loaded library of that kind ("miopen", "hip" or "cudnn")."""
@@ -203,10 +212,76 @@ class ProbeReport:
         return Version(".".join(map(str, self.compile_version)))
 
     def summary(self) -> dict:
-        """The report as JSON-friendly data (without ``raw``)."""
-        d = {k: v for k, v in asdict(self).items() if k not in ("raw", "libraries", "mapped")}
-        d["libraries"] = [lib.to_json() for lib in self.libraries]
+        """The report as the JSON output shows it (without ``mapped`` and the torch file)."""
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _NOT_SHOWN}
+        d.update(libraries=[lib.to_json() for lib in self.libraries], errors=dict(self.errors),
+                 runtime_version=list(self.runtime_version) if self.runtime_version else None,
+                 compile_version=list(self.compile_version) if self.compile_version else None,
+                 smoke=self.smoke.to_json() if self.smoke else None)
         return d
+
+
+_NOT_SHOWN = ("mapped", "torch_file", "torch_traceback")
+PROBE_SCHEMA = 1  # what _probe.py's PROBE_SCHEMA says
+
+
+# --------------------------------------------------------------------------------------------
+# the report's schema
+
+
+@dataclass(frozen=True)
+class _MappedFile:
+    """One library as the probe prints it (its device as major and minor), before it is a LoadedLibrary."""
+    path: str
+    dev_major: int
+    dev_minor: int
+    inode: int
+    kind: str | None = None
+    sha256: str | None = None
+    deleted: bool = False
+
+
+_COUNT = s.check(s.integer, lambda v: v >= 0, "an integer of 0 or more")
+_MAPPED = s.record(_MappedFile, path=s.check(s.string, os.path.isabs, "an absolute path"), dev_major=_COUNT,
+                   dev_minor=_COUNT, inode=_COUNT)
+
+
+def _library(v: object, where: str) -> LoadedLibrary:
+    m = _MAPPED(v, where)
+    return LoadedLibrary(path=m.path, kind=m.kind or "", dev=os.makedev(m.dev_major, m.dev_minor), inode=m.inode,
+                         sha256=m.sha256, deleted=m.deleted)
+
+
+LIBRARY_SPEC: s.Spec = _library  # one library of the probe's ``libraries`` / ``mapped``
+_VERSION3 = s.optional(s.check(s.list_of(s.integer), lambda v: len(v) == 3, "a list of 3 integers"))
+_STATUS = s.one_of("passed", "failed", "skipped")
+SMOKE_SPEC = s.record(SmokeResult, status=_STATUS,
+                      checks=s.list_of(s.record(SmokeCheck, name=s.string, status=_STATUS)))
+_SCHEMA = s.check(s.integer, lambda v: v == PROBE_SCHEMA, f"{PROBE_SCHEMA} (the probe this rocmbuild ships)")
+_RECORD = s.record(ProbeReport, runtime_version=_VERSION3, compile_version=_VERSION3,
+                   libraries=s.list_of(LIBRARY_SPEC), mapped=s.list_of(LIBRARY_SPEC),
+                   smoke=s.optional(SMOKE_SPEC))
+
+
+def PROBE_SPEC(v: object, where: str) -> ProbeReport:
+    """The probe's report: ``schema`` (when given) first, then every field typed; a field left
+    out takes its default (an older report, a test's partial one), keys it does not name are ignored."""
+    if type(v) is dict and "schema" in v:
+        _SCHEMA(v["schema"], "schema")
+    return _RECORD(v, where)
+
+
+
+
+@dataclass(frozen=True)
+class ProbeFailure:
+    """What the probe prints when it raised itself (a bug in it): the error and its traceback."""
+
+    probe_error: str
+    traceback: str | None = None
+
+
+FAILURE_SPEC = s.record(ProbeFailure)
 
 
 def is_set(library: str) -> bool:
@@ -249,13 +324,25 @@ def run_probe(python: Path, *, timeout: float = 300, want_hash: bool = False, sm
             "check that this is a working Python 3.8+ interpreter: run it with -c 'import sys; print(sys.prefix)'",
             details={"python": str(python), "returncode": done.returncode},
         )
-    if "probe_error" in raw:
+    if "probe_error" in raw:  # the probe itself raised: its error, not a report
+        try:
+            failure = s.load(FAILURE_SPEC, raw, "the probe's report")
+        except s.SchemaError as exc:
+            failure = ProbeFailure(str(exc))
         raise TargetError(
-            f"the probe failed in {python}: {raw['probe_error']}",
+            f"the probe failed in {python}: {failure.probe_error}",
             "this is probably a bug in rocmbuild's probe; report it with the output of --debug",
-            details={"traceback": raw.get("traceback")},
+            details={"traceback": failure.traceback},
         )
-    return ProbeReport.from_json(raw)
+    try:
+        return ProbeReport.from_json(raw, f"the probe's report from {python}")
+    except s.SchemaError as exc:
+        raise TargetError(
+            f"the probe's report cannot be read: {exc}",
+            f"run `{python} {PROBE_SCRIPT}` by hand to see what it prints (a sitecustomize or a patched module "
+            "in the target can change it); if nothing there explains it, report it with the output of --debug",
+            details={"python": str(python), "schema": exc.to_json()},
+        ) from None
 
 
 #: run as another user (who may not read rocmbuild's files), the probe's source comes in this variable
@@ -317,8 +404,8 @@ def probe_kind(library: str) -> str:
     return "miopen"
 
 
-__all__ = ["LoadedLibrary", "ProbeReport", "run_probe", "parse_output", "PROBE_SCRIPT", "KINDS", "probe_kind",
-           "BACKEND_LIBRARY", "is_set", "soname_from_name"]
+__all__ = ["LoadedLibrary", "ProbeReport", "SmokeResult", "SmokeCheck", "PROBE_SPEC", "LIBRARY_SPEC", "run_probe",
+           "parse_output", "PROBE_SCRIPT", "KINDS", "probe_kind", "BACKEND_LIBRARY", "is_set", "soname_from_name"]
 
 if __name__ == "__main__":  # pragma: no cover - a debugging aid
     print(run_probe(Path(sys.argv[1] if len(sys.argv) > 1 else sys.executable)))

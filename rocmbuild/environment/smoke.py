@@ -9,30 +9,28 @@ broken torch is not the library's fault.
 
 from __future__ import annotations
 
-from rocmbuild.environment.probe import ProbeReport
+from rocmbuild.environment.probe import ProbeReport, SmokeCheck, SmokeResult
 from rocmbuild.environment.verdict import Check
 
 
 def check_smoke(report: ProbeReport) -> list[Check]:
     """7. each check of the smoke suite passed; skipped (no GPU) is not a failure but is never
     reported as passed. The BatchNorm2d check keeps the name ``smoke``; the others are ``smoke: NAME``."""
-    s = report.smoke or {}
-    items = s.get("checks")
-    if not items:  # no suite ran: one check saying why
-        items = [{"name": "batchnorm", "status": s.get("status"), "reason": s.get("reason")}]
-    return [_smoke_check(c, s) for c in items]
+    suite = report.smoke or SmokeResult("")
+    items = suite.checks or (SmokeCheck("batchnorm", suite.status, suite.reason),)  # no suite ran: one check saying why
+    return [_smoke_check(c, suite) for c in items]
 
 
-def _smoke_check(c: dict, s: dict) -> Check:
-    name = "smoke" if c.get("name") == "batchnorm" else f"smoke: {c.get('name')}"
-    status, reason = c.get("status"), c.get("reason")
-    expected = SMOKE_EXPECTED.get(str(c.get("name")), "passes")
-    where = f" on {s['device']}" if s.get("device") else ""
+def _smoke_check(c: SmokeCheck, suite: SmokeResult) -> Check:
+    name = "smoke" if c.name == "batchnorm" else f"smoke: {c.name}"
+    status, reason = c.status, c.reason
+    expected = SMOKE_EXPECTED.get(c.name, "passes")
+    where = f" on {suite.device}" if suite.device else ""
     if status == "passed":
-        node = s.get("node") if c.get("name") == "batchnorm" and not reason else None
+        node = suite.node if c.name == "batchnorm" and not reason else None
         return Check(name, True, expected, f"passed{where}" + (f" (node {node})" if node else "")
                      + (f": {reason}" if reason else ""))
-    if status == "skipped" and c.get("cannot_run"):
+    if status == "skipped" and c.cannot_run:
         return Check(name, True, expected, f"skipped: {reason}", CANNOT_RUN, skipped=True)
     if status == "skipped":
         return Check(name, True, expected, f"skipped: {reason or 'no GPU'}",

@@ -335,7 +335,7 @@ def _torch_error(report: ProbeReport, prefix: Path, python: Path, act: Activatio
             "install PyTorch for ROCm in that environment, or point --env/--python at the one that has it",
             details=details,
         )
-    tb = (report.raw.get("torch_traceback") or "").strip().splitlines()[-6:]
+    tb = (report.torch_traceback or "").strip().splitlines()[-6:]
     applied = ", ".join(f"{c.var} set by {c.source}" for c in act.relevant())
     return TargetError(
         f"`import torch` fails in the target {prefix}: {report.torch_error}"

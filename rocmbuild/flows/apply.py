@@ -154,7 +154,7 @@ def target_fingerprint(t: Target) -> tuple:
     """What decides what the target's probe finds, as file identities (dev, inode, size, mtime,
     ctime; None when missing): equal before and after a build means the probe's answer holds."""
     paths = [Path(t.python), t.prefix / "etc" / "conda" / "activate.d"]
-    torch_file = t.report.raw.get("torch_file")
+    torch_file = t.report.torch_file
     if torch_file:
         paths += [Path(torch_file).parent, Path(torch_file).parent / "lib"]
     for lib in t.report.libraries:

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
@@ -62,23 +63,18 @@ def lock(name: str, out: str | None, recipes_dirs: Sequence[str] = (), overrides
     data = lockfile.create(name, recipes_dirs, overrides, commit)
     path = Path(out) if out else Path.cwd() / f"{data.recipe}.lock.json"
     old = _old_lock(path)
-    if old is not None and _pins(old) == _pins(data.to_json()):
+    if old is not None and replace(old, created="") == replace(data, created=""):
         return LockResult(str(path), old, rewritten=False)  # the same pins: the file is left as it is
     lockfile.write(data, path)
-    return LockResult(str(path), data.to_json())
+    return LockResult(str(path), data)
 
 
-def _pins(lock: dict) -> dict:
-    return {k: v for k, v in lock.items() if k != "created"}
-
-
-def _old_lock(path: Path) -> dict | None:
-    """The lock file already at ``path`` as JSON (None: none, or unreadable: it is written anew)."""
+def _old_lock(path: Path) -> lockfile.Lock | None:
+    """The lock file already at ``path`` (None: none, or one its schema refuses: it is written anew)."""
     try:
-        data = read_json(path)
-    except (OSError, ValueError):
+        return lockfile.Lock.from_json(read_json(path), path)
+    except (OSError, ValueError, RecursionError):
         return None
-    return data if isinstance(data, dict) else None
 
 
 def from_lock(path: str, recipes_dirs: Sequence[str] = ()) -> tuple[str, Overrides]:

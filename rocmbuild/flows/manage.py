@@ -38,6 +38,7 @@ from rocmbuild.fs.locks import LockWait
 from rocmbuild.flows import guards
 from rocmbuild.results import (
     HistoryResult,
+    HistoryRow,
     InEffect,
     LibraryStatus,
     RecoverResult,
@@ -176,7 +177,7 @@ def history(*, env: str | None = None, python: str | None = None, limit: int | N
     ``limit``: only the newest N (still oldest first in the JSON; ``total`` counts them all)."""
     prefix, _py = target.resolve(env, python, check=False)  # read-only: the target's code never runs (--env)
     home = cache_home()
-    rows: list[dict] = []
+    rows: list[HistoryRow] = []
     unfinished: list[Unfinished] = []
     origins: list[dict] = []
     total = 0
@@ -185,24 +186,24 @@ def history(*, env: str | None = None, python: str | None = None, limit: int | N
         pruned = {j.id for j in _txn.journals(d) if j.data.get("backups_pruned")}
         lines, _bad = statedir.history_lines(d)
         for rec in lines:
-            rows.append({**rec, **_effect_of(m, rec), "backups_pruned": rec["id"] in pruned,
-                         "state_dir": str(d), "origin": origin(rec.get("prefix_identity"), prefix),
-                         "build": differs.of_key(home, rec.get("artifact")) if rec.get("artifact") else {}})
+            rows.append(HistoryRow(rec, **_effect_of(m, rec), backups_pruned=rec.id in pruned, state_dir=str(d),
+                                   origin=origin(rec.prefix_identity, prefix),
+                                   build=differs.of_key(home, rec.artifact) if rec.artifact else {}))
         unfinished += _unfinished(d)
         origins += [{"state_dir": str(d), "relation": rel, "from": where} for rel, where in _txn.foreign(d)]
         total += _txn.backup_bytes(d)
-    rows.sort(key=lambda r: (r.get("time") or "", r["id"]))
+    rows.sort(key=lambda r: (r.line.time or "", r.line.id))
     shown = rows[-limit:] if limit is not None else rows
     return HistoryResult(str(prefix), tuple(shown), tuple(unfinished), total,
                          tuple(guards.unreadable_state(prefix)), tuple(origins), limit=limit, total=len(rows))
 
 
-def _effect_of(m, rec) -> dict:
+def _effect_of(m, rec: statedir.HistoryLine) -> dict:
     """What the model says of one history line (docs/json.md, ``history``): its kind, in effect
     (applies only), undone / redone by which transaction, and whether ``redo`` would undo it."""
-    i = rec["id"]
+    i = rec.id
     j = next((x for x in m.committed if x.id == i), None)
-    return {"kind": m.kind(i) or rec.get("verb"), "in_effect": i in m.stack, "undone_by": m.undone_by.get(i),
+    return {"kind": m.kind(i) or rec.verb, "in_effect": i in m.stack, "undone_by": m.undone_by.get(i),
             "redone_by": m.redone_by.get(i), "redo_next": bool(m.redo and m.redo.rollback == i),
             "restores_to": j.plan.restores_to if j else None, "redoes": j.plan.redoes if j else None}
 

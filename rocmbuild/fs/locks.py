@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-
+from rocmbuild import schema as s
 from rocmbuild import ui
 from rocmbuild.errors import LockedError
 
@@ -117,12 +117,44 @@ def fd_holders(path: Path, *, shared: bool = False) -> list[int]:
 # the holder record
 
 
+@dataclass(frozen=True)
+class HolderRecord:
+    """The holder record as the lock file holds it (module notes), parsed by :data:`HOLDER_SPEC`."""
+
+    pid: int
+    argv: tuple[str, ...] = ()
+    since: float | None = None  # epoch seconds
+    host: str | None = None
+    start: int | None = None  # clock ticks since boot (/proc/<pid>/stat field 22)
+
+    def to_json(self) -> dict[str, object]:
+        return {"pid": self.pid, "argv": list(self.argv), "since": self.since, "host": self.host, "start": self.start}
+
+
+HOLDER_SPEC = s.record(HolderRecord, pid=s.check(s.integer, lambda v: v > 0, "a process id (an integer above 0)"))
+
+
 def my_record() -> bytes:
     """This process's holder record (what :class:`~rocmbuild.fs.disk.FileLock` writes)."""
     pid = os.getpid()
-    rec = {"pid": pid, "argv": list(cmdline(pid)), "since": time.time(), "host": socket.gethostname(),
-           "start": _proc_start(pid)}
-    return (json.dumps(rec, sort_keys=True) + "\n").encode()
+    rec = HolderRecord(pid, tuple(cmdline(pid)), time.time(), socket.gethostname(), _proc_start(pid))
+    return (json.dumps(rec.to_json(), sort_keys=True) + "\n").encode()
+
+
+def holder_record(data: bytes) -> HolderRecord | None:
+    """The record in a lock file's bytes, read by :data:`HOLDER_SPEC` (a bare integer: an older
+    rocmbuild's pid); None: empty (released cleanly); SchemaError naming the field when refused."""
+    text = data.decode(errors="replace").strip()
+    if not text:
+        return None
+    try:
+        rec = json.loads(text)
+    except (ValueError, RecursionError):
+        raise s.SchemaError("", "a holder record (a JSON object)", "text that is not JSON", "the lock's holder record") from None
+    if type(rec) is int and rec > 0:
+        return HolderRecord(rec)
+    record: HolderRecord = s.load(HOLDER_SPEC, rec, "the lock's holder record")
+    return record
 
 
 @dataclass(frozen=True)
@@ -135,6 +167,7 @@ class Holder:
     since: float | None = None
     host: str | None = None
     start: int | None = None
+    unreadable: str | None = None  # why its record could not be read (then no pid)
 
     @property
     def local(self) -> bool:
@@ -172,36 +205,37 @@ class Holder:
         return fd_holders(self.path) if self.pid is not None and self.alive() is False else []
 
 
+def _holder(path: Path, rec: HolderRecord) -> "Holder":
+    return Holder(path, pid=rec.pid, argv=rec.argv, since=rec.since, host=rec.host or None, start=rec.start)
+
+
 def parse_record(data: bytes, path: Path = Path()) -> Holder | None:
-    """The record in a lock file's bytes (None: empty or unreadable, i.e. released cleanly)."""
-    text = data.decode(errors="replace").strip()
-    if not text:
-        return None
+    """The holder in a lock file's bytes (None: empty, i.e. released cleanly, or a record its schema refuses)."""
     try:
-        rec = json.loads(text)
-    except ValueError:
+        rec = holder_record(data)
+    except s.SchemaError:
         return None
-    if isinstance(rec, int) and not isinstance(rec, bool) and rec > 0:
-        return Holder(path, pid=rec)
-    pid = rec.get("pid") if isinstance(rec, dict) else None
-    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
-        return None
-    start, argv = rec.get("start"), rec.get("argv")
-    return Holder(path, pid=pid, argv=tuple(str(a) for a in argv) if isinstance(argv, list) else (),
-                  since=rec.get("since") if isinstance(rec.get("since"), (int, float)) else None,
-                  host=str(rec["host"]) if rec.get("host") else None, start=start if isinstance(start, int) else None)
+    return _holder(Path(path), rec) if rec else None
 
 
 def read_holder(path: Path) -> Holder:
+    """The holder of the lock file ``path`` as its record says; a record that cannot be read gives
+    a holder without a pid that says why (``unreadable``): the record is advisory."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
         try:
-            data = os.read(fd, RECORD_MAX)
+            data = os.read(fd, RECORD_MAX + 1)
         finally:
             os.close(fd)
     except OSError:
         data = b""
-    return parse_record(data, Path(path)) or Holder(Path(path))
+    if len(data) > RECORD_MAX:
+        return Holder(Path(path), unreadable=f"longer than {RECORD_MAX} bytes")
+    try:
+        rec = holder_record(data)
+    except s.SchemaError as exc:
+        return Holder(Path(path), unreadable=exc.text())
+    return _holder(Path(path), rec) if rec else Holder(Path(path))
 
 
 # --------------------------------------------------------------------------------------------
@@ -222,7 +256,8 @@ def held_by(holder: Holder) -> str:
         return f"held (shared) by {_named(readers)}"
     if holder.pid is None:
         found = fd_holders(holder.path)
-        return f"held by {_named(found)}" if found else "held by a process that left no record"
+        why = f" (its holder record cannot be read: {holder.unreadable})" if holder.unreadable else ""
+        return (f"held by {_named(found)}" if found else "held by a process that left no record") + why
     orphans = holder.orphans()
     who = _named(orphans) if orphans else "a process this user cannot see"
     return (f"held by {who}: its recorded holder, {holder.describe()}, is dead, and a process it started "

@@ -17,7 +17,10 @@ The signature file (``<key>.sig``, JSON)::
     {"format": "rocmbuild-artifact-signature-v1", "signer": "lab-1", "signature": "<base64, 64 bytes>",
      "key": "<64 hex>", "manifest_sha256": "<hex>", "bundle_sha256": "<hex>"}
 
-``signer`` names the key (as ``[trust] public_keys`` does); the other fields are informative.
+``signer`` names the key (as ``[trust] public_keys`` does); the other fields are informative. The
+file is read by :data:`SIGNATURE_SPEC` into a :class:`SignatureFile`; one it refuses is an
+:class:`UntrustedError` (exit 3) naming the field, like a missing one lets through only with
+``--allow-unsigned``.
 
 Decisions:
 * a secret key file is one line ``NAME:BASE64`` of the 32-byte Ed25519 seed, mode 0600, never
@@ -45,6 +48,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
+from rocmbuild import schema as s
 from rocmbuild.errors import FetchError, InputError
 
 FORMAT = "rocmbuild-artifact-signature-v1"
@@ -160,19 +164,68 @@ def payload(key: str, manifest: bytes, bundle_sha256: str) -> bytes:
 def sign(secret: SecretKey, key: str, manifest: bytes, bundle_sha256: str) -> bytes:
     """The signature file's bytes for this artifact."""
     sig = secret.sign(payload(key, manifest, bundle_sha256))
-    doc = {"format": FORMAT, "signer": secret.name, "signature": base64.b64encode(sig).decode(), "key": key,
-           "manifest_sha256": hashlib.sha256(manifest).hexdigest(), "bundle_sha256": bundle_sha256}
-    return (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
+    doc = SignatureFile(secret.name, base64.b64encode(sig).decode(), FORMAT, key, hashlib.sha256(manifest).hexdigest(),
+                        bundle_sha256)
+    return (json.dumps(doc.to_json(), indent=1, sort_keys=True) + "\n").encode()
+
+
+@dataclass(frozen=True)
+class SignatureFile:
+    """A signature file (module notes), parsed by :data:`SIGNATURE_SPEC`: its signer and signature
+    decide; ``key`` and the two sha256 are informative (what the signer says it signed)."""
+
+    signer: str
+    signature: str  # base64 of the 64-byte Ed25519 signature
+    format: str = FORMAT
+    key: str | None = None
+    manifest_sha256: str | None = None
+    bundle_sha256: str | None = None
+
+    def to_json(self) -> dict:
+        return {"format": self.format, "signer": self.signer, "signature": self.signature, "key": self.key,
+                "manifest_sha256": self.manifest_sha256, "bundle_sha256": self.bundle_sha256}
+
+    def claims(self, key: str, manifest: bytes, bundle_sha256: str) -> bool:
+        """Whether it says it covers exactly this key, manifest and bundle: then a signature that
+        does not verify was made with another key of that name, not over other bytes."""
+        return (self.key, self.manifest_sha256, self.bundle_sha256) == (key, hashlib.sha256(manifest).hexdigest(),
+                                                                          bundle_sha256)
+
+
+def _ed25519(text: str) -> bool:
+    try:
+        return len(base64.b64decode(text, validate=True)) == 64
+    except (ValueError, binascii.Error):
+        return False
+
+
+SIGNATURE_SPEC = s.record(SignatureFile, format=s.one_of(FORMAT),
+                          signer=s.check(s.string, lambda v: bool(_NAME.match(v)), "a key name (letters, digits, ._+-)"),
+                          signature=s.check(s.string, _ed25519, "base64 of a 64-byte Ed25519 signature"))
+
+
+def read_signature(sig_file: bytes | None) -> SignatureFile | None:
+    """The signature file read by :data:`SIGNATURE_SPEC` (None: there is none); SchemaError naming
+    the field when it cannot be read (not JSON, longer than :data:`MAX_SIG`, a field refused)."""
+    if not sig_file:
+        return None
+    where = "the signature file"
+    if len(sig_file) > MAX_SIG:
+        raise s.SchemaError("", f"at most {MAX_SIG} bytes", f"{len(sig_file)} bytes", where)
+    try:
+        doc = json.loads(sig_file)
+    except (ValueError, RecursionError):
+        raise s.SchemaError("", "a JSON object", "bytes that are not JSON", where) from None
+    return s.load(SIGNATURE_SPEC, doc, where)
 
 
 def signer_of(sig_file: bytes | None) -> str | None:
     """The name a signature file gives its signer (None: no usable signature file)."""
     try:
-        doc = json.loads(sig_file) if sig_file and len(sig_file) <= MAX_SIG else None
-    except (ValueError, RecursionError):
+        doc = read_signature(sig_file)
+    except s.SchemaError:
         return None
-    name = doc.get("signer") if isinstance(doc, dict) else None
-    return name if isinstance(name, str) and _NAME.match(name) else None
+    return doc.signer if doc else None
 
 
 def trusted_keys(texts: Iterable[str]) -> dict[str, PublicKey]:
@@ -186,51 +239,37 @@ def trusted_keys(texts: Iterable[str]) -> dict[str, PublicKey]:
     return out
 
 
-def _signature_bytes(sig_file: bytes) -> bytes | None:
-    try:
-        doc = json.loads(sig_file)
-        sig = base64.b64decode(doc["signature"], validate=True)
-        return sig if doc.get("format") == FORMAT and len(sig) == 64 else None
-    except (ValueError, KeyError, TypeError, binascii.Error, RecursionError):
-        return None
-
-
-def _claims(sig_file: bytes, key: str, manifest: bytes, bundle_sha256: str) -> bool:
-    """Whether a signature file says it covers exactly this key, manifest and bundle (its
-    informative fields): then a signature that does not verify was made with another key of that
-    name, not over other bytes."""
-    try:
-        doc = json.loads(sig_file)
-    except ValueError:
-        return False
-    return isinstance(doc, dict) and doc.get("key") == key and doc.get("bundle_sha256") == bundle_sha256 and \
-        doc.get("manifest_sha256") == hashlib.sha256(manifest).hexdigest()
-
-
 def check(where: str, key: str, manifest: bytes, bundle_sha256: str, sig_file: bytes | None,
           trusted: dict[str, PublicKey], *, allow_unsigned: bool = False) -> str | None:
     """The signer's name when the signature is good and trusted; None when ``allow_unsigned`` let
     an unsigned or untrusted artifact through; else :class:`UntrustedError`, in one line."""
     if not _HEX64.match(bundle_sha256):
         raise UntrustedError(f"{where}: artifact {key[:16]} has no usable bundle sha256", "push it again")
-    signer = signer_of(sig_file)
     hint = ("add the signer's public key to [trust] public_keys if you trust it, or pass --allow-unsigned "
             "for this command")
-    if signer is None:
+    try:
+        doc = read_signature(sig_file)
+    except s.SchemaError as exc:
+        if allow_unsigned:
+            return None
+        raise UntrustedError(f"{where}: artifact {key[:16]}'s signature file cannot be read: {exc}",
+                             "the cache entry was changed or damaged: push it again",
+                             details={"key": key, "schema": exc.to_json()}) from None
+    if doc is None:
         if allow_unsigned:
             return None
         raise UntrustedError(f"{where}: artifact {key[:16]} is not signed", hint, details={"key": key})
+    signer = doc.signer
     pub = trusted.get(signer)
     if pub is None:
         if allow_unsigned:
             return None
         raise UntrustedError(f"{where}: artifact {key[:16]} is signed by '{signer}', which is not a trusted key",
                              hint, details={"key": key, "signer": signer})
-    sig = _signature_bytes(sig_file or b"")
-    if sig is None or not pub.verify(sig, payload(key, manifest, bundle_sha256)):
+    if not pub.verify(base64.b64decode(doc.signature), payload(key, manifest, bundle_sha256)):
         if allow_unsigned:
             return None
-        if sig is not None and _claims(sig_file or b"", key, manifest, bundle_sha256):
+        if doc.claims(key, manifest, bundle_sha256):
             raise UntrustedError(
                 f"{where}: artifact {key[:16]} is signed by '{signer}' for exactly this manifest and bundle, but "
                 f"with another key than the one trusted here under the name '{signer}'",

@@ -5,8 +5,8 @@ Decisions:
   them (the CLI adds ``ok``/``verb``/``exit_code``), and :mod:`rocmbuild.cli.render` turns the
   same value into human text. Nothing here prints.
 * Values made below (a swap ``Plan`` and its records, a ``Target``, an ``Artifact``, a ``Verdict``)
-  are held as they are and serialized here with their own ``to_json()``; only history lines (the
-  open-ended ``history.jsonl`` records) are carried as read-only mappings.
+  are held as they are and serialized here with their own ``to_json()`` (a history line as a
+  :class:`HistoryRow` holding its ``HistoryLine``).
 * ``error`` is ``None`` except for the verbs whose failure keeps their data beside the error
   (``doctor``, a dry run's refusal, ``cache verify``); the CLI exits with that error's code.
 * One module per group of verbs (build, state, txn) beside what they share (base); every name is
@@ -23,6 +23,7 @@ from rocmbuild.results.shellresult import CompletionResult
 from rocmbuild.results.stateresult import (
     DoctorResult,
     HistoryResult,
+    HistoryRow,
     InEffect,
     LibraryStatus,
     StatusChanges,
@@ -49,7 +50,7 @@ __all__ = [
     "ConfigListResult", "KeyResult", "PushResult", "RemoteArtifact", "RemoteListResult", "Setting",
     "BACKUP_BYTES_NOTE", "ApplyResult", "BuildPlan", "BuildResult", "CheckResult", "BundleSummary", "CacheVerifyResult",
     "CompletionResult", "DemoCheck", "DemoFailed", "DemoResult", "DemoStep",
-    "DoctorResult", "DryRunResult", "ExportResult", "HistoryResult", "InEffect", "Json", "LibraryStatus",
+    "DoctorResult", "DryRunResult", "ExportResult", "HistoryResult", "HistoryRow", "InEffect", "Json", "LibraryStatus",
     "LockResult", "RecipeEntry", "RecipesResult", "Record", "RecoverResult", "RollbackResult", "ShowResult",
     "SourcePlan", "StatusChanges", "StatusResult", "TargetPlan", "Unfinished", "VerbResult", "VerifyResult",
     "Stock", "short_txn", "txn_order",

@@ -11,6 +11,7 @@ from rocmbuild.results.base import BACKUP_BYTES_NOTE, Json, Record, VerbResult, 
 if TYPE_CHECKING:
     from rocmbuild.store.manifest import FoundFix
     from rocmbuild.swap.swaprecords import Drift, Unreadable
+    from rocmbuild.swap.statedir import HistoryLine
     from rocmbuild.swap.strays import Stray
     from rocmbuild.environment.probe import LoadedLibrary
     from rocmbuild.environment.target import Target
@@ -252,9 +253,34 @@ class DoctorResult(VerbResult):
 
 
 @dataclass(frozen=True)
+class HistoryRow:
+    """One transaction of ``history``: its history line and what the state dir says of it now
+    (docs/json.md, ``history``: the line's keys, then these)."""
+
+    line: "HistoryLine"
+    kind: str | None = None  # apply | rollback | redo (a redo is a rollback's journal)
+    in_effect: bool = False
+    undone_by: str | None = None
+    redone_by: str | None = None
+    redo_next: bool = False  # `redo` would undo it
+    restores_to: str | None = None
+    redoes: str | None = None
+    backups_pruned: bool = False
+    state_dir: str = ""
+    origin: str | None = None  # here | moved | copied (None: unknown)
+    build: Json = field(default_factory=dict)  # what its build was (store/differs.py)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.line.to_json(), "kind": self.kind, "in_effect": self.in_effect, "undone_by": self.undone_by,
+                "redone_by": self.redone_by, "redo_next": self.redo_next, "restores_to": self.restores_to,
+                "redoes": self.redoes, "backups_pruned": self.backups_pruned, "state_dir": self.state_dir,
+                "origin": self.origin, "build": dict(self.build)}
+
+
+@dataclass(frozen=True)
 class HistoryResult(VerbResult):
     prefix: str
-    transactions: tuple[Json, ...]  # history lines, with in_effect / backups_pruned / state_dir
+    transactions: tuple[HistoryRow, ...]
     unfinished: tuple[Unfinished, ...]
     backup_bytes: int
     unreadable: tuple["Unreadable", ...] = ()  # journals and history lines that cannot be read
@@ -263,7 +289,7 @@ class HistoryResult(VerbResult):
     total: int | None = None  # how many there are in all (None: as many as listed)
 
     def to_json(self) -> dict[str, Any]:
-        return {"prefix": self.prefix, "transactions": [dict(t) for t in self.transactions],
+        return {"prefix": self.prefix, "transactions": [t.to_json() for t in self.transactions],
                 "unfinished": [u.to_json() for u in self.unfinished], "backup_bytes": self.backup_bytes,
                 "backup_bytes_note": BACKUP_BYTES_NOTE, "unreadable": records_json(self.unreadable),
                 "origins": [dict(o) for o in self.origins], "limit": self.limit,

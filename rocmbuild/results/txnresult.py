@@ -10,6 +10,7 @@ from rocmbuild.results.base import Json, Record, VerbResult, plan_target, record
 from rocmbuild.results.buildresult import BuildPlan
 
 if TYPE_CHECKING:
+    from rocmbuild.recipe.lockfile import Lock
     from rocmbuild.store.bundle import Export
     from rocmbuild.recipe.arch import ArchMatch
     from rocmbuild.swap.plan import Plan
@@ -31,7 +32,7 @@ class ExportResult(VerbResult):
 @dataclass(frozen=True)
 class LockResult(VerbResult):
     lock_file: str
-    lock: Json  # the lock file's content, as recipe/lockfile.py writes it
+    lock: "Lock"  # the lock file's content (recipe/lockfile.py)
     rewritten: bool = True  # False: the file held exactly this lock already
 
     @property
@@ -39,7 +40,7 @@ class LockResult(VerbResult):
         return self.rewritten
 
     def to_json(self) -> dict[str, Any]:
-        return {"lock_file": self.lock_file, "lock": dict(self.lock)}
+        return {"lock_file": self.lock_file, "lock": self.lock.to_json()}
 
 
 # apply (and its dry run), rollback, history, recover

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from rocmbuild.proc import runner
+from rocmbuild import schema as s
 from rocmbuild import ui
 from rocmbuild.store.artifact import MANIFEST, Artifact, Manifest
 from rocmbuild.store.provenance import origin
@@ -109,6 +110,9 @@ def compilers(recipe: Recipe) -> dict[str, str]:
     return out
 
 
+TOOLS_SPEC = s.dict_of(s.string)  # tools.json: {"<real path>:<size>:<mtime_ns>": "<first line of --version>"}
+
+
 def tool_version(program: str, home: Path, *, remember: bool = True) -> str:
     """First line of ``program --version``, remembered by (path, size, mtime) in tools.json.
 
@@ -124,8 +128,11 @@ def tool_version(program: str, home: Path, *, remember: bool = True) -> str:
     ident = f"{real}:{st.st_size}:{st.st_mtime_ns}"
     db_path = home / "tools.json"
     try:
-        db = read_json(db_path)
-    except (OSError, ValueError):
+        db = s.load(TOOLS_SPEC, read_json(db_path), db_path)
+    except FileNotFoundError:
+        db = {}
+    except (OSError, ValueError, RecursionError) as exc:  # a SchemaError too: asked again, the file rewritten whole
+        ui.warn(f"the remembered tool versions cannot be read ({exc}); asking the tools again")
         db = {}
     if ident in db:
         return db[ident]

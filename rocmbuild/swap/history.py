@@ -12,13 +12,13 @@ Decisions:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
-
+from rocmbuild import schema as s
 from rocmbuild.swap import statedir
+from rocmbuild.swap.statedir import HISTORY_NAMED, HistoryLine
 from rocmbuild.swap.backups import dir_unique_bytes
 from rocmbuild.swap.ineffect import model
 from rocmbuild.swap.journal import FINISHED, Journal, backup_dir, journals
-from rocmbuild.swap.landing import prefix_identity, relative_to
+from rocmbuild.swap.landing import PrefixIdentity, prefix_identity, relative_to
 from rocmbuild.swap.pathstate import FsObserver, PathState, found, observe, unchanged
 from rocmbuild.swap.swaprecords import Drift
 from rocmbuild.swap.restore import last_touch
@@ -53,8 +53,8 @@ def drift(state_dir: Path) -> list[Drift]:
     for path, (j, after, source, digest) in sorted(_placed_by(state_dir).items()):
         now = observe(path)
         if not unchanged(now, after, path, digest=digest, source=source, obs=obs):
-            role = next((j.plan.actions[s["index"]].role for s in j.data["steps"]
-                         if j.plan.actions[s["index"]].path == path), None)
+            role = next((j.plan.actions[step["index"]].role for step in j.data["steps"]
+                         if j.plan.actions[step["index"]].path == path), None)
             in_place = now.kind == "file" and (now.dev, now.inode) == (after.dev, after.inode)
             out.append(Drift(path, j.id, after.describe(), found(now, after), role=role,
                              placed_version=j.plan.version_after if role in ("library", "restore") else None,
@@ -66,25 +66,25 @@ def stock_version(state_dir: Path) -> tuple[str, str | None] | None:
     """What the target had before rocmbuild's first transaction here: (that transaction's id, the
     version it found then; None: not recorded). None when no journal or history line says it."""
     firsts = [(j.id, j.plan.version_before) for j in journals(state_dir)[:1]]
-    firsts += [(r["id"], r.get("version_before")) for r in statedir.read_history(state_dir)]
+    firsts += [(r.id, r.version_before) for r in statedir.read_history(state_dir)]
     return min(firsts, key=lambda f: f[0]) if firsts else None
 
 
-def history_record(j: Journal, *, outcome: str) -> dict[str, Any]:
+def history_record(j: Journal, *, outcome: str) -> HistoryLine:
     """The ``history.jsonl`` line of ``j`` (its keys: docs/json.md, ``history``): files relative to
     the prefix, and the identity of the prefix the transaction ran in."""
     plan = j.plan
     meta = dict(j.data.get("meta", {}))
-    if isinstance(meta.get("python"), str):
-        meta["python"] = relative_to(meta["python"], plan.prefix)
-    return {
-        "id": j.id, "time": j.data.get("created"), "verb": j.verb, "recipe": plan.recipe,
-        "commit": plan.commit, "artifact": plan.artifact, "version_before": plan.version_before,
-        "version_after": plan.version_after, "files": [relative_to(f, plan.prefix) for f in j.files],
-        "outcome": outcome, "undoes": list(plan.undoes),
-        "backup_bytes": dir_unique_bytes(backup_dir(Path(plan.state_dir), j.id)), **meta,
-        "prefix_identity": j.data.get("prefix_identity") or prefix_identity(plan.prefix),
-    }
+    python, artifact_path = meta.pop("python", None), meta.pop("artifact_path", None)
+    ident = j.data.get("prefix_identity") or prefix_identity(plan.prefix)
+    return HistoryLine(
+        id=j.id, time=j.data.get("created"), verb=j.verb, recipe=plan.recipe, commit=plan.commit,
+        artifact=plan.artifact, version_before=plan.version_before, version_after=plan.version_after,
+        files=tuple(relative_to(f, plan.prefix) or f for f in j.files), outcome=outcome, undoes=tuple(plan.undoes),
+        backup_bytes=dir_unique_bytes(backup_dir(Path(plan.state_dir), j.id)),
+        python=relative_to(python, plan.prefix) if isinstance(python, str) else None,
+        artifact_path=artifact_path if isinstance(artifact_path, str) else None,
+        prefix_identity=s.load(s.record(PrefixIdentity), ident, j.path), extra={k: v for k, v in meta.items() if k not in HISTORY_NAMED})
 
 
 def write_history(j: Journal) -> bool:
@@ -92,7 +92,7 @@ def write_history(j: Journal) -> bool:
     was written. Returns True when a line was appended."""
     sdir = Path(j.plan.state_dir)
     appended = False
-    if not any(r.get("id") == j.id for r in statedir.read_history(sdir)):
+    if not any(r.id == j.id for r in statedir.read_history(sdir)):
         statedir.append_history(sdir, history_record(j, outcome=j.data.get("history_outcome") or j.state))
         appended = True
     j.set(history_written=True)

@@ -68,26 +68,37 @@ def _record(home: Path, state_dir: Path) -> Path:
     return known_targets_dir(home) / f"{digest}.json"
 
 
-RECORD_SPEC = s.obj({"state_dir": (s.check(s.string, lambda v: v.startswith("/"), "an absolute path"), s.REQUIRED),
-                     "prefix": (s.optional(s.string), None), "registered": (s.optional(s.string), None)})
+@dataclass(frozen=True)
+class KnownRecord:
+    """A known-targets record: the state dir, its prefix and when it was registered."""
+
+    state_dir: str
+    prefix: str | None = None
+    registered: str | None = None
+
+    def to_json(self) -> dict[str, str | None]:
+        return {"state_dir": self.state_dir, "prefix": self.prefix, "registered": self.registered}
 
 
-def read_record(path: Path) -> dict[str, Any]:
+RECORD_SPEC = s.record(KnownRecord, state_dir=s.check(s.string, lambda v: v.startswith("/"), "an absolute path"))
+
+
+def read_record(path: Path) -> KnownRecord:
     """A known-targets record; OSError when it cannot be opened, SchemaError (a ValueError)
     naming the file, the field and what was expected when it is not one."""
     try:
         data = read_json(path)
     except RecursionError:
         raise s.SchemaError("", "a known-target record", "JSON nested too deeply", str(path)) from None
-    record: dict[str, Any] = s.load(RECORD_SPEC, data, path)
+    record: KnownRecord = s.load(RECORD_SPEC, data, path)
     return record
 
 
 def record_json(state_dir: Path, prefix: str | None, registered: str | None = None) -> bytes:
     """A known-targets record's bytes."""
-    data = {"state_dir": str(state_dir), "prefix": prefix,
-            "registered": registered or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
-    return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
+    rec = KnownRecord(str(state_dir), prefix,
+                      registered or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+    return (json.dumps(rec.to_json(), indent=2, sort_keys=True) + "\n").encode()
 
 
 def record_name(state_dir: Path) -> str:
@@ -100,7 +111,7 @@ def register(home: Path, state_dir: Path, prefix: Path) -> None:
     record that cannot be read is written anew)."""
     path = _record(home, Path(state_dir))
     try:
-        if Path(read_record(path)["state_dir"]) == Path(state_dir):
+        if Path(read_record(path).state_dir) == Path(state_dir):
             return
     except (OSError, ValueError):
         pass
@@ -132,8 +143,8 @@ def known(home: Path) -> list[KnownTarget]:
             data = read_record(p)
         except (OSError, ValueError):
             continue
-        sdir = Path(data["state_dir"])
-        found[str(sdir)] = KnownTarget(str(sdir), data["prefix"], sdir.is_dir())
+        sdir = Path(data.state_dir)
+        found[str(sdir)] = KnownTarget(str(sdir), data.prefix, sdir.is_dir())
     outside = targets_dir(home)
     for d in sorted(outside.iterdir()) if outside.is_dir() else ():
         if d.is_dir() and not d.is_symlink() and str(d) not in found:
@@ -141,7 +152,7 @@ def known(home: Path) -> list[KnownTarget]:
                 rec = read_target_record(d)
             except StateError:
                 rec = None
-            found[str(d)] = KnownTarget(str(d), rec["prefix"] if rec else None, True)
+            found[str(d)] = KnownTarget(str(d), rec.prefix if rec else None, True)
     return list(found.values())
 
 

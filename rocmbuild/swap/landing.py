@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import posixpath
-from typing import Any, Mapping, overload
+from typing import Any, overload
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -134,6 +134,21 @@ def missing_dirs(path: Path, obs: Observer) -> tuple[str, ...]:
 # paths in state files: relative to the prefix, plus the prefix's identity
 
 
+@dataclass(frozen=True)
+class PrefixIdentity:
+    """What a prefix was when a state file was written (:func:`prefix_identity`): its path as
+    named, its realpath, and its directory's device and inode (None: not recorded)."""
+
+    path: str
+    realpath: str | None = None
+    dev: int | None = None
+    ino: int | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {k: v for k, v in (("path", self.path), ("realpath", self.realpath), ("dev", self.dev),
+                                  ("ino", self.ino)) if v is not None}
+
+
 def prefix_identity(prefix: str | Path) -> dict[str, object]:
     """What a prefix is: its path as named, its realpath, and its directory's device and inode."""
     try:
@@ -144,9 +159,11 @@ def prefix_identity(prefix: str | Path) -> dict[str, object]:
     return {"path": str(prefix), "realpath": os.path.realpath(prefix), "dev": dev, "ino": ino}
 
 
-def origin(recorded: Mapping[str, Any] | None, prefix: str | Path) -> str | None:
+def origin(recorded: "dict[str, Any] | PrefixIdentity | None", prefix: str | Path) -> str | None:
     """Where a state file recorded under ``recorded`` (a :func:`prefix_identity`) stands to
     ``prefix`` now: "here", "moved" (the same directory inode elsewhere) or "copied"; None: unknown."""
+    if isinstance(recorded, PrefixIdentity):
+        recorded = recorded.to_json()
     if not isinstance(recorded, dict) or not recorded.get("realpath"):
         return None
     now = prefix_identity(prefix)

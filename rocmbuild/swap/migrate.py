@@ -128,7 +128,7 @@ def _move_record(old_root: Root, new_root: Root, name: str, tally: _Tally, old_t
         data = knowntargets.read_record(where)
     except (OSError, ValueError):  # unreadable: moved as it is (cache gc still sees it and says so)
         data = None
-    if data is None or not str(data["state_dir"]).startswith(str(old_targets) + "/"):
+    if data is None or not data.state_dir.startswith(str(old_targets) + "/"):
         if new_root.lstat(name) is None:
             try:
                 old_root.replace(name, name, into=new_root)
@@ -140,8 +140,8 @@ def _move_record(old_root: Root, new_root: Root, name: str, tally: _Tally, old_t
         else:
             old_root.unlink(name)  # the same target's record is there (a newer apply wrote it)
         return
-    sdir = new_targets / Path(data["state_dir"]).name
-    new_root.write_atomic(knowntargets.record_name(sdir), knowntargets.record_json(sdir, data["prefix"], data["registered"]))
+    sdir = new_targets / Path(data.state_dir).name
+    new_root.write_atomic(knowntargets.record_name(sdir), knowntargets.record_json(sdir, data.prefix, data.registered))
     old_root.unlink(name)
     tally.moved += 1
 

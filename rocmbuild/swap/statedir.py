@@ -6,7 +6,7 @@ Decisions:
   so that verbs that only know the prefix (history, recover) find it again.
 * a ``history.jsonl`` line names its files relative to the prefix and records the prefix's
   identity; reading rebases them onto the prefix the state dir is in now; each line is read by
-  one schema (:data:`HISTORY_SPEC`, docs/state-files.md) into a read-only mapping; a line it
+  one schema (:data:`HISTORY_SPEC`, docs/state-files.md) into a frozen :class:`HistoryLine`; a line it
   refuses (not JSON, not an object, a field of another type, a commit that is not one) is
   reported, never hides the others;
 * ``target.json`` is read by :data:`TARGET_SPEC`; one that cannot be read is a StateError (exit 2)
@@ -31,9 +31,8 @@ import errno
 import json
 import os
 import stat
-from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
 from rocmbuild import schema as s
@@ -41,19 +40,30 @@ from rocmbuild.fs.disk import FileLock, read_json
 from rocmbuild.errors import RocmbuildError, StateError, StatePathError, from_os_error
 from rocmbuild.fs.locks import LockWait
 from rocmbuild.home import STATE_DIRNAME, state_home, target_state_dir, targets_dir
-from rocmbuild.swap.landing import rebased
+from rocmbuild.swap.landing import PrefixIdentity, rebased
 from rocmbuild.swap.swaprecords import Unreadable
 from rocmbuild.swap.roots import open_state, write_state_file
 
 __all__ = ["STATE_DIRNAME", "target_state_dir", "TargetLock", "register_outside_target", "state_dirs_for",
-           "append_history", "read_history", "history_lines", "parse_history_line", "read_target_record",
-           "unreadable_targets"]
+           "append_history", "read_history", "HistoryLine", "HISTORY_SPEC", "TargetRecord", "history_lines",
+           "parse_history_line", "read_target_record", "unreadable_targets"]
 
 
-TARGET_SPEC = s.obj({"prefix": (s.string, s.REQUIRED), "libdir": (s.string, s.REQUIRED)}, keep=False)
+@dataclass(frozen=True)
+class TargetRecord:
+    """``target.json`` of an outside-prefix state dir: the prefix and the lib dir it belongs to."""
+
+    prefix: str
+    libdir: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"prefix": self.prefix, "libdir": self.libdir}
 
 
-def read_target_record(state_dir: Path) -> dict[str, str] | None:
+TARGET_SPEC = s.record(TargetRecord)
+
+
+def read_target_record(state_dir: Path) -> TargetRecord | None:
     """The ``target.json`` of an outside-prefix state dir (None: there is none); StateError
     (exit 2) naming the file, the field and what was expected when it cannot be read."""
     path = Path(state_dir) / "target.json"
@@ -64,7 +74,7 @@ def read_target_record(state_dir: Path) -> dict[str, str] | None:
     except (OSError, ValueError, RecursionError) as exc:
         raise _bad_record(path, f"{type(exc).__name__}: {exc}") from None
     try:
-        record: dict[str, str] = s.load(TARGET_SPEC, data, path)
+        record: TargetRecord = s.load(TARGET_SPEC, data, path)
         return record
     except s.SchemaError as exc:
         raise _bad_record(path, str(exc)) from None
@@ -81,7 +91,7 @@ def register_outside_target(state_dir: Path, prefix: Path, libdir: Path) -> None
     """Record which prefix an outside-prefix state dir belongs to (a record that is there but
     cannot be read: StateError, exit 2), through the state dir's root."""
     if read_target_record(state_dir) is None:
-        data = json.dumps({"prefix": str(prefix), "libdir": str(libdir)}, indent=2, sort_keys=True) + "\n"
+        data = json.dumps(TargetRecord(str(prefix), str(libdir)).to_json(), indent=2, sort_keys=True) + "\n"
         write_state_file(state_dir, "target.json", data.encode())
 
 
@@ -111,7 +121,7 @@ def state_dirs_for(prefix: Path) -> list[Path]:
                 rec = read_target_record(d)
             except StateError:
                 continue
-            if rec is not None and Path(rec["prefix"]) == Path(prefix):
+            if rec is not None and Path(rec.prefix) == Path(prefix):
                 out.append(d)
     return out
 
@@ -192,63 +202,103 @@ def unusable_state(path: Path, exc: OSError) -> RocmbuildError | OSError:
     return from_os_error(exc, "target") or exc
 
 
-def append_history(state_dir: Path, record: Mapping[str, Any]) -> None:
+def append_history(state_dir: Path, line: "HistoryLine") -> None:
+    """Append ``line`` (saved whole, :meth:`HistoryLine.to_json`) to ``history.jsonl``."""
     path = Path(state_dir) / "history.jsonl"
     old = path.read_bytes() if path.exists() else b""
     if old and not old.endswith(b"\n"):
         old += b"\n"
-    line = json.dumps(record, sort_keys=True, default=str) + "\n"
-    write_state_file(state_dir, "history.jsonl", old + line.encode())
+    text = json.dumps(line.to_json(), sort_keys=True, default=str) + "\n"
+    write_state_file(state_dir, "history.jsonl", old + text.encode())
 
 
-_STR, _OPT = s.optional(s.string), s.OMIT
-HISTORY_SPEC = s.obj({
-    "id": (s.string, s.REQUIRED), "verb": (s.one_of("apply", "rollback"), s.REQUIRED), "time": (_STR, None),
-    "recipe": (s.optional(s.name("recipe")), None), "commit": (s.optional(s.name("commit")), None),
-    "version_before": (s.optional(s.name("version")), None), "version_after": (s.optional(s.name("version")), None),
-    "artifact": (_STR, None), "artifact_path": (_STR, _OPT), "python": (_STR, _OPT), "outcome": (_STR, None),
-    "files": (s.list_of(s.string), ()), "undoes": (s.list_of(s.string), ()),
-    "backup_bytes": (s.optional(s.check(s.integer, lambda v: v >= 0, "an integer of 0 or more")), _OPT),
-    "prefix_identity": (s.optional(s.obj({"path": (s.string, s.REQUIRED), "realpath": (_STR, _OPT),
-                                          "dev": (s.optional(s.integer), _OPT), "ino": (s.optional(s.integer), _OPT)})), _OPT),
-})
+@dataclass(frozen=True)
+class HistoryLine:
+    """One ``history.jsonl`` line (docs/json.md, ``history``), parsed by :data:`HISTORY_SPEC`;
+    ``extra`` holds the keys the schema does not name (a newer rocmbuild's, a journal's meta),
+    written back as they were."""
+
+    id: str
+    verb: str  # "apply" | "rollback"
+    time: str | None = None
+    recipe: str | None = None
+    commit: str | None = None
+    artifact: str | None = None
+    version_before: str | None = None
+    version_after: str | None = None
+    files: tuple[str, ...] = ()
+    outcome: str | None = None
+    undoes: tuple[str, ...] = ()
+    artifact_path: str | None = None
+    python: str | None = None
+    backup_bytes: int | None = None
+    prefix_identity: PrefixIdentity | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """The line as written (and as ``history --json`` shows it): the optional fields only when known."""
+        out: dict[str, Any] = {**self.extra, "id": self.id, "time": self.time, "verb": self.verb,
+                               "recipe": self.recipe, "commit": self.commit, "artifact": self.artifact,
+                               "version_before": self.version_before, "version_after": self.version_after,
+                               "files": list(self.files), "outcome": self.outcome, "undoes": list(self.undoes)}
+        for key in _WHEN_KNOWN:
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        if self.prefix_identity is not None:
+            out["prefix_identity"] = self.prefix_identity.to_json()
+        return out
 
 
-def parse_history_line(rec: object, file: object) -> dict[str, Any]:
+_WHEN_KNOWN = ("artifact_path", "python", "backup_bytes")
+HISTORY_NAMED = frozenset(f.name for f in fields(HistoryLine)) - {"extra"}  # the keys of the schema
+_RECORD = s.record(HistoryLine, verb=s.one_of("apply", "rollback"), recipe=s.optional(s.name("recipe")),
+                   commit=s.optional(s.name("commit")), version_before=s.optional(s.name("version")),
+                   version_after=s.optional(s.name("version")),
+                   backup_bytes=s.optional(s.check(s.integer, lambda v: v >= 0, "an integer of 0 or more")))
+
+
+def HISTORY_SPEC(v: Any, where: str) -> HistoryLine:
+    """A history line's schema: every named field typed (the recipe, commit and versions by their
+    grammar); the keys it does not name kept in ``extra``."""
+    if type(v) is not dict:
+        s.fail(where, "an object", v)
+    line: HistoryLine = _RECORD({k: x for k, x in v.items() if k in HISTORY_NAMED}, where)
+    return replace(line, extra={k: s.json_value(x, k) for k, x in v.items() if k not in HISTORY_NAMED})
+
+
+def parse_history_line(rec: object, file: object) -> HistoryLine:
     """One ``history.jsonl`` line (decoded JSON) as the verbs read it: every field typed, the
     recipe, commit and versions by their grammar (docs/state-files.md); keys it does not name are
     kept. SchemaError (a ValueError) naming ``file`` (and the line), the field and what was expected."""
-    line: dict[str, Any] = s.load(HISTORY_SPEC, rec, file)
+    line: HistoryLine = s.load(HISTORY_SPEC, rec, file)
     return line
 
 
-def history_lines(state_dir: Path) -> tuple[list[Mapping[str, Any]], list[Unreadable]]:
+def history_lines(state_dir: Path) -> tuple[list[HistoryLine], list[Unreadable]]:
     """The lines of ``history.jsonl`` that can be read (their paths absolute under the prefix the
     state dir belongs to now), and the others, each reported: one bad line hides nothing else."""
     path = Path(state_dir) / "history.jsonl"
     if not path.exists():
         return [], []
-    good: list[Mapping[str, Any]] = []
+    good: list[HistoryLine] = []
     bad: list[Unreadable] = []
     sdir = Path(state_dir)
-    for n, line in enumerate(path.read_bytes().decode("utf-8", errors="replace").split("\n"), 1):
-        if not line.strip():
+    for n, text in enumerate(path.read_bytes().decode("utf-8", errors="replace").split("\n"), 1):
+        if not text.strip():
             continue
         try:
-            rec = parse_history_line(json.loads(line), f"{path} line {n}")
+            line = parse_history_line(json.loads(text), f"{path} line {n}")
         except (ValueError, RecursionError) as exc:
             bad.append(Unreadable("history", str(path), f"{type(exc).__name__}: {exc}", line=n,
-                                  known={"text": line.strip()[:120]}))
+                                  known={"text": text.strip()[:120]}))
             continue
-        ident = rec.get("prefix_identity") or {}
-        base = sdir.parent if sdir.name == STATE_DIRNAME else Path(ident.get("path") or "/")
-        rec = {**rec, "files": [rebased(f, base) for f in rec["files"]], "undoes": list(rec["undoes"])}
-        if rec.get("python"):
-            rec["python"] = rebased(rec["python"], base)
-        good.append(MappingProxyType(rec))
+        ident = line.prefix_identity
+        base = sdir.parent if sdir.name == STATE_DIRNAME else Path((ident.path if ident else "") or "/")
+        good.append(replace(line, files=tuple(rebased(f, base) for f in line.files),
+                            python=rebased(line.python, base) if line.python else line.python))
     return good, bad
 
 
-def read_history(state_dir: Path) -> list[Mapping[str, Any]]:
+def read_history(state_dir: Path) -> list[HistoryLine]:
     """The readable history lines (:func:`history_lines` reports the others)."""
     return history_lines(state_dir)[0]

@@ -180,7 +180,7 @@ def test_cudnn_decoding(target_env, version, number, compile_version):
 def test_smoke_is_skipped_without_gpu_never_passed(target_env):
     env = target_env("3.5.1")
     r = run_probe(env.python, smoke=True)
-    assert r.smoke["status"] == "skipped" and r.smoke["reason"] == "no GPU"
+    assert r.smoke.status == "skipped" and r.smoke.reason == "no GPU"
     v = judge(r, smoke=True, expect="3.5.1")
     smoke = [c for c in v.checks if c.name == "smoke"][0]
     assert smoke.ok and smoke.skipped and smoke.found == "skipped: no GPU"

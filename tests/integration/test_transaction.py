@@ -119,7 +119,7 @@ def test_commit_hardlinks_backups_and_staged_files(art, prefix):
     assert (prefix / "share/miopen/db/gfx1151.db.txt").read_bytes() == b"fixture perf db\n"
     assert art.intact() == []
     (line,) = statedir.read_history(Path(p.state_dir))
-    assert line["id"] == out.id and line["outcome"] == "committed" and line["version_before"] == "3.5.0"
+    assert line.id == out.id and line.outcome == "committed" and line.version_before == "3.5.0"
     assert transaction.drift(Path(p.state_dir)) == []
 
 
@@ -260,7 +260,7 @@ def test_killed_at_every_step_recovery_is_idempotent(art, prefix, tmp_path, poin
     assert snapshot(prefix) == before and inodes(prefix) == ids
     assert not list(prefix.rglob(".*rocmbuild-*"))
     assert transaction.pending(sdir) == []
-    assert statedir.read_history(sdir)[-1]["outcome"].startswith("recovered: rolled back")
+    assert statedir.read_history(sdir)[-1].outcome.startswith("recovered: rolled back")
     # and the next transaction succeeds
     out = transaction.execute(plan.make(art, facts(prefix)), verify=Verifier())
     assert out.state == "committed"
@@ -626,7 +626,7 @@ def test_killed_after_commit_recovery_writes_the_history_line_once(art, prefix, 
     assert r.returncode == 0 and r.stdout.strip() == "0", r.stderr  # nothing rolled back ...
     assert "wrote the missing history line" in r.stderr
     (line,) = statedir.read_history(sdir)  # ... but the history line is there
-    assert line["id"] == j.id and line["outcome"] == "committed"
+    assert line.id == j.id and line.outcome == "committed"
     assert transaction.Journal.load(j.path).data["history_written"] is True
     assert transaction.needs_recovery(sdir) is False
     transaction.recover(sdir)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from rocmbuild.fs import locks
 from rocmbuild.fs.locks import Holder, LockWait, parse_record
+from rocmbuild.schema import SchemaError
 
 
 def test_garbage_is_no_record():
@@ -22,10 +23,30 @@ def test_a_bare_pid_from_an_older_rocmbuild_reads_as_that_pid():
     assert h is not None and h.pid == 4242 and h.since is None and h.argv == ()
 
 
-def test_fields_of_the_wrong_type_are_dropped():
-    h = parse_record(json.dumps({"pid": os.getpid(), "argv": "not-a-list-but-iterable", "since": "yesterday",
-                                 "start": "early", "host": ""}).encode())
-    assert h is not None and h.argv == () and h.since is None and h.start is None and h.host is None
+def test_a_record_with_a_field_of_the_wrong_type_is_refused_naming_it(tmp_path):
+    """The record is read by HOLDER_SPEC: a wrong-typed field refuses it whole (no pid is
+    guessed from it); read_holder says why, and who is holding is then found by its descriptor."""
+    bad = {"pid": os.getpid(), "argv": "not-a-list-but-iterable", "since": 1.0, "start": None, "host": None}
+    for field, value in (("argv", "not-a-list-but-iterable"), ("since", "yesterday"), ("start", "early"),
+                         ("host", 7), ("pid", 0)):
+        data = json.dumps({**bad, "argv": [], field: value}).encode()
+        assert parse_record(data) is None, field
+        try:
+            locks.holder_record(data)
+        except SchemaError as exc:
+            assert exc.field == field and f"field {field!r}: expected" in str(exc), str(exc)
+        else:
+            raise AssertionError(f"{field} = {value!r} was accepted")
+    (tmp_path / "lock").write_bytes(json.dumps({**bad, "argv": [], "since": "yesterday"}).encode())
+    h = locks.read_holder(tmp_path / "lock")
+    assert h.pid is None and "'since': expected a number, got a string 'yesterday'" in h.unreadable
+    assert "its holder record cannot be read" in locks.held_by(h) and "'since'" in locks.held_by(h)
+
+
+def test_the_record_written_is_read_back_equal():
+    rec = locks.holder_record(locks.my_record())
+    assert rec == locks.HolderRecord(os.getpid(), rec.argv, rec.since, socket.gethostname(), rec.start)
+    assert locks.holder_record((json.dumps(rec.to_json()) + "\n").encode()) == rec and rec.argv
 
 
 def test_this_process_is_alive_and_a_reused_pid_is_not(tmp_path):

@@ -62,7 +62,7 @@ def test_report_from_json():
     assert lib.dev == os.makedev(0xFE, 0x01) and lib.inode == 42 and lib.kind == "miopen"
     assert r.runtime_version == (3, 5, 1) and r.compile_version == (3, 5, 1)
     assert r.backend == "miopen" and r.loaded("hip") == ()
-    assert r.raw["torch_version"] == "2.7.1+rocm7.0"
+    assert r.torch_version == "2.7.1+rocm7.0" and ProbeReport.from_json(r.to_json()) == r  # a round trip holds
 
 
 def test_judge_ok():

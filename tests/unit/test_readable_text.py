@@ -90,10 +90,12 @@ def test_tables_trees_and_lines_escape_every_value():
 
 def test_a_hostile_history_record_renders_as_one_row_of_escaped_cells():
     from rocmbuild.cli.statetext import history_row
+    from rocmbuild.results import HistoryRow
+    from rocmbuild.swap.statedir import HistoryLine
 
-    row = history_row({"id": "0001-20261129T235717Z", "verb": "apply", "recipe": HOSTILE, "commit": "c" * 12 + HOSTILE,
-                       "time": "2026-11-29T23:57:17Z", "version_before": HOSTILE, "version_after": "3.5.1",
-                       "outcome": HOSTILE})
+    row = history_row(HistoryRow(HistoryLine(id="0001-20261129T235717Z", verb="apply", recipe=HOSTILE,
+                                             commit="c" * 12 + HOSTILE, time="2026-11-29T23:57:17Z",
+                                             version_before=HOSTILE, version_after="3.5.1", outcome=HOSTILE)))
     out = textlayout.table(("txn", "when", "what", "version", "state"), [row], 400)
     _inert(out)
     assert out.count("FAKE: all good") == 3 and len(out.splitlines()) == 3  # recipe, version, state: one row

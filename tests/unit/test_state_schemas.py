@@ -6,6 +6,7 @@ KeyError or AttributeError escapes, no exit 1)."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import tempfile
 from pathlib import Path
@@ -128,9 +129,12 @@ PARSERS = {  # name: (parse, valid record, the documented error, what a success 
     "action": (Action.from_json, lambda: _plan()["actions"][0], SchemaError, Action),
     "path-state": (PathState.from_json, lambda: _plan()["actions"][0]["before"], SchemaError, PathState),
     "journal": (_journal_load, _journal, SchemaError, journal.Journal),
-    "history-line": (lambda d: statedir.parse_history_line(d, "history.jsonl line 1"), _history, SchemaError, dict),
-    "target-record": (_target_record, lambda: {"prefix": "/env", "libdir": "/opt/rocm/lib"}, StateError, dict),
-    "known-record": (_known_record, lambda: {"state_dir": "/env/.rocmbuild", "prefix": "/env"}, SchemaError, dict),
+    "history-line": (lambda d: statedir.parse_history_line(d, "history.jsonl line 1"), _history, SchemaError,
+                     statedir.HistoryLine),
+    "target-record": (_target_record, lambda: {"prefix": "/env", "libdir": "/opt/rocm/lib"}, StateError,
+                      statedir.TargetRecord),
+    "known-record": (_known_record, lambda: {"state_dir": "/env/.rocmbuild", "prefix": "/env"}, SchemaError,
+                     knowntargets.KnownRecord),
 }
 
 
@@ -215,9 +219,9 @@ def test_the_history_reader_keeps_every_good_line(tmp_path):
     (sdir / "history.jsonl").write_text("\n".join(lines) + "\n")
     ok, bad = statedir.history_lines(sdir)
     assert len(ok) == 2 and [u.line for u in bad] == [2, 3, 4, 5, 6]
-    assert "'commit'" in bad[1].error and ok[0]["files"] == [str(tmp_path / "lib/x")]
-    with pytest.raises(TypeError):
-        ok[0]["id"] = "x"  # frozen: a read-only mapping
+    assert "'commit'" in bad[1].error and ok[0].files == (str(tmp_path / "lib/x"),)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ok[0].id = "x"  # frozen
 
 
 @SETTINGS
