@@ -79,7 +79,10 @@ fi
 [ "$1" = -- ] && shift
 for f in "$@"; do . "$f"; snap; done
 '''
-_DUMP = "import json, os, sys; sys.stdout.write('\\n' + json.dumps(dict(os.environ)) + '\\n')"
+# ``-c`` puts the working directory ("") first on sys.path: dropped before anything is imported
+# (rocmbuild's working directory may be another user's: their json.py would run as us).
+_DUMP = ("import sys; sys.path[:] = [p for p in sys.path if p]; import json, os; "
+         "sys.stdout.write('\\n' + json.dumps(dict(os.environ)) + '\\n')")
 
 
 @dataclass(frozen=True)

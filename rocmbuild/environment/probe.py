@@ -257,7 +257,9 @@ def run_probe(python: Path, *, timeout: float = 300, want_hash: bool = False, sm
 
 #: run as another user (who may not read rocmbuild's files), the probe's source comes in this variable
 SOURCE_VAR = "RB_PROBE_SOURCE"  # a handover, not a setting: popped before torch is imported
-_BOOT = f"import os; exec(compile(os.environ.pop({SOURCE_VAR!r}), '_probe.py', 'exec'))"
+# ``-c`` puts the working directory ("") first on sys.path: dropped before _probe.py imports anything
+_BOOT = (f"import sys; sys.path[:] = [p for p in sys.path if p]; import os; "
+         f"exec(compile(os.environ.pop({SOURCE_VAR!r}), '_probe.py', 'exec'))")
 
 
 def _capture(argv: list[str], python: Path, timeout: float, env: runner.Env = None) -> runner.Completed:
