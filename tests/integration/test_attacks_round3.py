@@ -125,3 +125,121 @@ def test_a_root_owned_env_holding_another_users_code_does_not_run_it_as_root(roo
     assert ran, (r.stdout, r.stderr)
     assert "0" not in ran, f"uid 1000's {piece} ran as root: {ran}"
 
+
+
+def test_conda_runs_dump_imports_nothing_from_the_working_directory(rootenv, tmp_path):
+    """``conda run -p PREFIX PYTHON -c DUMP``: ``-c`` puts the working directory first on
+    sys.path, and DUMP imports ``json``: run as root (on root's own env) from a directory another
+    user can write to (``/tmp``, their home), their ``json.py`` ran as root."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    from tests.support.cli import REPO
+
+    env, log = rootenv
+    conda = tmp_path / "bin" / "conda"  # a stand-in for `conda run -p PREFIX CMD...` (no conda here)
+    conda.parent.mkdir()
+    conda.write_text('#!/bin/bash\n[ "$1" = run ] && [ "$2" = -p ] || exit 9\np=$3; shift 3\n'
+                     'export CONDA_PREFIX="$p"\nexec "$@"\n')
+    conda.chmod(0o755)
+    cwd = Path(tempfile.mkdtemp(prefix="rocmbuild-cwd-", dir="/tmp"))
+    try:
+        _give(cwd)
+        planted = cwd / "json.py"
+        planted.write_text(f"import os; open({str(log)!r}, 'a').write('cwd %d\\n' % os.getuid())\n"
+                           "import sys; del sys.modules['json']; sys.path.remove('')\nimport json\n")
+        _give(planted)
+        # -P: rocmbuild itself (the entry point script) takes nothing from the working directory
+        e = {**os.environ, "PYTHONPATH": str(REPO), "CONDA_EXE": str(conda)}
+        r = subprocess.run([sys.executable, "-P", "-m", "rocmbuild", "status", "--env", str(env.prefix), "--json"],
+                           cwd=cwd, env=e, capture_output=True, text=True, timeout=300)
+        lines = log.read_text().splitlines()
+        assert any(ln.startswith("pth") for ln in lines), (r.stdout, r.stderr)
+        assert not any(ln.startswith("cwd") for ln in lines), f"a json.py in the working directory ran: {lines}"
+    finally:
+        import shutil
+        shutil.rmtree(cwd, ignore_errors=True)
+
+
+# -- class 5: racing pushes ---------------------------------------------------------------------
+
+def _mini_bundle(tmp_path):
+    """(path, sha256) of a bundle holding just a manifest member (what a file:// push reads)."""
+    import hashlib
+    import io
+    import tarfile
+
+    from rocmbuild.remote import MANIFEST_MEMBER
+
+    path = tmp_path / "b.tar.gz"
+    data = b'{"key": "x"}\n'
+    with tarfile.open(path, "w:gz") as tf:
+        info = tarfile.TarInfo(MANIFEST_MEMBER)
+        info.size = len(data)
+        tf.addfile(info, io.BytesIO(data))
+    return path, hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _push_as(uid: int, url: str, key: str, bundle, sha: str, force: bool) -> str:
+    """``FileCache.push`` in a forked child running as ``uid``: its result, or its error's type and message."""
+    import os
+
+    from rocmbuild.config import CacheConfig
+    from rocmbuild.remote.static import FileCache
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: become uid, push, report on the pipe, never return into pytest
+        out = "?"
+        try:
+            os.close(r)
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            out = repr(FileCache(CacheConfig(url)).push(key, bundle, sha, b"sig", force=force))
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent
+            out = f"{type(exc).__name__}: {exc}"
+        finally:
+            os.write(w, out.encode())
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        got = f.read().decode()
+    os.waitpid(pid, 0)
+    return got
+
+
+@pytest.mark.parametrize("force", [False, True], ids=["again", "force"])
+def test_a_second_user_can_push_to_a_shared_file_cache_another_user_pushed_to(tmp_path, force):
+    """A file:// cache shared by a fleet's users (a directory they may all write): the push lock
+    file is created by the first pusher with its umask (0644), and ``lockf`` needs it open for
+    writing: every later push of that key by another user ended in exit 3 "Permission denied",
+    ``push --force`` too (an entry stuck for good unless its first pusher fixes it)."""
+    import os
+    import tempfile
+    from pathlib import Path
+
+    if os.geteuid() != 0:
+        pytest.fail("this test runs as root (it pushes as uid 1000 too)")
+    base = Path(tempfile.mkdtemp(prefix="rocmbuild-shared-", dir="/tmp"))
+    try:
+        os.chmod(base, 0o755)
+        cache = base / "cache"
+        cache.mkdir(mode=0o777)
+        os.chmod(cache, 0o777)
+        bundle, sha = _mini_bundle(base)
+        os.chmod(bundle, 0o644)
+        key = "ab" * 32
+        url = f"file://{cache}"
+        old = os.umask(0o022)
+        try:
+            assert _push_as(OWNER, url, key, bundle, sha, False) == "True"  # the first pusher: uid 1000
+            assert _push_as(1001, url, key, bundle, sha, force) == repr(force)  # another member of the fleet
+        finally:
+            os.umask(old)
+    finally:
+        import shutil
+        shutil.rmtree(base, ignore_errors=True)
