@@ -243,3 +243,44 @@ def test_a_second_user_can_push_to_a_shared_file_cache_another_user_pushed_to(tm
     finally:
         import shutil
         shutil.rmtree(base, ignore_errors=True)
+
+
+# -- class 9: completion ------------------------------------------------------------------------
+
+BASH_DRIVER0 = r'''
+source "$1"; shift
+line="$1"
+read -ra COMP_WORDS <<< "$line"
+[[ "$line" == *" " ]] && COMP_WORDS+=("")
+COMP_CWORD=$((${#COMP_WORDS[@]} - 1))
+COMP_LINE="$line"; COMP_POINT=${#line}
+_rocmbuild
+printf '%s\0' "${COMPREPLY[@]}"
+'''
+
+
+@pytest.mark.parametrize("line", ["rocmbuild build ", "rocmbuild apply --artifact "], ids=["toml", "files"])
+def test_bash_file_candidates_are_whole_names_and_no_option(tmp_path, line):
+    """The bash driver adds the shell's own file candidates as ``COMPREPLY+=($(compgen -f ...))``:
+    unquoted, so a file ``evil\\n--inject.toml`` (or ``a b.toml``) became two candidates, one an
+    option, and a file named ``*`` expanded to every file; a file ``-rf.toml`` was offered as is."""
+    import os
+    import subprocess
+
+    from tests.integration.test_first_contact import _script, rocmbuild_on_path
+
+    work = tmp_path / "work"
+    work.mkdir()
+    for name in ("evil\n--inject.toml", "a b.toml", "-rf.toml", "*", "good.toml"):
+        (work / name).write_text("")
+    env = {"PATH": f"{rocmbuild_on_path(tmp_path / 'bin')}{os.pathsep}{os.environ['PATH']}",
+           "ROCMBUILD_RECIPES": str(tmp_path / "no-recipes")}
+    script = _script(tmp_path, "bash", env)
+    done = subprocess.run(["bash", "--norc", "--noprofile", "-c", BASH_DRIVER0, "bash", str(script), line],
+                          capture_output=True, text=True, cwd=work, env={**os.environ, **env}, timeout=60)
+    assert done.returncode == 0, done.stderr
+    got = [w for w in done.stdout.split("\0") if w]
+    assert "good.toml" in got and "a b.toml" in got, got  # a name with a space stays whole
+    assert not [w for w in got if w.startswith("-")], got
+    assert "evil" not in got and "a" not in got and got.count("*") <= 1, got
+    assert not [w for w in got if "\n" in w], got
