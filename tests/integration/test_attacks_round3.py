@@ -284,3 +284,24 @@ def test_bash_file_candidates_are_whole_names_and_no_option(tmp_path, line):
     assert not [w for w in got if w.startswith("-")], got
     assert "evil" not in got and "a" not in got and got.count("*") <= 1, got
     assert not [w for w in got if "\n" in w], got
+
+
+# -- class 4: strays ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["file", "directory"])
+def test_a_strays_name_cannot_forge_a_line_of_output(txn_home, target_env, kind):
+    """A stray named ``libMIOpen.so.x<newline>error: ...`` (or with an escape sequence) is shown
+    escaped in every message: it must not print a line of its own, nor act on the terminal."""
+    env = target_env("3.5.0", layout="wheel", compile_version="3.5.1")
+    stray = env.libfile.parent / "libMIOpen.so.x\nFORGED-LINE \x1b]0;PWN\x07"
+    if kind == "file":
+        stray.write_bytes(b"x")
+    else:
+        stray.mkdir()
+    for args in (("apply", txn_home.recipe("mini"), "--env", env.prefix, "--move-strays", "--dry-run"),
+                 ("status", "--env", env.prefix)):
+        r = rb(*args)
+        out = r.stdout + r.stderr
+        assert "FORGED-LINE" in out, (args, out)  # it is named...
+        assert not [ln for ln in out.splitlines() if ln.startswith("FORGED-LINE")], (args, out)  # ...not as a line
+        assert "\x1b" not in out and "\x07" not in out, (args, out)
