@@ -9,7 +9,9 @@ Decisions (docs/verification.md, "Whose code, as whom"):
 * the owner of a target is the first of these that is not root: the prefix directory (followed
   if it is a link), and for the interpreter given, the directory above its ``bin/``, its ``bin/``
   and the interpreter itself (not followed: a venv's ``bin/python`` links to a root-owned
-  ``/usr/bin/python3``, its ``.pth`` files are still the owner's); then, in a root-owned env, the
+  ``/usr/bin/python3``, its ``.pth`` files are still the owner's), then the interpreter it links
+  to (a root-owned venv made from another user's Python runs that user's binary and stdlib);
+  then, in a root-owned env, the
   first of the code it runs at every ask that another user owns (``activate.d`` and its scripts,
   ``bin/activate``, ``lib/python*/site-packages`` and its top-level entries: the ``.pth`` files,
   ``sitecustomize``, ``torch``; not deeper, not files another user may only write to);
@@ -122,7 +124,7 @@ def owner(python: Path | None, prefix: Path | None = None) -> tuple[int, int] | 
     bases = [prefix] if prefix is not None else []
     if python is not None:
         py = Path(os.path.abspath(python))
-        candidates += [(py.parent.parent, True), (py.parent, True), (py, False)]
+        candidates += [(py.parent.parent, True), (py.parent, True), (py, False), (py, True)]
         bases.append(py.parent.parent)
     for path, follow in candidates:
         found = _uid(path, follow)

@@ -305,3 +305,32 @@ def test_a_strays_name_cannot_forge_a_line_of_output(txn_home, target_env, kind)
         assert "FORGED-LINE" in out, (args, out)  # it is named...
         assert not [ln for ln in out.splitlines() if ln.startswith("FORGED-LINE")], (args, out)  # ...not as a line
         assert "\x1b" not in out and "\x07" not in out, (args, out)
+
+
+def test_a_root_owned_venv_on_another_users_interpreter_does_not_run_it_as_root(rootenv):
+    """A root-owned venv made from uid 1000's Python (a pyenv build in their home): its
+    ``bin/python`` is a root-owned link to uid 1000's interpreter; the link was not followed, so
+    their binary ran as root."""
+    import os
+    import shutil
+
+    env, log = rootenv
+    pybin = env.prefix.parent / "pybin"
+    pybin.mkdir()
+    theirs = pybin / "python3.11"
+    shutil.copy2(SYSTEM_PYTHON, theirs)
+    for p in (pybin, theirs):
+        _give(p)
+    for name in ("python", "python3", "python3.11"):
+        link = env.prefix / "bin" / name
+        if os.path.lexists(link):
+            link.unlink()
+            link.symlink_to(theirs)
+    cfg = env.prefix / "pyvenv.cfg"
+    cfg.write_text("".join(f"home = {pybin}\n" if ln.startswith("home") else ln
+                           for ln in cfg.read_text().splitlines(keepends=True)))
+    r = rb("status", "--env", str(env.prefix), "--json")
+    lines = log.read_text().splitlines()
+    ran = {ln.split()[1] for ln in lines if ln.startswith("pth")}  # what the interpreter ran (activate.d is root's)
+    assert ran, (r.stdout, r.stderr)
+    assert "0" not in ran, f"uid 1000's interpreter ran as root: {lines}"
