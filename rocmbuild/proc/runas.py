@@ -138,13 +138,17 @@ def owner(python: Path | None, prefix: Path | None = None) -> tuple[int, int] | 
     return None
 
 
+NOGROUP = 65534  # the kernel's overflow gid: what an unknown owner runs as when its file's group is root's
+
+
 def identity(uid: int, gid: int) -> Identity:
-    """The user ``uid`` as the user database knows it (else ``gid``, the owning group, and no
-    supplementary group)."""
+    """The user ``uid`` as the user database knows it (else ``gid``, the owning group -- never
+    root's: an env of ``5000:0``, an image built for arbitrary uids, gets :data:`NOGROUP` -- and
+    no supplementary group)."""
     try:
         pw = pwd.getpwuid(uid)
     except KeyError:
-        return Identity(uid, gid, ())
+        return Identity(uid, gid or NOGROUP, ())
     try:
         groups = tuple(os.getgrouplist(pw.pw_name, pw.pw_gid))
     except OSError:

@@ -334,3 +334,19 @@ def test_a_root_owned_venv_on_another_users_interpreter_does_not_run_it_as_root(
     ran = {ln.split()[1] for ln in lines if ln.startswith("pth")}  # what the interpreter ran (activate.d is root's)
     assert ran, (r.stdout, r.stderr)
     assert "0" not in ran, f"uid 1000's interpreter ran as root: {lines}"
+
+
+def test_an_owner_the_user_database_does_not_know_never_gets_the_root_group(tmp_path):
+    """An env owned by ``5000:0`` (a uid with no passwd entry, group root: an image built for
+    arbitrary uids): the owner's code ran with gid 0, root's group."""
+    import os
+    from pathlib import Path
+
+    from rocmbuild.proc import runas
+
+    prefix = tmp_path / "env"
+    prefix.mkdir()
+    os.chown(prefix, 5000, 0)
+    who = runas.for_target(None, Path(prefix))
+    assert who is not None and who.uid == 5000
+    assert who.gid != 0 and 0 not in who.groups, who
