@@ -17,7 +17,8 @@ Decisions:
   lock file gets the directory's group and other write bits: in a cache a fleet's users share,
   each must open it for writing (``lockf``), whoever made it first;
   ``force`` (``push --force``) replaces a complete entry: its ``.sha256`` mark is removed first
-  (a reader sees a miss until the new entry is whole);
+  (a reader sees a miss until the new entry is whole); a partial bundle a killed push left
+  (``.<key>.tar.gz.<pid>.part``) is removed by the next push of the key, under the lock;
 * a web server is read-only here (publish by pushing to its directory with ``file://``); its
   listing reads the server's directory index (the ``<key>.tar.gz.sha256`` links in it).
 """
@@ -148,6 +149,9 @@ class FileCache:
             if not force and self._entry(root, key) is not None:
                 return False
             root.unlink(n["sha256"])  # the commit mark first: a reader sees a miss until the entry is whole
+            for left in root.listdir():  # a killed push's partial (named by its pid): no one else writes it now
+                if left.startswith(f".{key}.tar.gz.") and left.endswith(".part"):
+                    root.unlink(left)
             tmp = f".{key}.tar.gz.{os.getpid()}.part"
             try:
                 with open(bundle, "rb") as src:

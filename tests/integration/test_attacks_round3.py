@@ -350,3 +350,22 @@ def test_an_owner_the_user_database_does_not_know_never_gets_the_root_group(tmp_
     who = runas.for_target(None, Path(prefix))
     assert who is not None and who.uid == 5000
     assert who.gid != 0 and 0 not in who.groups, who
+
+
+def test_a_killed_pushs_partial_bundle_is_removed_by_the_next_push(tmp_path):
+    """A push killed while copying the bundle leaves ``.<key>.tar.gz.<pid>.part`` (the size of the
+    bundle: GiBs for MIOpen); the next push of the key, holding the lock, wrote its own and left
+    that one for ever."""
+    from rocmbuild.config import CacheConfig
+    from rocmbuild.remote.static import FileCache
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    bundle, sha = _mini_bundle(tmp_path)
+    key = "cd" * 32
+    left = cache / f".{key}.tar.gz.99999.part"
+    left.write_bytes(b"half a bundle")
+    assert FileCache(CacheConfig(f"file://{cache}")).push(key, bundle, sha, b"sig") is True
+    assert not left.exists()
+    assert sorted(p.name for p in cache.iterdir()) == sorted(
+        [f".{key}.push-lock", f"{key}.tar.gz", f"{key}.tar.gz.sha256", f"{key}.manifest.json", f"{key}.sig"])
