@@ -313,7 +313,9 @@ def _dumped(stdout: str) -> dict | None:
 def _through_tool(tool: Path, prefix: Path, python: Path, emulated: Activation) -> Activation | None:
     """``TOOL run -p PREFIX`` dumps the activated environment; None (use the emulation) when it fails."""
     argv = [str(tool), "run", "-p", str(prefix), str(python), "-c", _DUMP]
-    who = runas.for_target(python, prefix)  # as root: the env's owner runs it (its HOME, USER, LOGNAME)
+    # as root: the env's owner runs it (its HOME, USER, LOGNAME); a root-owned env, the tool's owner
+    # (``sudo -E`` keeps a user's CONDA_EXE: their miniconda's conda, their code)
+    who = runas.for_target(python, prefix) or runas.for_target(tool)
     try:
         done = runner.capture(argv, timeout=TIMEOUT, user=who)
     except (RequirementError, subprocess.TimeoutExpired, OSError) as exc:

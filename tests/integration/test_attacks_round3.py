@@ -369,3 +369,35 @@ def test_a_killed_pushs_partial_bundle_is_removed_by_the_next_push(tmp_path):
     assert not left.exists()
     assert sorted(p.name for p in cache.iterdir()) == sorted(
         [f".{key}.push-lock", f"{key}.tar.gz", f"{key}.tar.gz.sha256", f"{key}.manifest.json", f"{key}.sig"])
+
+
+@pytest.mark.parametrize("verb", [("status", "-n", "no-such-env"), ("status", "--env", "ENV")],
+                         ids=["conda-info-envs", "conda-run"])
+def test_another_users_conda_tool_is_not_run_as_root(rootenv, tmp_path, verb):
+    """``sudo -E rocmbuild ...`` from uid 1000's shell keeps ``CONDA_EXE`` (their miniconda's
+    ``conda``, their Python program): listing the envs (``-n NAME``) and ``conda run`` on a
+    root-owned env ran it as root."""
+    import os
+    import tempfile
+    from pathlib import Path
+
+    env, log = rootenv
+    base = Path(tempfile.mkdtemp(prefix="rocmbuild-conda-", dir="/tmp"))
+    try:
+        os.chmod(base, 0o755)
+        conda = base / "bin" / "conda"
+        conda.parent.mkdir()
+        conda.write_text(f'#!/bin/bash\necho "conda $(id -u)" >> "{log}"\n'
+                         '[ "$1" = run ] && [ "$2" = -p ] || { echo "{}"; exit 0; }\np=$3; shift 3\nexec "$@"\n')
+        conda.chmod(0o755)
+        for p in (base, conda.parent, conda):
+            _give(p)
+        args = [str(env.prefix) if a == "ENV" else a for a in verb]
+        r = rb(*args, "--json", env={"CONDA_EXE": str(conda)})
+        lines = log.read_text().splitlines()
+        ran = {ln.split()[1] for ln in lines if ln.startswith("conda")}
+        assert ran, (r.stdout, r.stderr, lines)
+        assert "0" not in ran, f"uid 1000's conda ran as root: {lines}"
+    finally:
+        import shutil
+        shutil.rmtree(base, ignore_errors=True)
