@@ -13,8 +13,9 @@ Decisions (docs/verification.md, "Whose code, as whom"):
   to (a root-owned venv made from another user's Python runs that user's binary and stdlib);
   then, in a root-owned env, the
   first of the code it runs at every ask that another user owns (``activate.d`` and its scripts,
-  ``bin/activate``, ``lib/python*/site-packages`` and its top-level entries: the ``.pth`` files,
-  ``sitecustomize``, ``torch``; not deeper, not files another user may only write to);
+  ``bin/activate``, ``lib/python*`` (a conda env's stdlib) and its ``site-packages``, and their
+  top-level entries: the ``.pth`` files, ``sitecustomize``, ``torch``, ``os.py``, ``encodings``;
+  not deeper, not files another user may only write to);
 * policy ``owner`` (the default): run as root, the target's code runs as its owner -- the
   supervisor (``reaper.py``, still root, so it can end the tree) drops the child to the owner's
   uid, primary group and supplementary groups before ``exec``, and sets ``HOME``, ``USER`` and
@@ -102,8 +103,9 @@ def _code_of(base: Path):
     for lib in libs:
         if lib.name.startswith("python") and lib.is_dir(follow_symlinks=False):
             site = Path(lib.path) / "site-packages"
+            yield Path(lib.path), False
             yield site, False
-            dirs.append(site)
+            dirs += [Path(lib.path), site]  # a conda env's stdlib (os.py, site.py, encodings/) is there too
     for d in dirs:
         try:
             with os.scandir(d) as it:

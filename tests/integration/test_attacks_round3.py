@@ -110,7 +110,7 @@ def _give(path, uid=OWNER) -> None:
     os.chown(path, uid, uid, follow_symlinks=False)
 
 
-@pytest.mark.parametrize("piece", ["site-packages", "pth", "activate.d", "activate-script"])
+@pytest.mark.parametrize("piece", ["site-packages", "pth", "activate.d", "activate-script", "lib-python"])
 def test_a_root_owned_env_holding_another_users_code_does_not_run_it_as_root(rootenv, piece):
     """The owner is judged from the prefix, bin/ and bin/python only: an env whose prefix and
     interpreter are root's but whose site-packages, a .pth file, activate.d or a script in it is
@@ -118,7 +118,8 @@ def test_a_root_owned_env_holding_another_users_code_does_not_run_it_as_root(roo
     env, log = rootenv
     target = {"site-packages": env.site_packages, "pth": env.site_packages / "zz_owner.pth",
               "activate.d": env.prefix / "etc/conda/activate.d",
-              "activate-script": env.prefix / "etc/conda/activate.d/owner.sh"}[piece]
+              "activate-script": env.prefix / "etc/conda/activate.d/owner.sh",
+              "lib-python": env.site_packages.parent}[piece]  # a conda env's stdlib dir: site-packages is theirs to swap
     _give(target)
     r = rb("status", "--env", str(env.prefix), "--json")
     ran = _uids_that_ran(log)
