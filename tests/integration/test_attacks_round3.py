@@ -402,3 +402,19 @@ def test_another_users_conda_tool_is_not_run_as_root(rootenv, tmp_path, verb):
     finally:
         import shutil
         shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.xfail(strict=True, reason="not fixed: the owner is judged by ownership only; a root-owned "
+                   "site-packages any user may write to (chmod -R 777 /opt/conda) has no owner to drop to, "
+                   "and whether to refuse or run as nobody is a policy decision for issue 26's owner")
+def test_a_world_writable_site_packages_in_a_root_env_does_not_run_a_users_pth_as_root(rootenv):
+    """A root-owned env whose site-packages is mode 0777: any local user drops a ``.pth`` there
+    (root-owned files, their content) and the next ``status`` as root runs it as root."""
+    import os
+
+    env, log = rootenv
+    os.chmod(env.site_packages, 0o777)
+    r = rb("status", "--env", str(env.prefix), "--json")
+    ran = _uids_that_ran(log)
+    assert ran, (r.stdout, r.stderr)
+    assert "0" not in ran or r.returncode == 2, f"a world-writable site-packages' .pth ran as root: {ran}"
