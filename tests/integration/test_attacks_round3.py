@@ -418,3 +418,18 @@ def test_a_world_writable_site_packages_in_a_root_env_does_not_run_a_users_pth_a
     ran = _uids_that_ran(log)
     assert ran, (r.stdout, r.stderr)
     assert "0" not in ran or r.returncode == 2, f"a world-writable site-packages' .pth ran as root: {ran}"
+
+
+# -- hostile recipes dir ------------------------------------------------------------------------
+
+def test_a_fifo_named_like_a_recipe_is_no_recipe(tmp_path):
+    """A FIFO ``evil.toml`` in a recipes dir: listed as a recipe by name, refused as unknown by
+    ``show evil``, whose hint then said "did you mean 'evil'?" and listed it (nothing hung)."""
+    import os
+
+    d = tmp_path / "rec"
+    d.mkdir()
+    os.mkfifo(d / "evil.toml")
+    r = rb("show", "evil", env={"ROCMBUILD_RECIPES": str(d)}, timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert "did you mean 'evil'" not in r.stderr and "evil (" not in r.stderr, r.stderr
