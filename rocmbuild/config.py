@@ -58,6 +58,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from rocmbuild.errors import InputError
+from rocmbuild.names import safe_text
 
 SYSTEM_FILE = Path("/etc/rocmbuild/config.toml")
 LAUNCHERS = ("auto", "none", "ccache", "sccache")
@@ -78,23 +79,40 @@ SIGN_KEYS = {"key": (str, "a string")}
 _USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#]*@")
 
 
+# What urllib's parser drops before reading a URL (Python >= 3.11.4): C0 controls and spaces in
+# front, tabs and newlines anywhere. ``urlparse(" oci://u:p@h/r").netloc`` is ``u:p@h``.
+_LEADING = "".join(map(chr, range(0x21)))
+_DROPPED = str.maketrans("", "", "\t\r\n")
+
+
+def _as_parsed(url: str) -> str:
+    """``url`` as urllib reads it (what the scheme dispatch, the registry's host and requests see)."""
+    return url.lstrip(_LEADING).translate(_DROPPED)
+
+
 def redact_url(url: str) -> str:
     """``url`` with any ``user:password@`` in its authority shown as ``***@`` (what a message, a
-    JSON answer or a file may hold of a URL)."""
-    if url.lower().startswith("oci://") and "@" in url:  # no repository name holds an @: all of it goes
-        return "oci://***@" + url.rpartition("@")[2]
-    return _USERINFO.sub(r"\1***@", url)
+    JSON answer or a file may hold of a URL). Judged on the URL as urllib reads it: a space in
+    front or a tab in the scheme hides nothing."""
+    seen = _as_parsed(url)
+    if seen.lower().startswith("oci://") and "@" in seen:  # no repository name holds an @: all of it goes
+        return "oci://***@" + seen.rpartition("@")[2]
+    red = _USERINFO.sub(r"\1***@", seen)
+    return red if red != seen else url
 
 
 def check_cache_url(url: str) -> str:
-    """``url`` when it holds no credentials; else InputError (exit 2) naming it redacted, with the
-    way credentials are given (the URL's secret is never repeated)."""
-    if redact_url(url) != url:
-        raise InputError(f"{redact_url(url)}: the cache URL holds credentials (user:password@), which are refused: "
-                         "they would be shown in messages, JSON and provenance files",
+    """``url`` when it holds no credentials and nothing urllib would drop; else InputError (exit
+    2) naming it redacted, with the way credentials are given (the URL's secret is never repeated)."""
+    if redact_url(url) != url and "***@" in redact_url(url):
+        raise InputError(f"{safe_text(redact_url(url))}: the cache URL holds credentials (user:password@), which are "
+                         "refused: they would be shown in messages, JSON and provenance files",
                          "remove them from the URL; put them in environment variables and name those in the "
                          "cache's [[caches]] entry (username_env, password_env), or run `docker login HOST` for "
                          "an oci:// cache", details={"url": redact_url(url)})
+    if _as_parsed(url) != url:
+        raise InputError(f"{safe_text(url)}: the cache URL starts with a space or a control character, or holds a "
+                         "tab or a newline", "write the URL without them", details={"url": url})
     return url
 
 

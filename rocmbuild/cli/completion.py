@@ -11,7 +11,10 @@ Decisions:
   on PATH answers for itself. A failing answer offers nothing, silently.
 * The answer's first line says what the shell adds from its own file completion (``files``,
   ``dirs``, ``toml``); each driver maps it onto its own (``compgen``; ``_files``;
-  ``__fish_complete_path``).
+  ``__fish_complete_path``). bash's ``compgen`` answers one name per line, so its lines are read
+  whole (``mapfile``: never split on spaces nor globbed) and kept only when they name an existing
+  file, hold no control character and start with ``-`` only if the word typed does (a file
+  ``evil\\n--inject.toml`` is no candidate at all, not two).
 """
 
 from __future__ import annotations
@@ -62,11 +65,19 @@ _rocmbuild() {
   (( ${#lines[@]} )) || return 0
   mode="${lines[0]}"
   COMPREPLY=("${lines[@]:1}")
+  local -a found
   case "$mode" in
-    files) COMPREPLY+=($(compgen -f -- "$cur")) ;;
-    dirs) COMPREPLY+=($(compgen -d -- "$cur")) ;;
-    toml) COMPREPLY+=($(compgen -f -X '!*.toml' -- "$cur")) ;;
+    files) mapfile -t found < <(compgen -f -- "$cur") ;;
+    dirs) mapfile -t found < <(compgen -d -- "$cur") ;;
+    toml) mapfile -t found < <(compgen -f -X '!*.toml' -- "$cur") ;;
   esac
+  local c
+  for c in "${found[@]}"; do
+    [[ -e "${c/#\~/$HOME}" || -L "${c/#\~/$HOME}" ]] || continue
+    [[ "$c" == *[[:cntrl:]]* ]] && continue
+    [[ "$c" == -* && "$cur" != -* ]] && continue
+    COMPREPLY+=("$c")
+  done
   return 0
 }
 complete -o filenames -F _rocmbuild rocmbuild

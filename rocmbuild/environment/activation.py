@@ -80,7 +80,10 @@ fi
 [ "$1" = -- ] && shift
 for f in "$@"; do . "$f"; snap; done
 '''
-_DUMP = "import json, os, sys; sys.stdout.write('\\n' + json.dumps(dict(os.environ)) + '\\n')"
+# ``-c`` puts the working directory ("") first on sys.path: dropped before anything is imported
+# (rocmbuild's working directory may be another user's: their json.py would run as us).
+_DUMP = ("import sys; sys.path[:] = [p for p in sys.path if p]; import json, os; "
+         "sys.stdout.write('\\n' + json.dumps(dict(os.environ)) + '\\n')")
 
 
 @dataclass(frozen=True)
@@ -311,7 +314,9 @@ def _dumped(stdout: str) -> dict | None:
 def _through_tool(tool: Path, prefix: Path, python: Path, emulated: Activation) -> Activation | None:
     """``TOOL run -p PREFIX`` dumps the activated environment; None (use the emulation) when it fails."""
     argv = [str(tool), "run", "-p", str(prefix), str(python), "-c", _DUMP]
-    who = runas.for_target(python, prefix)  # as root: the env's owner runs it (its HOME, USER, LOGNAME)
+    # as root: the env's owner runs it (its HOME, USER, LOGNAME); a root-owned env, the tool's owner
+    # (``sudo -E`` keeps a user's CONDA_EXE: their miniconda's conda, their code)
+    who = runas.for_target(python, prefix) or runas.for_target(tool)
     try:
         done = runner.capture(argv, timeout=TIMEOUT, user=who)
     except (RequirementError, subprocess.TimeoutExpired, OSError) as exc:

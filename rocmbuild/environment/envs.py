@@ -27,7 +27,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from rocmbuild.proc import runner
+from rocmbuild.proc import runas, runner
 from rocmbuild.errors import RequirementError, TargetError
 from rocmbuild.environment import condarc
 
@@ -126,7 +126,8 @@ def _ask_tools(timeout: float) -> list[tuple[dict[str, Path], str]]:
 def _ask(exe: str, argv: list[str], timeout: float) -> dict[str, Path] | None:
     """One tool's {name: prefix}, or None when it does not answer with its JSON."""
     try:
-        done = runner.capture([exe, *argv], timeout=timeout)
+        # the tool is a program of whoever installed it (a user's miniconda): run as root, it runs as them
+        done = runner.capture([exe, *argv], timeout=timeout, user=runas.for_target(Path(exe)))
         data = json.loads(done.stdout) if done.returncode == 0 else None
     except (RequirementError, subprocess.TimeoutExpired, OSError, ValueError):
         return None

@@ -24,6 +24,10 @@ Decisions:
 * The JSON is the whole stdout, else its last line that parses as an object (interpreter
   startup, e.g. a ``sitecustomize`` or a ``.pth`` file, may print before the probe redirects fd 1);
   it is parsed once by :data:`PROBE_SPEC`: a report that does not fit is a TargetError (exit 2) naming the field.
+
+One module because the probe's host side is one exchange: start the target's Python on
+``_probe.py`` (as its owner when run as root), read its report, and parse it into the values every
+verifier reads; the report's types and its schema are the contract of that exchange.
 """
 
 from __future__ import annotations
@@ -347,7 +351,9 @@ def run_probe(python: Path, *, timeout: float = 300, want_hash: bool = False, sm
 
 #: run as another user (who may not read rocmbuild's files), the probe's source comes in this variable
 SOURCE_VAR = "RB_PROBE_SOURCE"  # a handover, not a setting: popped before torch is imported
-_BOOT = f"import os; exec(compile(os.environ.pop({SOURCE_VAR!r}), '_probe.py', 'exec'))"
+# ``-c`` puts the working directory ("") first on sys.path: dropped before _probe.py imports anything
+_BOOT = (f"import sys; sys.path[:] = [p for p in sys.path if p]; import os; "
+         f"exec(compile(os.environ.pop({SOURCE_VAR!r}), '_probe.py', 'exec'))")
 
 
 def _capture(argv: list[str], python: Path, timeout: float, env: runner.Env = None) -> runner.Completed:

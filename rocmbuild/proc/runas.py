@@ -9,7 +9,13 @@ Decisions (docs/verification.md, "Whose code, as whom"):
 * the owner of a target is the first of these that is not root: the prefix directory (followed
   if it is a link), and for the interpreter given, the directory above its ``bin/``, its ``bin/``
   and the interpreter itself (not followed: a venv's ``bin/python`` links to a root-owned
-  ``/usr/bin/python3``, its ``.pth`` files are still the owner's);
+  ``/usr/bin/python3``, its ``.pth`` files are still the owner's), then the interpreter it links
+  to (a root-owned venv made from another user's Python runs that user's binary and stdlib);
+  then, in a root-owned env, the
+  first of the code it runs at every ask that another user owns (``activate.d`` and its scripts,
+  ``bin/activate``, ``lib/python*`` (a conda env's stdlib) and its ``site-packages``, and their
+  top-level entries: the ``.pth`` files, ``sitecustomize``, ``torch``, ``os.py``, ``encodings``;
+  not deeper, not files another user may only write to);
 * policy ``owner`` (the default): run as root, the target's code runs as its owner -- the
   supervisor (``reaper.py``, still root, so it can end the tree) drops the child to the owner's
   uid, primary group and supplementary groups before ``exec``, and sets ``HOME``, ``USER`` and
@@ -25,6 +31,7 @@ from __future__ import annotations
 
 import os
 import pwd
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,26 +85,73 @@ def _uid(path: Path, follow: bool) -> tuple[int, int] | None:
     return st.st_uid, st.st_gid
 
 
+MAX_ENTRIES = 20000  # entries of one directory looked at for another user's file (a site-packages)
+
+
+def _code_of(base: Path) -> Iterator[tuple[Path, bool]]:
+    """The paths under an env's prefix ``base`` whose code runs when rocmbuild asks it anything:
+    conda's ``etc/conda/activate.d`` and its scripts, a venv's ``bin/activate``, each
+    ``lib/python*/site-packages`` and its top-level entries (the ``.pth`` files, ``sitecustomize``,
+    the ``torch`` package). Yielded as (path, follow links?) -- none is followed."""
+    activate_d = base / "etc" / "conda" / "activate.d"
+    yield activate_d, False
+    yield base / "bin" / "activate", False
+    dirs = [activate_d]
+    try:
+        libs = sorted(os.scandir(base / "lib"), key=lambda e: e.name)
+    except OSError:
+        libs = []
+    for lib in libs:
+        if lib.name.startswith("python") and lib.is_dir(follow_symlinks=False):
+            site = Path(lib.path) / "site-packages"
+            yield Path(lib.path), False
+            yield site, False
+            dirs += [Path(lib.path), site]  # a conda env's stdlib (os.py, site.py, encodings/) is there too
+    for d in dirs:
+        try:
+            with os.scandir(d) as it:
+                for n, entry in enumerate(it):
+                    if n >= MAX_ENTRIES:
+                        break
+                    yield Path(entry.path), False
+        except OSError:
+            continue
+
+
 def owner(python: Path | None, prefix: Path | None = None) -> tuple[int, int] | None:
-    """(uid, gid) of the target's owner when that is not root (None: root's own, or unknown)."""
+    """(uid, gid) of the target's owner when that is not root (None: root's own, or unknown).
+
+    A root-owned env holding another user's code (its site-packages, a ``.pth`` file, an
+    ``activate.d`` script) is that user's: that code runs whenever rocmbuild asks the env anything."""
     candidates: list[tuple[Path, bool]] = [(prefix, True)] if prefix is not None else []
+    bases = [prefix] if prefix is not None else []
     if python is not None:
         py = Path(os.path.abspath(python))
-        candidates += [(py.parent.parent, True), (py.parent, True), (py, False)]
+        candidates += [(py.parent.parent, True), (py.parent, True), (py, False), (py, True)]
+        bases.append(py.parent.parent)
     for path, follow in candidates:
         found = _uid(path, follow)
         if found is not None and found[0] != 0:
             return found
+    for base in dict.fromkeys(bases):
+        for path, follow in _code_of(base):
+            found = _uid(path, follow)
+            if found is not None and found[0] != 0:
+                return found
     return None
 
 
+NOGROUP = 65534  # the kernel's overflow gid: what an unknown owner runs as when its file's group is root's
+
+
 def identity(uid: int, gid: int) -> Identity:
-    """The user ``uid`` as the user database knows it (else ``gid``, the owning group, and no
-    supplementary group)."""
+    """The user ``uid`` as the user database knows it (else ``gid``, the owning group -- never
+    root's: an env of ``5000:0``, an image built for arbitrary uids, gets :data:`NOGROUP` -- and
+    no supplementary group)."""
     try:
         pw = pwd.getpwuid(uid)
     except KeyError:
-        return Identity(uid, gid, ())
+        return Identity(uid, gid or NOGROUP, ())
     try:
         groups = tuple(os.getgrouplist(pw.pw_name, pw.pw_gid))
     except OSError:

@@ -50,7 +50,8 @@ def available(recipes_dirs: Sequence[str | Path] = ()) -> list[tuple[str, Path]]
     for d in search_path(recipes_dirs):
         if d.is_dir():
             for f in sorted(d.glob("*.toml")):
-                seen.setdefault(f.stem, f)
+                if f.is_file():  # as find() judges it: a FIFO or a directory named x.toml is no recipe
+                    seen.setdefault(f.stem, f)
     return list(seen.items())
 
 

@@ -13,9 +13,12 @@ Decisions:
   ``.sha256`` there) is left as it is and the push uploads nothing; else it writes the whole
   entry (bundle, manifest, signature, then the ``.sha256`` mark), replacing what a killed push
   left. So of two pushes of one key at once exactly one places the entry, bundle and signature
-  of that one pusher, and the other is told who signed what is there (issue 26, class 5).
+  of that one pusher, and the other is told who signed what is there (issue 26, class 5). The
+  lock file gets the directory's group and other write bits: in a cache a fleet's users share,
+  each must open it for writing (``lockf``), whoever made it first;
   ``force`` (``push --force``) replaces a complete entry: its ``.sha256`` mark is removed first
-  (a reader sees a miss until the new entry is whole);
+  (a reader sees a miss until the new entry is whole); a partial bundle a killed push left
+  (``.<key>.tar.gz.<pid>.part``) is removed by the next push of the key, under the lock;
 * a web server is read-only here (publish by pushing to its directory with ``file://``); its
   listing reads the server's directory index (the ``<key>.tar.gz.sha256`` links in it).
 """
@@ -146,6 +149,9 @@ class FileCache:
             if not force and self._entry(root, key) is not None:
                 return False
             root.unlink(n["sha256"])  # the commit mark first: a reader sees a miss until the entry is whole
+            for left in root.listdir():  # a killed push's partial (named by its pid): no one else writes it now
+                if left.startswith(f".{key}.tar.gz.") and left.endswith(".part"):
+                    root.unlink(left)
             tmp = f".{key}.tar.gz.{os.getpid()}.part"
             try:
                 with open(bundle, "rb") as src:
@@ -168,12 +174,21 @@ class FileCache:
         name = f".{key}.push-lock"
         try:
             fd = root.open_file(name, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK, 0o644)
+        except PermissionError:
+            raise FetchError(f"{self.url}: cannot open the push lock {root.show(name)} for writing (another user "
+                             "made it, without write access for you): nothing was pushed",
+                             f"make it writable for the users who push here (chmod g+w or o+w {root.show(name)}), "
+                             "or remove it while no push runs") from None
         except OSError as exc:
             raise self._refused(root, name, "a symbolic link" if exc.errno == errno.ELOOP
                                 else (exc.strerror or str(exc))) from None
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
                 raise self._refused(root, name, "not a regular file (a FIFO, a device or a directory)")
+            shared = os.fstat(root.fd).st_mode & 0o022  # who else may push here: they must open it to write
+            if st.st_uid == os.geteuid() and (st.st_mode & shared) != shared:
+                os.fchmod(fd, (st.st_mode & 0o777) | shared)  # lockf needs it open for writing
             try:
                 fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as exc:

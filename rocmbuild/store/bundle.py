@@ -78,8 +78,9 @@ from rocmbuild.store.provenance import (PROVENANCE, PROVENANCE_SPEC, Provenance,
 from rocmbuild.sources.tarball import touch_download
 from rocmbuild.store.unbundle import MAX_MANIFEST, TOP, checked_names  # noqa: F401 (re-exported)
 from rocmbuild.fs.disk import CHUNK, sha256_fd, sha256_file
-from rocmbuild.names import recipe_version
+from rocmbuild.config import redact_url
 from rocmbuild.errors import FetchError, InputError
+from rocmbuild.names import recipe_version, safe_text
 from rocmbuild.home import artifacts_dir, downloads_dir
 from rocmbuild.fs.root import Root, file_mode
 
@@ -261,6 +262,11 @@ def _fetch(src: str, home: Path, sha256: str | None) -> tuple[Path, str | None]:
     """A local path to the bundle and the sha256 it was checked against (None: not checked)."""
     parsed = urllib.parse.urlparse(src)
     if parsed.scheme in ("http", "https"):
+        if "@" in parsed.netloc:  # a user:password@ would be echoed in every message and the JSON
+            raise InputError(f"{safe_text(redact_url(src))}: the artifact URL holds credentials (user:password@), "
+                             "which are refused: they would be shown in messages and JSON",
+                             "remove them from the URL; put them in ~/.netrc (machine HOST login USER password "
+                             "SECRET), which the download reads", details={"url": redact_url(src)})
         expected = sha256 or _expected_for_url(src)
         if expected is None:
             raise InputError(

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from rocmbuild.errors import TargetError
+from rocmbuild.names import safe_text
 from rocmbuild.swap.pathstate import FsObserver, Observer, resolve
 
 FLAG = "--move-strays"
@@ -162,9 +163,10 @@ def check(found: tuple[Stray, ...], placed: str | Path, preload: bool, move: boo
 def refusal(strays: tuple[Stray, ...], placed: str | Path, preload: bool = True) -> TargetError:
     """The refusal of strays (exit 2), naming each and why it matters."""
     glob = glob_of(_stem(Path(placed).name))
-    lines = "\n  ".join(f"{s.path} is a {s.what}: {s.reason(preload)}" if not s.movable else
-                        f"{s.path} ({s.what}): {s.reason(preload)}" for s in strays)
-    stuck = [s.path for s in strays if not s.movable]
+    # one line per stray: a name holding a newline must not print a line of its own (safe_text)
+    lines = "\n  ".join(safe_text(f"{s.path} is a {s.what}: {s.reason(preload)}" if not s.movable else
+                                  f"{s.path} ({s.what}): {s.reason(preload)}") for s in strays)
+    stuck = [safe_text(s.path) for s in strays if not s.movable]
     if preload:
         what = (f"{len(strays)} stray file(s) in {Path(placed).parent} match {glob}, the names {PRELOAD} "
                 "(rocm_sdk.find_libraries) loads the first sorted of")
