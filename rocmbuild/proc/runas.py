@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -123,21 +124,40 @@ def owner(python: Path | None, prefix: Path | None = None) -> tuple[int, int] | 
 
     A root-owned env holding another user's code (its site-packages, a ``.pth`` file, an
     ``activate.d`` script) is that user's: that code runs whenever rocmbuild asks the env anything."""
-    candidates: list[tuple[Path, bool]] = [(prefix, True)] if prefix is not None else []
-    bases = [prefix] if prefix is not None else []
-    if python is not None:
-        py = Path(os.path.abspath(python))
-        candidates += [(py.parent.parent, True), (py.parent, True), (py, False), (py, True)]
-        bases.append(py.parent.parent)
-    for path, follow in candidates:
+    for path, follow in _paths(python, prefix):
         found = _uid(path, follow)
         if found is not None and found[0] != 0:
             return found
+    return None
+
+
+def _paths(python: Path | None, prefix: Path | None) -> Iterator[tuple[Path, bool]]:
+    """Every path :func:`owner` judges: the prefix, the interpreter and its dirs, then the code
+    under each env base (:func:`_code_of`)."""
+    bases = [prefix] if prefix is not None else []
+    if prefix is not None:
+        yield prefix, True
+    if python is not None:
+        py = Path(os.path.abspath(python))
+        yield from ((py.parent.parent, True), (py.parent, True), (py, False), (py, True))
+        bases.append(py.parent.parent)
     for base in dict.fromkeys(bases):
-        for path, follow in _code_of(base):
-            found = _uid(path, follow)
-            if found is not None and found[0] != 0:
-                return found
+        yield from _code_of(base)
+
+
+def open_to_others(python: Path | None, prefix: Path | None = None) -> tuple[Path, int] | None:
+    """The first judged path (a dir or file whose code root would run) that users other than its
+    owner may write: world-writable, or group-writable with a group other than root's -- anyone
+    there can drop a ``.pth`` file or an ``activate.d`` script. (path, mode); None: none is."""
+    for path, follow in _paths(python, prefix):
+        try:
+            st = os.stat(path) if follow else os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISLNK(st.st_mode):
+            continue  # a link's own mode means nothing; what it names is judged where it is followed
+        if st.st_mode & 0o002 or (st.st_mode & 0o020 and st.st_gid != 0):
+            return path, stat.S_IMODE(st.st_mode)
     return None
 
 
@@ -167,6 +187,7 @@ def for_target(python: Path | None, prefix: Path | None = None) -> Identity | No
         return None
     found = owner(python, prefix)
     if found is None:
+        _refuse_open(python, prefix)
         return None
     who = identity(*found)
     where = prefix if prefix is not None else python
@@ -187,3 +208,28 @@ def for_target(python: Path | None, prefix: Path | None = None) -> Identity | No
                     f"runs as root ({FLAG} root)")
         return None
     return who
+
+
+def _refuse_open(python: Path | None, prefix: Path | None) -> None:
+    """As root, a root-owned target whose code any other user may write (a ``chmod -R 777``'d
+    env): there is no owner to run it as, so it is refused (exit 2) unless ``--run-as root``."""
+    opened = open_to_others(python, prefix)
+    if opened is None:
+        return
+    path, mode = opened
+    where = prefix if prefix is not None else python
+    if policy() == "root":
+        if not _state["warned"]:
+            _state["warned"] = True
+            from rocmbuild import ui
+
+            ui.warn(f"{path} (mode {mode:04o}) may be written by other users; the target's code runs as root "
+                    f"({FLAG} root)")
+        return
+    raise TargetError(
+        f"the target {where} is root's, but {path} (mode {mode:04o}) may be written by other users: code any "
+        "of them put there (a .pth file, an activate.d script) would run as root, and there is no owner to "
+        "run it as instead",
+        f"make it writable only by root (chmod go-w {path}), or pass {FLAG} root to run the target's code as "
+        "root anyway",
+        details={"target": str(where), "writable": str(path), "mode": f"{mode:04o}", "run_as": policy()})

@@ -404,20 +404,23 @@ def test_another_users_conda_tool_is_not_run_as_root(rootenv, tmp_path, verb):
         shutil.rmtree(base, ignore_errors=True)
 
 
-@pytest.mark.xfail(strict=True, reason="not fixed: the owner is judged by ownership only; a root-owned "
-                   "site-packages any user may write to (chmod -R 777 /opt/conda) has no owner to drop to, "
-                   "and whether to refuse or run as nobody is a policy decision for issue 26's owner")
 def test_a_world_writable_site_packages_in_a_root_env_does_not_run_a_users_pth_as_root(rootenv):
     """A root-owned env whose site-packages is mode 0777: any local user drops a ``.pth`` there
-    (root-owned files, their content) and the next ``status`` as root runs it as root."""
+    (root-owned files, their content) and the next ``status`` as root ran it as root. There is no
+    owner to run it as: refused (exit 2) naming the dir and its mode, unless ``--run-as root``."""
     import os
 
     env, log = rootenv
     os.chmod(env.site_packages, 0o777)
     r = rb("status", "--env", str(env.prefix), "--json")
-    ran = _uids_that_ran(log)
-    assert ran, (r.stdout, r.stderr)
-    assert "0" not in ran or r.returncode == 2, f"a world-writable site-packages' .pth ran as root: {ran}"
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    err = json.loads(r.stdout)["error"]
+    assert "may be written by other users" in err["message"] and "0777" in err["message"], err
+    assert str(env.site_packages) in err["message"] and "chmod go-w" in err["hint"], err
+    assert not _uids_that_ran(log), "refused before any of the target's code ran"
+    r = rb("status", "--env", str(env.prefix), "--json", "--run-as", "root")
+    assert r.returncode == 0 and "may be written by other users" in r.stderr, (r.stdout, r.stderr)
+    assert _uids_that_ran(log) == {"0"}, "--run-as root: run as root, said once"
 
 
 # -- hostile recipes dir ------------------------------------------------------------------------
