@@ -30,6 +30,7 @@ import fcntl
 import os
 import re
 import stat
+import time
 from contextlib import contextmanager
 from typing import Iterator
 from pathlib import Path
@@ -39,7 +40,7 @@ import requests
 
 from rocmbuild.sources import net
 from rocmbuild.config import CacheConfig
-from rocmbuild.errors import FetchError, InputError
+from rocmbuild.errors import FetchError, InputError, LockedError
 from rocmbuild.remote import Entry, Fetched, bundle_manifest, check_key, side_files
 from rocmbuild.remote import download, http
 from rocmbuild.fs.root import Root
@@ -60,6 +61,9 @@ def names(key: str) -> dict[str, str]:
 def parse_sha(text: str) -> str | None:
     m = _SHA.match(text)
     return m.group(1).lower() if m else None
+
+
+PUSH_LOCK_WAIT = 1800.0  # seconds a push waits for another push of its key (a slow 1 GiB upload included)
 
 
 class FileCache:
@@ -196,11 +200,29 @@ class FileCache:
                     raise
                 from rocmbuild import ui
 
-                ui.info(f"{self.url}: another push of {key[:16]} is under way: waiting for it")
-                fcntl.lockf(fd, fcntl.LOCK_EX)
+                ui.info(f"{self.url}: another push of {key[:16]} is under way: waiting for it "
+                        f"(at most {PUSH_LOCK_WAIT / 60:.0f} minutes)")
+                self._wait_for(fd, root.show(name))
             yield
         finally:
             os.close(fd)  # releases the lock
+
+    def _wait_for(self, fd: int, shown: str) -> None:
+        """Wait for the push lock, at most :data:`PUSH_LOCK_WAIT` seconds: a push still going after
+        that (or a process that holds the lock and does nothing) ends this one with exit 5."""
+        deadline = time.monotonic() + PUSH_LOCK_WAIT
+        while True:
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    raise
+            if time.monotonic() >= deadline:
+                raise LockedError(f"{self.url}: another push has held {shown} for {PUSH_LOCK_WAIT / 60:.0f} minutes: "
+                                  "nothing was pushed", "run the push again once the other one has ended (see which "
+                                  "process holds it: fuser or lsof on that file)", details={"lock": shown})
+            time.sleep(0.5)
 
     def list(self) -> list[Entry]:
         with self._root() as root:

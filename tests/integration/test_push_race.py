@@ -134,3 +134,35 @@ def test_a_stuck_entry_is_named_and_replaced_by_push_force(txn_home, oci_registr
     # and now a plain push of the same builder says it is there, with nothing to fix
     done = rb("push", key[:16], "--to", url, "--sign-key", str(secret_1), "--json")
     assert json.loads(done.stdout)["held_by"] == "lab-1" and "--force" not in done.stderr
+
+
+def test_a_push_lock_held_for_ever_ends_the_push_with_exit_5(tmp_path, mocker):
+    """A process that holds a key's push lock and never lets go (a hung push, or anyone who can
+    open the shared file) no longer makes a push wait for ever: after PUSH_LOCK_WAIT it is a
+    LockedError (exit 5) naming the lock, and nothing was pushed."""
+    import subprocess
+    import time
+
+    from rocmbuild.errors import LockedError
+    from rocmbuild.remote import static
+
+    key = "ab" * 32
+    cache_dir = tmp_path / "cache"
+    cache_dir.mkdir()
+    lock = cache_dir / f".{key}.push-lock"
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, os, sys, time\n"
+                               "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)\n"
+                               "fcntl.lockf(fd, fcntl.LOCK_EX)\nprint('held', flush=True)\ntime.sleep(60)\n",
+                               str(lock)], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        mocker.patch.object(static, "PUSH_LOCK_WAIT", 1.0)
+        cache = open_cache(CacheConfig(f"file://{cache_dir}"))
+        start = time.monotonic()
+        with pytest.raises(LockedError) as err, cache._root() as root, cache._push_lock(root, key):
+            pytest.fail("the lock was taken while another process held it")
+        assert time.monotonic() - start < 10 and err.value.exit_code == 5
+        assert ".push-lock" in err.value.message and "nothing was pushed" in err.value.message
+        assert sorted(p.name for p in cache_dir.iterdir()) == [lock.name]
+    finally:
+        kill_group(holder)
