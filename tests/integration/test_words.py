@@ -231,12 +231,13 @@ def test_recipe_hints_point_at_something_an_installed_wheel_has(tmp_path):
 
 
 def test_the_batchnorm_smoke_row_has_a_check_name():
+    from rocmbuild.environment.probe import SmokeCheck, SmokeResult
     from rocmbuild.environment.smoke import check_smoke
     from rocmbuild.environment.verdict import Check
 
     class Report:
-        smoke = {"status": "passed", "device": "cpu", "checks": [
-            {"name": "install", "status": "passed"}, {"name": "batchnorm", "status": "passed"}]}
+        smoke = SmokeResult("passed", device="cpu", checks=(SmokeCheck("install", "passed"),
+                                                             SmokeCheck("batchnorm", "passed")))
 
     checks = check_smoke(Report())
     rows = [c.render() for c in checks]
