@@ -28,7 +28,7 @@ from contextlib import nullcontext
 from collections import defaultdict
 from pathlib import Path
 
-from rocmbuild.store import bundle, cache, housekeeping, tidy
+from rocmbuild.store import bundle, cache, housekeeping
 from rocmbuild.store.housekeeping import Candidate
 from rocmbuild.store.artifact import MANIFEST, Artifact, read_manifest, seal
 from rocmbuild.fs.root import Root
@@ -137,19 +137,19 @@ def _take(home: Path, c: Candidate, dry_run: bool, out: dict, still=None) -> Non
 
 
 def _gc_sources_and_logs(home: Path, cutoff: float, dry_run: bool, out: dict) -> None:
-    """Source clones not fetched in ``keep_days``, and logs past the newest few (store/tidy.py)."""
-    for c in tidy.sources(home, cutoff):
-        why = tidy.take_source(c, home, dry_run=dry_run)
+    """Source clones not fetched in ``keep_days``, and logs past the newest few (store/housekeeping.py)."""
+    for c in housekeeping.sources(home, cutoff):
+        why = housekeeping.take_source(c, home, dry_run=dry_run)
         if why is None:
             out["removed"].append(c)
         else:
             out["kept"].append(Kept(c.kind, c.path, None, why))
-    for c in tidy.old_logs(home, cutoff):
+    for c in housekeeping.old_logs(home, cutoff):
         if not dry_run:
             housekeeping.remove(Path(c.path), home)
         out["removed"].append(c)
     if not dry_run:
-        for link in tidy.dangling_links(home):
+        for link in housekeeping.dangling_links(home):
             housekeeping.remove(link, home)
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from rocmbuild.store.artifact import FileEntry, LibraryEntry, Manifest
 from rocmbuild.errors import InputError, TargetError
-from rocmbuild.swap import plan, undo
+from rocmbuild.swap import plan, restore
 from rocmbuild.swap.pathstate import PathState
 from rocmbuild.swap.plan import LoadedFact, TargetFacts
 
@@ -199,10 +199,10 @@ F10, F99 = F(10), F(99)  # PathState is frozen: safe as a default
 
 def _rollback(states, force=False, desired=F10, backup="/s/backups/t1/000-libMIOpen.so.1.0", expected=F99,
               copied=False, hashes=None):
-    u = undo.Undo("/env/lib/libMIOpen.so.1.0", expected=expected, desired=desired, backup=backup, txn="t1",
+    u = restore.Undo("/env/lib/libMIOpen.so.1.0", expected=expected, desired=desired, backup=backup, txn="t1",
                   copied=copied)
     obs = Obs(states, hashes)
-    p = undo.make_rollback(
+    p = restore.make_rollback(
         [u], prefix="/env", python="py", libdir="/env/lib", layout="conda", outside=False, state_dir="/s",
         library="/env/lib/libMIOpen.so.1.0", library_before="/env/lib/libMIOpen.so.1.0", version_before="3.5.1",
         version_after="3.5.0", encoding="miopen", library_name="libMIOpen", recipe="r", commit=None,
