@@ -63,8 +63,7 @@ def test_an_artifact_url_with_credentials_is_refused_and_never_shown(server, tmp
 
 # -- class 8: another user's code as root -------------------------------------------------------
 
-OWNER = 1000
-SYSTEM_PYTHON = "/usr/bin/python3.11"
+from tests.support.ownedenv import OWNER, SYSTEM_PYTHON  # noqa: E402
 
 
 @pytest.fixture
@@ -72,30 +71,12 @@ def rootenv(fixture_libs):
     """(env, log): a conda-like env owned by root whose activate.d script and .pth file log the
     uid that ran them; nothing of it chowned yet (each attack gives one piece to uid 1000)."""
     import os
-    import shutil
-    import tempfile
-    from pathlib import Path
 
-    from tests.support.envs import make_env
+    from tests.support.ownedenv import logging_env
 
-    if os.geteuid() != 0 or not os.access(SYSTEM_PYTHON, os.X_OK):
-        pytest.fail("these tests run as root with a system Python at " + SYSTEM_PYTHON)
-    base = Path(tempfile.mkdtemp(prefix="rocmbuild-attack-", dir="/tmp"))
-    try:
-        os.chmod(base, 0o755)
-        env = make_env(base / "env", layout="conda", lib_dir=fixture_libs("3.5.0"), base_python=SYSTEM_PYTHON)
-        log = base / "ran.log"
-        log.write_text("")
+    with logging_env(fixture_libs, "rocmbuild-attack-") as (env, log, _base):
         os.chmod(log, 0o666)
-        (env.prefix / "conda-meta").mkdir(exist_ok=True)
-        script = env.prefix / "etc/conda/activate.d/owner.sh"
-        script.parent.mkdir(parents=True)
-        script.write_text(f'echo "activate $(id -u)" >> "{log}"\n')
-        (env.site_packages / "zz_owner.pth").write_text(
-            f"import os; open({str(log)!r}, 'a').write('pth %d\\n' % os.getuid())\n")
         yield env, log
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
 
 
 def _uids_that_ran(log) -> set[str]:

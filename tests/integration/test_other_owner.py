@@ -17,45 +17,24 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import pytest
 
 from tests.support.cli import rb
-from tests.support.envs import make_env
+from tests.support.ownedenv import OWNER, logging_env
 from tests.support.snapshots import inodes, snapshot
 
 pytestmark = pytest.mark.slow
 
-OWNER = 1000
-SYSTEM_PYTHON = "/usr/bin/python3.11"
 CANARY = b"outside every root\n"
-
-
-def _need_root() -> None:
-    if os.geteuid() != 0 or not os.access(SYSTEM_PYTHON, os.X_OK):
-        pytest.fail("these tests run as root with a system Python at " + SYSTEM_PYTHON)
 
 
 @pytest.fixture
 def world(fixture_libs):
     """(env, log, canary): a conda-like env owned by uid 1000 whose activate.d script and .pth
     file log the uid that ran them; a canary file outside every root."""
-    _need_root()
-    base = Path(tempfile.mkdtemp(prefix="rocmbuild-owner-", dir="/tmp"))
-    try:
-        os.chmod(base, 0o755)
-        env = make_env(base / "env", layout="conda", lib_dir=fixture_libs("3.5.0"), base_python=SYSTEM_PYTHON)
-        log = base / "ran.log"
-        log.write_text("")
-        (env.prefix / "conda-meta").mkdir(exist_ok=True)
-        script = env.prefix / "etc/conda/activate.d/owner.sh"
-        script.parent.mkdir(parents=True)
-        script.write_text(f'echo "activate $(id -u)" >> "{log}"\n')
-        (env.site_packages / "zz_owner.pth").write_text(
-            f"import os; open({str(log)!r}, 'a').write('pth %d\\n' % os.getuid())\n")
+    with logging_env(fixture_libs, "rocmbuild-owner-") as (env, log, base):
         for root, dirs, files in os.walk(env.prefix):
             for n in dirs + files:
                 os.chown(os.path.join(root, n), OWNER, OWNER, follow_symlinks=False)
@@ -64,8 +43,6 @@ def world(fixture_libs):
         canary = base / "canary"
         canary.write_bytes(CANARY)
         yield env, log, canary
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
 
 
 def _ran(log: Path) -> list[str]:
