@@ -128,7 +128,9 @@ def slow_recipe(monorepo, tmp_path):
 
 def _wait_slow_step(home: Path, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
-    while not [p for p in users_of(home) if " 271" in p.command]:
+    # the step's own `cmake -E sleep 271` (not " 271" anywhere: the supervisor's command line holds
+    # rocmbuild's pid, and a pid of 271xx matched before the build had made its temp artifact)
+    while not [p for p in users_of(home) if p.command.endswith("sleep 271")]:
         assert time.monotonic() < deadline, "the slow build step never started"
         time.sleep(0.1)
 
