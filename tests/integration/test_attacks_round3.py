@@ -12,6 +12,7 @@ import json
 import pytest
 
 from tests.support import recorder
+from tests.integration.test_first_contact import BASH_DRIVER
 from tests.support.cli import rb
 
 TOKEN = "s3cret-token-9f1c"
@@ -229,16 +230,9 @@ def test_a_second_user_can_push_to_a_shared_file_cache_another_user_pushed_to(tm
 
 # -- class 9: completion ------------------------------------------------------------------------
 
-BASH_DRIVER0 = r'''
-source "$1"; shift
-line="$1"
-read -ra COMP_WORDS <<< "$line"
-[[ "$line" == *" " ]] && COMP_WORDS+=("")
-COMP_CWORD=$((${#COMP_WORDS[@]} - 1))
-COMP_LINE="$line"; COMP_POINT=${#line}
-_rocmbuild
-printf '%s\0' "${COMPREPLY[@]}"
-'''
+# test_first_contact's bash driver, its candidates NUL-separated (a name may hold a newline)
+BASH_DRIVER0 = BASH_DRIVER.replace("printf '%s\\n'", "printf '%s\\0'")
+assert BASH_DRIVER0 != BASH_DRIVER
 
 
 @pytest.mark.parametrize("line", ["rocmbuild build ", "rocmbuild apply --artifact "], ids=["toml", "files"])
