@@ -167,8 +167,7 @@ def _unfinished(d: Path) -> list[Unfinished]:
     progress (a running apply or rollback), not interrupted."""
     holder = locks.read_holder(Path(d) / "lock")
     live = holder.pid if holder.alive() else None
-    return [Unfinished(j.id, j.data["verb"], j.state,
-                       running_pid=live if live is not None and j.data.get("pid") == live else None)
+    return [Unfinished(j.id, j.verb, j.state, running_pid=live if live is not None and j.pid == live else None)
             for j in _txn.pending(d)]
 
 
@@ -183,7 +182,7 @@ def history(*, env: str | None = None, python: str | None = None, limit: int | N
     total = 0
     for d in statedir.state_dirs_for(prefix):
         m = _txn.model(d)
-        pruned = {j.id for j in _txn.journals(d) if j.data.get("backups_pruned")}
+        pruned = {j.id for j in _txn.journals(d) if j.backups_pruned}
         lines, _bad = statedir.history_lines(d)
         for rec in lines:
             rows.append(HistoryRow(rec, **_effect_of(m, rec), backups_pruned=rec.id in pruned, state_dir=str(d),
@@ -220,11 +219,11 @@ def status_changes(prefix: Path, loaded: dict[tuple[int, int], str | None] | Non
         redos += [m.redo] if m.redo else []
         for j in m.in_effect:
             p = j.plan
-            art = j.data.get("meta", {}).get("artifact_path")
+            art = j.meta.get("artifact_path")
             man = _manifest_of(p.artifact_path)
             built = differs.facts(man.inputs) if man else {}
-            in_effect.append(InEffect(j.id, j.data["verb"], p.recipe, p.commit, p.version_before, p.version_after,
-                                      tuple(p.actions[s["index"]].path for s in j.data["steps"]), art,
+            in_effect.append(InEffect(j.id, j.verb, p.recipe, p.commit, p.version_before, p.version_after,
+                                      tuple(j.files), art,
                                       artifact_origin(Path(art)) if art else None, man.fixes if man else (),
                                       man.found() if man else (), redone_by=m.redone_by.get(j.id),
                                       package=man.package.to_json() if man and man.package else None, build=built,

@@ -21,7 +21,6 @@ import abc
 import errno
 import os
 import stat
-from typing import Any
 from pathlib import Path
 
 from rocmbuild.store import cache
@@ -153,7 +152,7 @@ class FileAction(abc.ABC):
     def apply(self) -> None:
         self.roots.target.replace(self.staged, self.rel)
 
-    def make_durable(self, after: dict[str, Any] | None) -> None:  # noqa: B027 (a no-op unless overridden, not abstract)
+    def make_durable(self, after: PathState | None) -> None:  # noqa: B027 (a no-op unless overridden, not abstract)
         """Before the commit: the placed file's bytes on disk (its copy only started their
         writeback, so the disk worked during the swap and the verification). Nothing to do for
         a link or a removal (their directories are fsynced); a file that is not the inode this
@@ -212,11 +211,11 @@ class FileAction(abc.ABC):
 class _PlacesData(FileAction):
     """An action whose staged file is a copy of the artifact's (see :meth:`make_durable`)."""
 
-    def make_durable(self, after: dict[str, Any] | None) -> None:
+    def make_durable(self, after: PathState | None) -> None:
         fd = self.roots.target.open_file(self.rel, os.O_RDONLY | os.O_NONBLOCK)
         try:
             st = os.fstat(fd)
-            if after and (st.st_dev, st.st_ino) != (after.get("dev"), after.get("inode")):
+            if after and (st.st_dev, st.st_ino) != (after.dev, after.inode):
                 raise OSError(errno.ESTALE, f"{self.dest} was replaced while the transaction ran", str(self.dest))
             os.fsync(fd)
         finally:

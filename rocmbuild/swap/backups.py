@@ -67,9 +67,7 @@ def _needed_identities(state_dir: Path) -> set[tuple[int, int]]:
     for j in journals(state_dir):
         if j.state not in FINISHED:
             continue
-        plan = j.plan
-        for step in j.data["steps"]:
-            a = plan.actions[step["index"]]
+        for a, _step in j.changes:
             if a.path not in seen:
                 seen.add(a.path)
                 if a.before.kind == "file":
@@ -80,8 +78,7 @@ def _needed_identities(state_dir: Path) -> set[tuple[int, int]]:
         by_id = {j.id: j for j in m.committed}
         keep += [by_id[m.redo.rollback]] + [by_id[x] for x in m.redo.reapplies]
     for j in keep:
-        for step in j.data["steps"]:
-            a = j.plan.actions[step["index"]]
+        for a, _step in j.changes:
             if a.before.kind == "file":
                 needed.add((a.before.dev, a.before.inode))
     return needed
@@ -114,7 +111,7 @@ def protected_backups(state_dir: Path) -> set[str]:
         d = backup_dir(state_dir, j.id)
         if not d.is_dir():
             continue
-        if any(step.get("backup_copied") for step in j.data["steps"]):
+        if any(step.backup_copied for step in j.steps):
             out.add(j.id)
         for ident in _backup_identities(d) & needed:
             holder[ident] = j.id
@@ -176,7 +173,7 @@ def prune(state_dir: Path, keep: int) -> list[Pruned]:
         freed = dir_unique_bytes(backup_dir(state_dir, j.id))
         with open_state(state_dir, create=True) as root:  # never through a symlink
             root.rmtree(f"backups/{j.id}")
-        j.set(backups_pruned=now())
+        j.saved(backups_pruned=now())
         out.append(Pruned(j.id, freed, in_effect=j.id in in_effect))
     _say_pruned(out, keep)
     return out

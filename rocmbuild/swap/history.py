@@ -12,13 +12,12 @@ Decisions:
 from __future__ import annotations
 
 from pathlib import Path
-from rocmbuild import schema as s
 from rocmbuild.swap import statedir
 from rocmbuild.swap.statedir import HISTORY_NAMED, HistoryLine
 from rocmbuild.swap.backups import dir_unique_bytes
 from rocmbuild.swap.ineffect import model
 from rocmbuild.swap.journal import FINISHED, Journal, backup_dir, journals
-from rocmbuild.swap.landing import PrefixIdentity, prefix_identity, relative_to
+from rocmbuild.swap.landing import PrefixIdentity, relative_to
 from rocmbuild.swap.pathstate import FsObserver, PathState, found, observe, unchanged
 from rocmbuild.swap.swaprecords import Drift
 from rocmbuild.swap.restore import last_touch
@@ -53,8 +52,7 @@ def drift(state_dir: Path) -> list[Drift]:
     for path, (j, after, source, digest) in sorted(_placed_by(state_dir).items()):
         now = observe(path)
         if not unchanged(now, after, path, digest=digest, source=source, obs=obs):
-            role = next((j.plan.actions[step["index"]].role for step in j.data["steps"]
-                         if j.plan.actions[step["index"]].path == path), None)
+            role = next((a.role for a, _step in j.changes if a.path == path), None)
             in_place = now.kind == "file" and (now.dev, now.inode) == (after.dev, after.inode)
             out.append(Drift(path, j.id, after.describe(), found(now, after), role=role,
                              placed_version=j.plan.version_after if role in ("library", "restore") else None,
@@ -74,31 +72,30 @@ def history_record(j: Journal, *, outcome: str) -> HistoryLine:
     """The ``history.jsonl`` line of ``j`` (its keys: docs/json.md, ``history``): files relative to
     the prefix, and the identity of the prefix the transaction ran in."""
     plan = j.plan
-    meta = dict(j.data.get("meta", {}))
+    meta = dict(j.meta)
     python, artifact_path = meta.pop("python", None), meta.pop("artifact_path", None)
-    ident = j.data.get("prefix_identity") or prefix_identity(plan.prefix)
     return HistoryLine(
-        id=j.id, time=j.data.get("created"), verb=j.verb, recipe=plan.recipe, commit=plan.commit,
+        id=j.id, time=j.created, verb=j.verb, recipe=plan.recipe, commit=plan.commit,
         artifact=plan.artifact, version_before=plan.version_before, version_after=plan.version_after,
         files=tuple(relative_to(f, plan.prefix) or f for f in j.files), outcome=outcome, undoes=tuple(plan.undoes),
         backup_bytes=dir_unique_bytes(backup_dir(Path(plan.state_dir), j.id)),
         python=relative_to(python, plan.prefix) if isinstance(python, str) else None,
         artifact_path=artifact_path if isinstance(artifact_path, str) else None,
-        prefix_identity=s.load(s.record(PrefixIdentity), ident, j.path), extra={k: v for k, v in meta.items() if k not in HISTORY_NAMED})
+        prefix_identity=j.prefix_identity or PrefixIdentity.of(plan.prefix),
+        extra={k: v for k, v in meta.items() if k not in HISTORY_NAMED})
 
 
-def write_history(j: Journal) -> bool:
+def write_history(j: Journal) -> tuple[bool, Journal]:
     """Append ``j``'s history line unless one with its id is there already; then journal that it
-    was written. Returns True when a line was appended."""
+    was written. Returns whether a line was appended, and the journal as saved."""
     sdir = Path(j.plan.state_dir)
     appended = False
     if not any(r.id == j.id for r in statedir.read_history(sdir)):
-        statedir.append_history(sdir, history_record(j, outcome=j.data.get("history_outcome") or j.state))
+        statedir.append_history(sdir, history_record(j, outcome=j.history_outcome or j.state))
         appended = True
-    j.set(history_written=True)
-    return appended
+    return appended, j.saved(history_written=True)
 
 
 def history_missing(state_dir: Path) -> list[Journal]:
     """Finished journals whose history line was never written (killed after the final state)."""
-    return [j for j in journals(state_dir) if j.state in FINISHED and j.data.get("history_written") is False]
+    return [j for j in journals(state_dir) if j.state in FINISHED and j.history_written is False]

@@ -4,8 +4,11 @@ replay that says which committed transactions are in effect (:func:`active`).
 Decisions:
 * an id is ``NNNN-YYYYmmddTHHMMSSZ``: a sequence number (ordered, short to type for ``--to``;
   the caller holds the lock, so it is unique) and the UTC time;
-* every journal write is atomic (temp, fsync, rename, fsync dir); a journal is read by one schema
-  (:data:`JOURNAL_SPEC`, the plan by :data:`~rocmbuild.swap.plan.PLAN_SPEC`: docs/state-files.md);
+* a journal is a frozen value (:class:`Journal`, its steps :class:`Step`, its plan a
+  :class:`~rocmbuild.swap.plan.Plan`) parsed once by one schema (:data:`JOURNAL_SPEC`, the plan by
+  :data:`~rocmbuild.swap.plan.PLAN_SPEC`: docs/state-files.md), changed by ``replace`` and written
+  whole by :meth:`Journal.save`, the one place a journal is written: atomic (temp, fsync, rename,
+  fsync dir); the transaction that changes it as it runs is swap/transaction.py;
   one it refuses (not JSON, not an object, a field missing or of another type, an id other than
   its file name's) is left out of :func:`journals`, never guessed at, and listed by :func:`unreadable` with what it still tells (the id from its name,
   a verb, state and paths found in its text, where its backups are) for every verb to report;
@@ -25,20 +28,19 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import sys
 import time
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Callable
-
-import re
+from typing import Any, Callable, Mapping
 
 from rocmbuild.fs import disk
 from rocmbuild import schema as s
 from rocmbuild.home import STATE_DIRNAME
-from rocmbuild.swap import actions as _actions
-from rocmbuild.swap.landing import origin, prefix_identity, rebased, relative_to, under
-from rocmbuild.swap.pathstate import PATH_STATE_SPEC
-from rocmbuild.swap.plan import PLAN_SPEC, Plan
+from rocmbuild.swap.landing import PrefixIdentity, origin, rebased, relative_to, under
+from rocmbuild.swap.pathstate import PATH_STATE_SPEC, PathState
+from rocmbuild.swap.plan import PLAN_SPEC, Action, Plan
 from rocmbuild.swap.swaprecords import Unreadable
 from rocmbuild.swap.roots import Roots, write_state_file
 
@@ -92,12 +94,54 @@ def new_id(state_dir: Path) -> str:
     return f"{last + 1:04d}-" + time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
 
 
-class Journal:
-    """One transaction's journal: its JSON ``data`` and where it lives."""
+@dataclass(frozen=True)
+class Step:
+    """One plan action a transaction changes (``index`` into the plan's actions) and how far it
+    got: the identity of what it placed (``after``), whether it is swapped in, whether its backup
+    is a copy (a restore from a copy is a new inode: see FileAction.is_before; None: not recorded)."""
 
-    def __init__(self, path: Path, data: dict[str, Any]) -> None:
-        self.path = path
-        self.data = data
+    index: int
+    after: PathState | None = None
+    swapped: bool = False
+    backup_copied: bool | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"index": self.index, "after": self.after.to_json() if self.after else None,
+                             "swapped": self.swapped}
+        if self.backup_copied is not None:
+            d["backup_copied"] = self.backup_copied
+        return d
+
+
+@dataclass(frozen=True)
+class Journal:
+    """One transaction's journal as a value: where it lives, its plan and steps, and what the
+    protocol recorded of its run (None: not recorded). Fields this version does not name are kept
+    in ``extra`` and written back (docs/state-files.md)."""
+
+    path: Path
+    id: str
+    verb: str
+    state: str
+    plan: Plan
+    steps: tuple[Step, ...]
+    meta: Mapping[str, str | None] = field(default_factory=dict)
+    prefix_identity: PrefixIdentity | None = None
+    pid: int | None = None
+    created: str | None = None
+    updated: str | None = None
+    committed: str | None = None
+    rolled_back: str | None = None
+    backups_pruned: str | None = None  # when ``--keep`` removed its backups (None: they are there)
+    history_outcome: str | None = None
+    history_written: bool | None = None
+    state_before_rollback: str | None = None
+    reason: str | None = None
+    backup_copies: int | None = None
+    revert_messages: tuple[str, ...] | None = None
+    verdict: Any = None
+    restored: Any = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
     def load(cls, path: Path) -> "Journal":
@@ -108,75 +152,72 @@ class Journal:
             data = disk.read_json(path)
         except RecursionError:
             raise s.SchemaError("", "a journal", "JSON nested too deeply", str(path)) from None
-        j = cls(path, _from_disk(parse(data, path), path.parent.parent))
+        parse(data, path)  # the on-disk form, before its paths are read
+        j = cls.from_json(path, _from_disk(data, path.parent.parent))
         j.check()
         return j
 
+    @classmethod
+    def from_json(cls, path: Path, data: Any) -> "Journal":
+        """The journal of ``data`` (its in-memory form: absolute paths), by :data:`JOURNAL_SPEC`."""
+        typed: dict[str, Any] = s.load(JOURNAL_SPEC, data, path)
+        known = {f.name for f in fields(cls)} - {"path", "extra"}
+        return cls(path=Path(path), **{k: v for k, v in typed.items() if k in known},
+                   extra={k: v for k, v in typed.items() if k not in known and k != "schema"})
+
+    def to_json(self) -> dict[str, Any]:
+        """The journal as JSON, its paths absolute (:meth:`save` writes them relative)."""
+        d: dict[str, Any] = dict(self.extra)
+        d.update({"schema": JOURNAL_SCHEMA, "id": self.id, "verb": self.verb, "state": self.state,
+                  "plan": self.plan.to_json(), "steps": [st.to_json() for st in self.steps], "meta": dict(self.meta)})
+        if self.prefix_identity is not None:
+            d["prefix_identity"] = self.prefix_identity.to_json()
+        if self.revert_messages is not None:
+            d["revert_messages"] = list(self.revert_messages)
+        for k in _OPTIONAL:
+            if getattr(self, k) is not None:
+                d[k] = getattr(self, k)
+        return d
+
     def check(self) -> None:
-        """Its schema (:data:`JOURNAL_SPEC`); every step indexes an action; every path it names is
-        one a plan may change (:func:`check_places`; SchemaError or ValueError naming it)."""
-        s.load(JOURNAL_SPEC, self.data, self.path)
-        plan = self.plan
-        for i, step in enumerate(self.data["steps"]):
-            if not 0 <= step["index"] < len(plan.actions):
-                raise s.SchemaError(f"steps[{i}].index", f"the index of one of the plan's {len(plan.actions)} actions",
-                                    s.describe(step["index"]), str(self.path))
-        check_places(plan, self.path.parent.parent, self.path)
+        """Every step indexes an action; every path it names is one a plan may change
+        (:func:`check_places`; SchemaError or ValueError naming it)."""
+        for i, step in enumerate(self.steps):
+            if not 0 <= step.index < len(self.plan.actions):
+                raise s.SchemaError(f"steps[{i}].index", f"the index of one of the plan's {len(self.plan.actions)} actions",
+                                    s.describe(step.index), str(self.path))
+        check_places(self.plan, self.path.parent.parent, self.path)
 
     @property
-    def id(self) -> str:
-        id: str = self.data["id"]
-        return id
-
-    @property
-    def state(self) -> str:
-        state: str = self.data["state"]
-        return state
-
-    @property
-    def verb(self) -> str:
-        verb: str = self.data["verb"]
-        return verb
-
-    @property
-    def plan(self) -> Plan:
-        return Plan.from_json(self.data["plan"])
+    def changes(self) -> list[tuple[Action, Step]]:
+        """Each step with the plan action it changes, in plan order."""
+        return [(self.plan.actions[st.index], st) for st in self.steps]
 
     @property
     def files(self) -> list[str]:
-        """The paths this transaction changes (its steps), in plan order."""
-        plan = self.plan
-        return [plan.actions[s["index"]].path for s in self.data["steps"]]
+        return [a.path for a, _ in self.changes]  # the paths it changes (its steps), in plan order
 
-    @property
-    def backups_pruned(self) -> str | None:
-        """When ``--keep`` removed this transaction's backups (None: they are there)."""
-        return self.data.get("backups_pruned")
+    def save(self) -> "Journal":
+        """Write the journal whole and atomically through its state dir's root (never through a
+        symlink): the one write of a journal. Returns the value written (``updated`` now; the
+        prefix's identity recorded the first time)."""
+        j = replace(self, updated=now(),
+                    prefix_identity=self.prefix_identity or PrefixIdentity.of(self.plan.prefix))
+        text = json.dumps(_to_disk(j.to_json()), indent=2, sort_keys=True, default=str) + "\n"
+        write_state_file(j.path.parent.parent, f"journal/{j.path.name}", text.encode())
+        return j
 
-    def set(self, **kw: Any) -> None:
-        self.data.update(kw)
-        self.save()
-
-    def save(self) -> None:
-        """Write the journal atomically through its state dir's root (never through a symlink)."""
-        self.data["updated"] = now()
-        text = json.dumps(_to_disk(self.data), indent=2, sort_keys=True, default=str) + "\n"
-        write_state_file(self.path.parent.parent, f"journal/{self.path.name}", text.encode())
+    def saved(self, **changes: Any) -> "Journal":
+        return replace(self, **changes).save()  # this journal with ``changes``, saved
 
     def roots(self) -> Roots:
         """The roots this transaction acts through (the caller closes them)."""
         plan = self.plan
         return Roots.of(plan.prefix, plan.libdir, plan.outside, plan.state_dir)
 
-    def file_actions(self, roots: Roots) -> list[tuple[_actions.FileAction, dict[str, Any]]]:
-        """Each step's file action, with the step's journal entry (updated in place)."""
-        plan = self.plan
-        out = []
-        for step in self.data["steps"]:
-            a = plan.actions[step["index"]]
-            out.append((_actions.make(a, self.id, roots, step["index"], backup_copied=bool(step.get("backup_copied"))),
-                        step))
-        return out
+
+_OPTIONAL = ("pid", "created", "updated", "committed", "rolled_back", "backups_pruned", "history_outcome",
+             "history_written", "state_before_rollback", "reason", "backup_copies", "verdict", "restored")
 
 
 def check_places(plan: Plan, sdir: Path, file: object = None) -> None:
@@ -229,7 +270,6 @@ def _map_plan(plan: dict[str, Any], f: Callable[[str], str | None]) -> dict[str,
 def _to_disk(data: dict[str, Any]) -> dict[str, Any]:
     """The journal as written: paths relative to the prefix, plus the prefix's identity."""
     prefix = data["plan"]["prefix"]
-    data.setdefault("prefix_identity", prefix_identity(prefix))
     return {**data, "schema": JOURNAL_SCHEMA, "plan": _map_plan(data["plan"], lambda p: relative_to(p, prefix))}
 
 
@@ -250,13 +290,12 @@ def _from_disk(data: dict[str, Any], state_dir: Path) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------------------------
-# the schema of a journal (docs/state-files.md): kept as JSON (the protocol updates it in place),
-# every field the protocol reads checked, the plan read by its own schema
+# the schema of a journal (docs/state-files.md): every field checked and made its value (the plan
+# by its own schema, each step a Step); the fields it does not name are kept as they are
 
 TXN_RE = re.compile(r"^[0-9A-Za-z][0-9A-Za-z._-]{0,99}$")
 _OPT = s.OMIT
 _STR, _INT, _BOOL = s.optional(s.string), s.optional(s.integer), s.optional(s.boolean)
-_PREFIX_ID = s.obj({"path": (s.string, s.REQUIRED), "realpath": (_STR, _OPT), "dev": (_INT, _OPT), "ino": (_INT, _OPT)})
 _META = s.obj({"recipe": (s.optional(s.name("recipe")), _OPT), "commit": (s.optional(s.name("commit")), _OPT),
                "version": (s.optional(s.name("version")), _OPT)})
 
@@ -268,18 +307,18 @@ def META_SPEC(v: Any, field: str) -> dict[str, Any]:
     return meta
 
 
-_STEP = s.obj({"index": (s.integer, s.REQUIRED), "after": (s.valid(s.optional(PATH_STATE_SPEC)), None),
-               "swapped": (s.boolean, False), "backup_copied": (_BOOL, _OPT)})
+_STEP = s.record(Step, after=s.optional(PATH_STATE_SPEC))
 JOURNAL_SPEC = s.obj({
     "schema": (s.check(s.integer, lambda v: v in (1, JOURNAL_SCHEMA), f"1 or {JOURNAL_SCHEMA}"), _OPT),
     "id": (s.check(s.string, lambda v: bool(TXN_RE.match(v)) and ".." not in v, "a transaction id"), s.REQUIRED),
     "verb": (s.one_of("apply", "rollback"), s.REQUIRED), "state": (s.string, s.REQUIRED),
-    "plan": (s.valid(PLAN_SPEC), s.REQUIRED), "steps": (lambda v, f: list(s.list_of(_STEP)(v, f)), s.REQUIRED),
-    "meta": (META_SPEC, {}), "prefix_identity": (s.optional(_PREFIX_ID), _OPT), "pid": (_INT, _OPT),
+    "plan": (PLAN_SPEC, s.REQUIRED), "steps": (s.list_of(_STEP), s.REQUIRED),
+    "meta": (META_SPEC, {}), "prefix_identity": (s.optional(s.record(PrefixIdentity)), _OPT), "pid": (_INT, _OPT),
     **{k: (_STR, _OPT) for k in ("created", "updated", "committed", "rolled_back", "backups_pruned", "history_outcome",
                                  "state_before_rollback", "reason")},
     "history_written": (_BOOL, _OPT), "backup_copies": (_INT, _OPT),
-    "revert_messages": (s.valid(s.list_of(s.string)), _OPT), "verdict": (s.json_value, _OPT),
+    "revert_messages": (s.list_of(s.string), _OPT), "verdict": (s.json_value, _OPT),
+    "restored": (s.json_value, _OPT),
 })
 
 
@@ -349,10 +388,10 @@ def foreign(state_dir: Path) -> list[tuple[str, str]]:
     prefix = prefix_of(state_dir)
     out: list[tuple[str, str]] = []
     for j in journals(state_dir) if prefix is not None else ():
-        ident = j.data.get("prefix_identity")
+        ident = j.prefix_identity
         rel = origin(ident, prefix) if ident is not None and prefix is not None else None
-        if ident is not None and rel in ("copied", "moved") and (rel, ident["path"]) not in out:
-            out.append((rel, ident["path"]))
+        if ident is not None and rel in ("copied", "moved") and (rel, ident.path) not in out:
+            out.append((rel, ident.path))
     return out
 
 

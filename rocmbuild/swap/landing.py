@@ -148,15 +148,20 @@ class PrefixIdentity:
         return {k: v for k, v in (("path", self.path), ("realpath", self.realpath), ("dev", self.dev),
                                   ("ino", self.ino)) if v is not None}
 
+    @classmethod
+    def of(cls, prefix: str | Path) -> "PrefixIdentity":
+        """What ``prefix`` is now (:func:`prefix_identity`)."""
+        try:
+            st = os.stat(prefix)
+            dev, ino = st.st_dev, st.st_ino
+        except OSError:
+            dev = ino = 0
+        return cls(str(prefix), os.path.realpath(prefix), dev, ino)
+
 
 def prefix_identity(prefix: str | Path) -> dict[str, object]:
     """What a prefix is: its path as named, its realpath, and its directory's device and inode."""
-    try:
-        st = os.stat(prefix)
-        dev, ino = st.st_dev, st.st_ino
-    except OSError:
-        dev = ino = 0
-    return {"path": str(prefix), "realpath": os.path.realpath(prefix), "dev": dev, "ino": ino}
+    return PrefixIdentity.of(prefix).to_json()
 
 
 def origin(recorded: "dict[str, Any] | PrefixIdentity | None", prefix: str | Path) -> str | None:

@@ -16,7 +16,7 @@ Decisions:
 from __future__ import annotations
 
 import os
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,69 +24,64 @@ from rocmbuild.proc import stop
 from rocmbuild import ui
 from rocmbuild.errors import (RocmbuildError, RolledBackFilesystemError, TargetError, TargetFilesystemError,
                               VerifyError, from_os_error)
-from rocmbuild.swap.actions import FileAction
 from rocmbuild.swap.backups import prune
 from rocmbuild.swap.history import write_history
-from rocmbuild.swap.journal import (JOURNAL_SCHEMA, Journal, backup_dir, failpoint, journal_dir,
-                                    new_id, now)
+from rocmbuild.swap.journal import Journal, Step, backup_dir, failpoint, journal_dir, new_id, now
 from rocmbuild.fs.root import ConfinementError
-from rocmbuild.swap.pathstate import PathState
 from rocmbuild.swap.txnoutcome import (Outcome, Verify, expectation_after, expectation_before,
                                     failures_json, verdict_json)
 from rocmbuild.swap.plan import Plan
 from rocmbuild.swap.swaprecords import Restored
 from rocmbuild.swap.roots import Roots
+from rocmbuild.swap.transaction import Transaction
 from rocmbuild.environment.verify import Verdict
-
-Steps = list[tuple[FileAction, dict[str, Any]]]
-
 
 # --------------------------------------------------------------------------------------------
 # execute
 
 
-def _fsync_dirs(fas: Steps) -> None:
-    for fa, _ in fas:
+def _fsync_dirs(t: Transaction) -> None:
+    for fa in t.actions:
         try:
             fa.roots.target.fsync(os.path.dirname(fa.rel))
         except FileNotFoundError:
             pass
 
 
-def _stage(j: Journal, fas: Steps) -> None:
-    for fa, step in fas:
-        step["after"] = fa.stage().to_json()
-    _fsync_dirs(fas)
-    j.set(state="staged")
+def _stage(t: Transaction) -> None:
+    for n, fa in enumerate(t.actions):
+        t.mark(n, after=fa.stage())
+    _fsync_dirs(t)
+    t.set(state="staged")
     failpoint("after-stage")
 
 
-def _backup(j: Journal, fas: Steps) -> None:
+def _backup(t: Transaction) -> None:
     copied = 0
-    for fa, step in fas:
+    for n, fa in enumerate(t.actions):
         copied += int(fa.backup_file())
         if fa.backup_copied:
-            step["backup_copied"] = True  # restores from it make a new inode (see FileAction.is_before)
-    if fas and _has_backups(fas[0][0].roots, j.id):
-        fas[0][0].roots.state.fsync(f"backups/{j.id}")
-    j.set(state="backed_up", backup_copies=copied)
+            t.mark(n, backup_copied=True)  # restores from it make a new inode (see FileAction.is_before)
+    if t.actions and _has_backups(t.roots, t.id):
+        t.roots.state.fsync(f"backups/{t.id}")
+    t.set(state="backed_up", backup_copies=copied)
     failpoint("after-backup")
 
 
-def _swap(j: Journal, fas: Steps, plan: Plan) -> None:
-    j.set(state="swapping")
-    for n, (fa, step) in enumerate(fas):
+def _swap(t: Transaction) -> None:
+    t.set(state="swapping")
+    for n, fa in enumerate(t.actions):
         fa.apply()
-        step["swapped"] = True
-        _record_after(fa, step)
-        j.save()
-        if n == 0 and len(fas) > 1:
+        t.mark(n, swapped=True)
+        _record_after(t, n)
+        t.save()
+        if n == 0 and len(t.actions) > 1:
             failpoint("mid-swap")
-    for d in plan.remove_dirs:  # rollback: dirs the undone transactions created, if now empty
-        if fas:
-            fas[0][0].roots.target.rmdir(fas[0][0].roots.rel(d))  # False: not empty or gone
-    _fsync_dirs(fas)
-    j.set(state="swapped")
+    for d in t.plan.remove_dirs:  # rollback: dirs the undone transactions created, if now empty
+        if t.actions:
+            t.roots.target.rmdir(t.roots.rel(d))  # False: not empty or gone
+    _fsync_dirs(t)
+    t.set(state="swapped")
     failpoint("after-swap")
 
 
@@ -98,13 +93,12 @@ def _has_backups(roots: Roots, txn: str) -> bool:
         return False
 
 
-def _record_after(fa: FileAction, step: dict[str, Any]) -> None:
+def _record_after(t: Transaction, n: int) -> None:
     """The placed file's identity as it is now: a rename moves the inode's ctime, and drift is
-    judged against this (see observe.unchanged)."""
-    now_ = fa.now()
-    after = step.get("after") or {}
-    if now_.kind == "file" and (now_.dev, now_.inode) == (after.get("dev"), after.get("inode")):
-        step["after"] = now_.to_json()
+    judged against this (see pathstate.unchanged)."""
+    now_, after = t.actions[n].now(), t.steps[n].after
+    if now_.kind == "file" and after is not None and (now_.dev, now_.inode) == (after.dev, after.inode):
+        t.mark(n, after=now_)
 
 
 def execute(plan: Plan, *, verify: Verify | None, verify_restored: Verify | None = None,
@@ -112,48 +106,43 @@ def execute(plan: Plan, *, verify: Verify | None, verify_restored: Verify | None
     """Run ``plan`` as one transaction. The caller holds the lock and has recovered first."""
     sdir = Path(plan.state_dir)
     txn = txn or new_id(sdir)
-    todo = [i for i, a in enumerate(plan.actions) if not a.done]
-    j = Journal(journal_dir(sdir) / f"{txn}.json", {
-        "schema": JOURNAL_SCHEMA, "id": txn, "verb": plan.verb, "state": "planned", "created": now(),
-        "pid": os.getpid(), "plan": plan.to_json(), "meta": meta or {},
-        "steps": [{"index": i, "after": None, "swapped": False} for i in todo],
-    })
-    j.save()
+    j = Journal(journal_dir(sdir) / f"{txn}.json", txn, plan.verb, "planned", plan,
+                tuple(Step(i) for i, a in enumerate(plan.actions) if not a.done),
+                meta=dict(meta or {}), created=now(), pid=os.getpid()).save()
     failpoint("after-journal")
-    with j.roots() as roots:
-        return _run(j, plan, roots, verify, verify_restored, keep, sdir, txn)
+    with Transaction.open(j) as t:
+        return _run(t, verify, verify_restored, keep)
 
 
-def _run(j: Journal, plan: Plan, roots: Roots, verify: Verify | None, verify_restored: Verify | None,
-         keep: int | None, sdir: Path, txn: str) -> Outcome:
-    fas = j.file_actions(roots)
+def _run(t: Transaction, verify: Verify | None, verify_restored: Verify | None, keep: int | None) -> Outcome:
+    plan = t.plan
     try:
-        _stage(j, fas)
-        _backup(j, fas)
-        _swap(j, fas, plan)
+        _stage(t)
+        _backup(t)
+        _swap(t)
         verdict = verify(expectation_after(plan)) if verify is not None else None
         if verdict is not None and not verdict.ok:
             raise _VerifyFailed(verdict)
-        for fa, step in fas:  # the copies' writeback ran during the swap and the verification
-            fa.make_durable(step.get("after"))
-        j.set(state="verified", verdict=verdict_json(verdict))
+        for fa, step in t.pairs():  # the copies' writeback ran during the swap and the verification
+            fa.make_durable(step.after)
+        t.set(state="verified", verdict=verdict_json(verdict))
         failpoint("after-verify")
         # commit: inside the try, so a journal that cannot be written (ENOSPC, EIO) reverts the
         # change now instead of leaving it for the next command's recovery
-        j.set(state="committed", committed=now(), history_outcome="committed", history_written=False)
+        t.set(state="committed", committed=now(), history_outcome="committed", history_written=False)
     except BaseException as exc:  # noqa: BLE001 - also Ctrl-C: the target must not stay half-changed
-        err = _undo_failed(j, plan, exc, any(step["swapped"] for _, step in fas), verify_restored)
+        err = _undo_failed(t.journal, exc, any(step.swapped for step in t.steps), verify_restored)
         if err is None:
             raise
         raise err from (None if isinstance(exc, _VerifyFailed) else exc)
     failpoint("after-commit")
     try:
-        write_history(j)
+        write_history(t.journal)
     except OSError as exc:  # committed all the same: the next command's recovery writes the line
-        ui.warn(f"{plan.verb} {txn} is committed, but its history line could not be written ({exc}); "
+        ui.warn(f"{plan.verb} {t.id} is committed, but its history line could not be written ({exc}); "
                 "the next rocmbuild command on this target writes it")
-    pruned = tuple(prune(sdir, keep)) if keep is not None else ()
-    return Outcome(txn, plan.verb, "committed", plan, verdict, pruned)
+    pruned = tuple(prune(Path(plan.state_dir), keep)) if keep is not None else ()
+    return Outcome(t.id, plan.verb, "committed", plan, verdict, pruned)
 
 
 class _VerifyFailed(Exception):
@@ -163,9 +152,10 @@ class _VerifyFailed(Exception):
         self.failures = failures_json(verdict)
 
 
-def _undo_failed(j: Journal, plan: Plan, exc: BaseException, swapped_any: bool,
+def _undo_failed(j: Journal, exc: BaseException, swapped_any: bool,
                  verify_restored: Verify | None) -> BaseException | None:
-    """Roll ``j`` back after ``exc``; the error to raise instead (None: re-raise ``exc``)."""
+    """Roll ``j`` (as it stands) back after ``exc``; the error to raise instead (None: re-raise ``exc``)."""
+    plan = j.plan
     if isinstance(exc, stop.Stop):
         _undo_stopped(j, plan, exc, swapped_any, verify_restored)  # undo, check; the stop goes on
         return None
@@ -176,7 +166,7 @@ def _undo_failed(j: Journal, plan: Plan, exc: BaseException, swapped_any: bool,
                 f"could not prepare the change: {exc}", "nothing was changed; fix the cause (permissions, disk "
                 "space) and run again")
         return None
-    restored = finish_rollback(j, reason=_reason(exc), verify_restored=verify_restored)
+    restored = finish_rollback(j, reason=_reason(exc), verify_restored=verify_restored).restored
     err = _verify_error(j, plan, exc, restored)
     fs = (from_os_error(exc, "target", rolled_back=True, where=_lib_dir(plan))
           if isinstance(exc, OSError) and restored.ok else None)
@@ -192,7 +182,7 @@ def _lib_dir(plan: Plan) -> str | None:
 def _undo_stopped(j: Journal, plan: Plan, exc: stop.Stop, swapped: bool, verify_restored: Verify | None) -> None:
     """Roll back after a stop signal (shielded from a second one); note on the stop what was undone."""
     was, check = j.state, verify_restored if swapped else None
-    r = finish_rollback(j, reason=_reason(exc), verify_restored=check, quiet=not swapped)
+    r = finish_rollback(j, reason=_reason(exc), verify_restored=check, quiet=not swapped).restored
     done = "no file had changed yet" if not swapped else "every change was rolled back and " + (
         "the old state verifies again" if r.ok and not r.journal_errors else "WARNING: it is not confirmed")
     stop.note(exc, f"{plan.verb} {j.id} was stopped at '{was}'; {done}", txn=j.id, verb=plan.verb,
@@ -246,32 +236,41 @@ def _verify_error(j: Journal, plan: Plan, exc: BaseException, restored: Restored
 # rolling back
 
 
+@dataclass(frozen=True)
+class RolledBack:
+    """What :func:`finish_rollback` did: the restore as judged, and the journal as it last changed
+    it (written, unless ``restored.journal_errors`` says otherwise)."""
+
+    restored: Restored
+    journal: Journal
+
+
 class _JournalWrites:
     """The journal writes of a rollback: each attempted; a failure is recorded, never raised."""
 
-    def __init__(self, j: Journal) -> None:
-        self.j = j
-        self.errors: list[str] = []
+    def __init__(self, t: Transaction, errors: list[str]) -> None:
+        self.t = t
+        self.errors = errors
 
     def set(self, **kw: Any) -> bool:
         try:
-            self.j.set(**kw)
+            self.t.set(**kw)
             return True
         except OSError as exc:
             self.errors.append(f"{type(exc).__name__}: {exc}")
             return False
 
 
-def _revert_all(fas: Steps, errors: list[str]) -> list[str]:
+def _revert_all(t: Transaction, errors: list[str]) -> list[str]:
     """Revert every path (newest first), remove temps and created dirs; the messages. Raises the
     first revert error once every other path is done (the journal stays unfinished: the next
     recovery retries)."""
     messages = []
     revert_errors: list[BaseException] = []
-    for fa, step in reversed(fas):
-        after = PathState.from_json(step.get("after")) if step.get("after") else None
+    fas = t.actions
+    for fa, step in reversed(t.pairs()):
         try:
-            msg = fa.revert(after)
+            msg = fa.revert(step.after)
         except (OSError, ConfinementError) as exc:  # e.g. a missing backup: still revert every other path
             revert_errors.append(exc)
             continue
@@ -279,11 +278,11 @@ def _revert_all(fas: Steps, errors: list[str]) -> list[str]:
             messages.append(msg)
             if len(messages) == 1 and len(fas) > 1:
                 failpoint("mid-rollback")
-    for fa, _ in fas:
+    for fa in fas:
         fa.discard()
-    for fa, _ in fas:
+    for fa in fas:
         fa.remove_created_dirs()
-    for fa, _ in fas:
+    for fa in fas:
         try:
             fa.roots.target.fsync(os.path.dirname(fa.rel))
         except FileNotFoundError:
@@ -295,11 +294,11 @@ def _revert_all(fas: Steps, errors: list[str]) -> list[str]:
     return messages
 
 
-def _judge_restored(j: Journal, fas: Steps, verify_restored: Verify | None) -> Restored:
+def _judge_restored(t: Transaction, verify_restored: Verify | None) -> Restored:
     """Confirm by identity that every path is its before state again (a restore from a copied
     backup is a new inode: see FileAction.is_before); then, if given, the verify callback."""
     wrong = []
-    for fa, _ in fas:
+    for fa in t.actions:
         try:
             now_ = fa.now()
         except ConfinementError as exc:
@@ -310,7 +309,7 @@ def _judge_restored(j: Journal, fas: Steps, verify_restored: Verify | None) -> R
     if wrong or verify_restored is None:
         return Restored(ok=not wrong, paths=tuple(wrong))
     try:
-        v = verify_restored(expectation_before(j.plan))
+        v = verify_restored(expectation_before(t.plan))
         return Restored(ok=bool(v.ok), failures=tuple(failures_json(v)), verdict=v)
     except Exception as exc:  # noqa: BLE001 - report, never mask the rollback
         return Restored(ok=False, failures=({"name": "probe", "found": str(exc)},))
@@ -318,46 +317,52 @@ def _judge_restored(j: Journal, fas: Steps, verify_restored: Verify | None) -> R
 
 @stop.shielded()  # a stop signal that comes during a rollback waits for its end
 def finish_rollback(j: Journal, *, reason: str, verify_restored: Verify | None, quiet: bool = False,
-                    recovered: bool = False) -> Restored:
-    """Revert every path of ``j`` to its before state, clean up, mark rolled back, write history.
-    The backups are removed only when every path is confirmed *and* the journal says
-    ``rolled_back``; else they are kept (``backups_kept``) for a later recovery or by hand."""
+                    recovered: bool = False) -> RolledBack:
+    """Revert every path of ``j`` (as it stands: its own file actions, as recovery makes them) to
+    its before state, clean up, mark rolled back, write history. The backups are removed only when
+    every path is confirmed *and* the journal says ``rolled_back``; else they are kept
+    (``backups_kept``) for a later recovery or by hand."""
     was = j.state
-    writes = _JournalWrites(j)
-    writes.set(state="rolling_back", reason=reason, state_before_rollback=j.data.get("state_before_rollback", was))
-    with j.roots() as roots:
-        return _finish(j, roots, writes, was, reason, verify_restored, quiet, recovered)
+    j = replace(j, state="rolling_back", reason=reason, state_before_rollback=j.state_before_rollback or was)
+    errors: list[str] = []
+    try:
+        j = j.save()
+    except OSError as exc:
+        errors.append(f"{type(exc).__name__}: {exc}")
+    with Transaction.open(j) as t:
+        return _finish(t, _JournalWrites(t, errors), was, reason, verify_restored, quiet, recovered)
 
 
-def _finish(j: Journal, roots: Roots, writes: "_JournalWrites", was: str, reason: str,
-            verify_restored: Verify | None, quiet: bool, recovered: bool) -> Restored:
-    fas = j.file_actions(roots)
-    messages = _revert_all(fas, writes.errors)
-    restored = _judge_restored(j, fas, verify_restored)
-    bdir = backup_dir(Path(j.plan.state_dir), j.id)
-    has_backups = _has_backups(roots, j.id)
+def _finish(t: Transaction, writes: "_JournalWrites", was: str, reason: str,
+            verify_restored: Verify | None, quiet: bool, recovered: bool) -> RolledBack:
+    roots = t.roots
+    messages = _revert_all(t, writes.errors)
+    restored = _judge_restored(t, verify_restored)
+    bdir = backup_dir(Path(t.plan.state_dir), t.id)
+    has_backups = _has_backups(roots, t.id)
     if not restored.ok and restored.paths and has_backups:
         unconfirmed = len(restored.paths)
         restored = replace(restored, backups_kept=str(bdir))
-        msg = (f"the backups of {j.id} are kept in {bdir}: {unconfirmed} path(s) were not confirmed "
+        msg = (f"the backups of {t.id} are kept in {bdir}: {unconfirmed} path(s) were not confirmed "
                "to be their old selves again")
         messages.append(msg)
         if quiet:
             ui.warn(msg)
     needs_history = was != "planned" or recovered
     outcome = (f"recovered: rolled back (interrupted at '{was}')" if recovered else f"rolled back: {reason}")
-    marked = writes.set(state="rolled_back", rolled_back=now(), restored=restored.to_json(), revert_messages=messages,
-                        history_outcome=outcome if needs_history else None, history_written=not needs_history)
+    marked = writes.set(state="rolled_back", rolled_back=now(), restored=restored.to_json(),
+                        revert_messages=tuple(messages), history_outcome=outcome if needs_history else None,
+                        history_written=not needs_history)
     if marked and not restored.paths and has_backups:
-        roots.state.rmtree(f"backups/{j.id}")
+        roots.state.rmtree(f"backups/{t.id}")
     elif not marked and has_backups:
         restored = replace(restored, backups_kept=str(bdir))
     if marked and needs_history:
         try:
-            write_history(j)
+            t.journal = write_history(t.journal)[1]
         except OSError as exc:
             writes.errors.append(f"history: {type(exc).__name__}: {exc}")
     if not quiet:
         for m in messages:
             ui.info(m)
-    return replace(restored, journal_errors=tuple(writes.errors))
+    return RolledBack(replace(restored, journal_errors=tuple(writes.errors)), t.journal)

@@ -22,7 +22,7 @@ from rocmbuild.swap.swaprecords import Recovered
 def needs_recovery(state_dir: Path) -> bool:
     """Something for :func:`recover` to do: an unfinished journal, or a finished one whose history
     line was never written."""
-    return any(j.state not in FINISHED or j.data.get("history_written") is False for j in journals(state_dir))
+    return any(j.state not in FINISHED or j.history_written is False for j in journals(state_dir))
 
 
 def recover(state_dir: Path, *, verify_restored: Verify | None = None) -> list[Recovered]:
@@ -31,11 +31,12 @@ def recover(state_dir: Path, *, verify_restored: Verify | None = None) -> list[R
     done = []
     journal_errors: list[str] = []
     for j in pending(state_dir):
-        was: str = j.data.get("state_before_rollback", j.state) if j.state == "rolling_back" else j.state
-        restored = finish_rollback(j, reason=f"recovered after an interruption at '{was}'",
-                                   verify_restored=verify_restored, quiet=True, recovered=True)
+        was = (j.state_before_rollback or j.state) if j.state == "rolling_back" else j.state
+        done_ = finish_rollback(j, reason=f"recovered after an interruption at '{was}'",
+                                verify_restored=verify_restored, quiet=True, recovered=True)
+        restored = done_.restored
         journal_errors += restored.journal_errors
-        msgs = tuple(j.data.get("revert_messages", []))
+        msgs = done_.journal.revert_messages or ()
         done.append(Recovered(j.id, j.verb, was, restored, msgs))
         changed = sum(1 for m in msgs if m.startswith(("restored", "removed")))
         if restored.paths:
@@ -46,7 +47,7 @@ def recover(state_dir: Path, *, verify_restored: Verify | None = None) -> list[R
                     f"state before it; {changed} path(s) restored")
     for j in history_missing(state_dir):
         try:
-            if write_history(j):
+            if write_history(j)[0]:
                 ui.warn(f"wrote the missing history line of {j.verb} {j.id} ({j.state})")
         except OSError as exc:
             journal_errors.append(f"history of {j.id}: {exc}")

@@ -25,13 +25,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Iterable
 
 from rocmbuild.errors import InputError, TargetError
 from rocmbuild.swap import actions as _actions
 from rocmbuild.swap.backups import find_backup
 from rocmbuild.swap.ineffect import STOCK, Effect, model
-from rocmbuild.swap.journal import Journal, journals, seq
+from rocmbuild.swap.journal import Journal, Step, journals, seq
 from rocmbuild.swap.landing import missing_dirs
 from rocmbuild.swap.pathstate import FsObserver, Observer, PathState, found, unchanged
 from rocmbuild.swap.plan import Action, Plan
@@ -119,10 +119,8 @@ def last_touch(committed: tuple[Journal, ...] | list[Journal]) -> dict[str, tupl
     the file whose bytes it placed with their journaled sha256 (None: a restored original)."""
     out: dict[str, tuple[Journal, PathState, str | None, str | None]] = {}
     for j in committed:
-        for step in j.data["steps"]:
-            a = j.plan.actions[step["index"]]
-            after = PathState.from_json(step.get("after")) if step.get("after") else PathState("absent")
-            out[a.path] = (j, after, a.source, a.sha256)
+        for a, step in j.changes:
+            out[a.path] = (j, step.after or PathState("absent"), a.source, a.sha256)
     return out
 
 
@@ -210,21 +208,21 @@ def _undos(state_dir: Path, m: Effect, point: str) -> tuple[list[Undo], tuple[st
     """For each path a committed transaction after ``point`` touched: the state before the first
     of them that touched it (and the backup holding it); the dirs they created, deepest first."""
     last = last_touch(m.committed)
-    first: dict[str, tuple[Journal, dict[str, Any]]] = {}
+    first: dict[str, tuple[Journal, Action, Step]] = {}
     for j in m.after(point):
-        for step in j.data["steps"]:
-            first.setdefault(j.plan.actions[step["index"]].path, (j, step))
-    undos, remove_dirs = [], []
-    for path, (j, step) in sorted(first.items()):
-        a = j.plan.actions[step["index"]]
+        for a, step in j.changes:
+            first.setdefault(a.path, (j, a, step))
+    undos: list[Undo] = []
+    remove_dirs: list[str] = []
+    for path, (j, a, step) in sorted(first.items()):
         backup = None
         if a.before.kind == "file":
-            nominal = Path(state_dir) / _actions.backup_rel(j.id, step["index"], a.path)
-            if not nominal.exists() and not step.get("backup_copied"):
+            nominal = Path(state_dir) / _actions.backup_rel(j.id, step.index, a.path)
+            if not nominal.exists() and not step.backup_copied:
                 nominal = find_backup(state_dir, a.before) or nominal  # pruned, but held elsewhere
             backup = str(nominal)
         _lj, after, source, digest = last[path]
-        undos.append(Undo(path, after, a.before, backup, j.id, copied=bool(step.get("backup_copied")),
+        undos.append(Undo(path, after, a.before, backup, j.id, copied=bool(step.backup_copied),
                           expected_source=source, expected_digest=digest))
         remove_dirs.extend(a.create_dirs)
     return undos, tuple(sorted(set(remove_dirs), key=lambda d: -len(d)))

@@ -286,7 +286,7 @@ def test_rollback_fsyncs_each_removal_before_the_journal_is_finished(txn_home, e
         return real_fsync(fd)
 
     def save(self):
-        events.append(("journal", self.data["state"]))
+        events.append(("journal", self.state))
         return real_save(self)
 
     mocker.patch.object(os, "unlink", side_effect=unlink)

@@ -122,9 +122,9 @@ def test_only_the_ctime_moved_the_content_decides(private_home, env350, tmp_path
     os.link(lib, tmp_path / "another-name")  # a new hardlink: ctime moves, bytes do not
     os.chmod(lib, 0o700)  # a chmod: ctime moves, bytes do not
     j = swap.active(sdir)[-1]
-    after = next(s["after"] for s in j.data["steps"] if j.plan.actions[s["index"]].path == str(lib))
-    assert after["ctime_ns"] and os.stat(lib).st_ctime_ns != after["ctime_ns"]  # only the ctime moved
-    assert os.stat(lib).st_mtime_ns == after["mtime_ns"]
+    after = next(st.after for a, st in j.changes if a.path == str(lib))
+    assert after.ctime_ns and os.stat(lib).st_ctime_ns != after.ctime_ns  # only the ctime moved
+    assert os.stat(lib).st_mtime_ns == after.mtime_ns
     assert swap.drift(sdir) == []
     os.chmod(lib, 0o755)
     _write_in_place(lib, lib.read_bytes()[::-1])  # reversed bytes, same size, mtime put back
@@ -274,7 +274,7 @@ def test_schema_1_journals_with_absolute_paths_are_still_read(txn_home, env350, 
     assert rb("apply", txn_home.recipe("mini"), "--env", env.prefix).returncode == 0
     sdir = env.prefix / ".rocmbuild"
     j = swap.journals(sdir)[0]
-    old = {k: v for k, v in j.data.items() if k != "prefix_identity"}
+    old = {k: v for k, v in j.to_json().items() if k != "prefix_identity"}
     j.path.write_text(json.dumps({**old, "schema": 1}))  # what rocmbuild wrote before: absolute paths
     assert json.loads(j.path.read_text())["plan"]["actions"][0]["path"].startswith("/")
     assert [a.path for a in swap.journals(sdir)[0].plan.actions] == [a.path for a in j.plan.actions]

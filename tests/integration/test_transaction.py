@@ -15,7 +15,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -106,7 +106,7 @@ def test_commit_hardlinks_backups_and_staged_files(art, prefix):
     out = transaction.execute(p, verify=v, verify_restored=v)
     assert out.state == "committed" and [e.restored for e in v.calls] == [False]
     j = transaction.Journal.load(Path(p.state_dir) / "journal" / f"{out.id}.json")
-    assert j.state == "committed" and j.data["backup_copies"] == 0
+    assert j.state == "committed" and j.backup_copies == 0
     # the backup is the original inode (a hardlink): no byte copied
     (bk,) = [b for b in (Path(p.state_dir) / "backups" / out.id).iterdir() if "libMIOpen" in b.name]
     assert (bk.stat().st_dev, bk.stat().st_ino) == (orig.st_dev, orig.st_ino)
@@ -349,9 +349,9 @@ def test_across_filesystems_files_are_copied_and_fsynced(art, prefix, mocker):
     out = transaction.execute(plan.make(art, facts(prefix)), verify=Verifier())
     sdir = prefix / ".rocmbuild"
     j = transaction.journals(sdir)[0]
-    assert j.data["backup_copies"] == 1
-    lib_step = next(s for s in j.data["steps"] if j.plan.actions[s["index"]].role == "library")
-    assert lib_step["backup_copied"] is True
+    assert j.backup_copies == 1
+    lib_step = next(st for a, st in j.changes if a.role == "library")
+    assert lib_step.backup_copied is True
     new = prefix / "lib/libMIOpen.so.1.0"
     staged = actions.staged_name(new, out.id)
     # the staged copy (written under its temp name with O_EXCL, its writeback started) was fsynced
@@ -524,7 +524,7 @@ def test_a_failing_journal_write_after_the_first_rename_still_reverts_everything
     disk = {"full": False}
 
     def save(self):
-        if disk["full"] or (self.data["state"] == "swapping" and any(s["swapped"] for s in self.data["steps"])):
+        if disk["full"] or (self.state == "swapping" and any(st.swapped for st in self.steps)):
             disk["full"] = True
             raise OSError(errno.ENOSPC, "No space left on device", str(self.path))
         return real_save(self)
@@ -563,10 +563,10 @@ def test_stage_and_new_directories_are_fsynced(art, prefix, mocker):
     saved = prefix / "stock.so"
     os.link(prefix / "lib/libMIOpen.so.1.0", saved)
     fa.apply()
-    fa.make_durable(after.to_json())
+    fa.make_durable(after)
     assert fsynced == [str(prefix / "lib"), str(prefix / "lib"), str(prefix / "lib/libMIOpen.so.1.0")]  # the rename too
     with pytest.raises(OSError, match="was replaced while the transaction ran"):
-        fa.make_durable({**after.to_json(), "inode": after.inode + 1})
+        fa.make_durable(replace(after, inode=after.inode + 1))
     os.replace(saved, prefix / "lib/libMIOpen.so.1.0")  # the stock library again, for the rest
     fa.discard()
     fsynced.clear()
@@ -605,7 +605,7 @@ def test_unconfirmed_restore_keeps_the_backups_and_says_so(art, prefix, mocker):
     assert restored["ok"] is False and restored["paths"] and str(lib) in restored["paths"][0]
     assert restored["backups_kept"] == str(sdir / "backups" / j.id)
     assert "WARNING" in ei.value.message and "backups are kept" in ei.value.message
-    assert j.state == "rolled_back" and any("are kept" in m for m in j.data["revert_messages"])
+    assert j.state == "rolled_back" and any("are kept" in m for m in j.revert_messages)
     (bk,) = [b for b in (sdir / "backups" / j.id).iterdir() if "libMIOpen" in b.name]
     assert (bk.stat().st_dev, bk.stat().st_ino) == (p.actions[0].before.dev, p.actions[0].before.inode)
     assert transaction.needs_recovery(sdir) is False
@@ -619,7 +619,7 @@ def test_killed_after_commit_recovery_writes_the_history_line_once(art, prefix, 
     assert r.returncode == 137, r.stderr
     sdir = Path(p.state_dir)
     (j,) = transaction.journals(sdir)
-    assert j.state == "committed" and j.data["history_written"] is False
+    assert j.state == "committed" and j.history_written is False
     assert statedir.read_history(sdir) == [] and transaction.pending(sdir) == []
     assert transaction.needs_recovery(sdir) is True
     r = _py(RECOVER, sdir)
@@ -627,7 +627,7 @@ def test_killed_after_commit_recovery_writes_the_history_line_once(art, prefix, 
     assert "wrote the missing history line" in r.stderr
     (line,) = statedir.read_history(sdir)  # ... but the history line is there
     assert line.id == j.id and line.outcome == "committed"
-    assert transaction.Journal.load(j.path).data["history_written"] is True
+    assert transaction.Journal.load(j.path).history_written is True
     assert transaction.needs_recovery(sdir) is False
     transaction.recover(sdir)
     assert len(statedir.read_history(sdir)) == 1  # idempotent
@@ -659,7 +659,7 @@ def test_a_failing_commit_write_reverts_at_once(art, prefix, mocker):
     real = transaction.Journal.save
 
     def save(self):
-        if self.data["state"] == "committed":
+        if self.state == "committed":
             raise OSError(errno.ENOSPC, "No space left on device")
         return real(self)
 
@@ -701,3 +701,76 @@ def test_failed_apply_over_copied_backups_is_not_drift(art, art_b, prefix, mocke
     assert [d["path"] for d in transaction.drift(sdir)] == [str(lib)]
     with pytest.raises(TargetError, match="drift"):
         transaction.rollback_plan(sdir)
+
+
+# --------------------------------------------------------------------------------------------
+# the journal as a typed value, the transaction as its only writer
+
+
+def test_a_journal_is_a_typed_value_that_round_trips(art, prefix):
+    """Read once into values (each step a Step, its ``after`` a PathState, the plan a Plan, the
+    prefix's identity a PrefixIdentity); written whole, a journal reads back equal to itself."""
+    from rocmbuild.swap.journal import Step
+    from rocmbuild.swap.landing import PrefixIdentity
+    from rocmbuild.swap.pathstate import PathState
+
+    out = transaction.execute(plan.make(art, facts(prefix)), verify=Verifier())
+    (j,) = transaction.journals(prefix / ".rocmbuild")
+    assert j.id == out.id and isinstance(j.plan, plan.Plan) and isinstance(j.prefix_identity, PrefixIdentity)
+    assert j.steps and all(isinstance(st, Step) and isinstance(st.after, PathState) and st.swapped for st in j.steps)
+    lib = prefix / "lib/libMIOpen.so.1.0"
+    lib_step = next(st for a, st in j.changes if a.path == str(lib))
+    assert (lib_step.after.dev, lib_step.after.inode) == (lib.stat().st_dev, lib.stat().st_ino)
+    assert transaction.Journal.from_json(j.path, j.to_json()) == j
+    again = j.save()
+    assert transaction.Journal.load(j.path) == again and again.updated is not None
+
+
+def test_fields_a_journal_does_not_name_are_kept_when_it_is_written_again(art, prefix):
+    """A field another rocmbuild wrote (unknown here) is kept as read and written back whole when
+    this version changes the journal (docs/state-files.md: ignored, never dropped)."""
+    sdir = prefix / ".rocmbuild"
+    out = transaction.execute(plan.make(art, facts(prefix)), verify=Verifier())
+    path = sdir / "journal" / f"{out.id}.json"
+    data = json.loads(path.read_text())
+    data["from_a_newer_rocmbuild"] = {"x": [1, 2]}
+    data["history_written"] = False  # as if killed before its history line: recovery writes it
+    path.write_text(json.dumps(data))
+    (sdir / "history.jsonl").unlink()
+    (j,) = transaction.journals(sdir)
+    assert j.extra == {"from_a_newer_rocmbuild": {"x": [1, 2]}}
+    assert transaction.recover(sdir) == []  # writes the history line, then the journal again
+    assert json.loads(path.read_text())["from_a_newer_rocmbuild"] == {"x": [1, 2]}
+    assert transaction.Journal.load(path).history_written is True
+    transaction.execute(transaction.rollback_plan(sdir), verify=Verifier())
+    assert json.loads(path.read_text())["from_a_newer_rocmbuild"] == {"x": [1, 2]}
+
+
+def test_the_transaction_marks_steps_in_memory_and_writes_the_journal_whole(art, prefix, mocker):
+    """Transaction.mark changes a step in memory only; Transaction.set writes the whole journal
+    through Journal.save (the one writer); a write that fails keeps the change in memory for the
+    rollback that follows, and the file keeps the last whole journal."""
+    import errno
+
+    from rocmbuild.swap.journal import Journal, Step, journal_dir, now
+    from rocmbuild.swap.transaction import Transaction
+
+    p = plan.make(art, facts(prefix))
+    sdir = Path(p.state_dir)
+    j = Journal(journal_dir(sdir) / "0001-x.json", "0001-x", p.verb, "planned", p,
+                tuple(Step(i) for i in range(len(p.actions))), created=now()).save()
+    on_disk = j.path.read_bytes()
+    with Transaction.open(j) as t:
+        assert [fa.action for fa in t.actions] == [p.actions[st.index] for st in t.steps]
+        t.mark(0, swapped=True)
+        assert t.steps[0].swapped and j.path.read_bytes() == on_disk  # not written
+        assert not Journal.load(j.path).steps[0].swapped
+        t.set(state="staged")
+        loaded = Journal.load(j.path)
+        assert loaded.state == "staged" and loaded.steps[0].swapped and loaded == t.journal
+        written = j.path.read_bytes()
+        mocker.patch.object(Journal, "save", autospec=True, side_effect=OSError(errno.ENOSPC, "No space left"))
+        with pytest.raises(OSError):
+            t.set(state="backed_up", backup_copies=3)
+        assert t.state == "backed_up" and t.journal.backup_copies == 3  # the change is the transaction's
+        assert j.path.read_bytes() == written  # the file: the last whole journal
