@@ -13,7 +13,7 @@ Decisions:
   its file name's) is left out of :func:`journals`, never guessed at, and listed by :func:`unreadable` with what it still tells (the id from its name,
   a verb, state and paths found in its text, where its backups are) for every verb to report;
 * on disk (schema 2) every path inside the prefix is relative to it and the journal records the
-  prefix's identity (:func:`~rocmbuild.swap.landing.prefix_identity`); loading makes them absolute
+  prefix's identity (:meth:`~rocmbuild.swap.landing.PrefixIdentity.of`); loading makes them absolute
   under the prefix the state dir is in *now* (``<prefix>/.rocmbuild``), so a copied or moved env
   acts on itself only. A schema-1 journal (absolute paths) is rebased the same way from the prefix
   it names. A loaded journal of an own state dir whose file paths leave that prefix is unreadable;

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import posixpath
-from typing import Any, overload
+from typing import overload
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -136,7 +136,7 @@ def missing_dirs(path: Path, obs: Observer) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class PrefixIdentity:
-    """What a prefix was when a state file was written (:func:`prefix_identity`): its path as
+    """What a prefix was when a state file was written (:meth:`PrefixIdentity.of`): its path as
     named, its realpath, and its directory's device and inode (None: not recorded)."""
 
     path: str
@@ -150,7 +150,7 @@ class PrefixIdentity:
 
     @classmethod
     def of(cls, prefix: str | Path) -> "PrefixIdentity":
-        """What ``prefix`` is now (:func:`prefix_identity`)."""
+        """What ``prefix`` is now (:meth:`PrefixIdentity.of`)."""
         try:
             st = os.stat(prefix)
             dev, ino = st.st_dev, st.st_ino
@@ -159,22 +159,15 @@ class PrefixIdentity:
         return cls(str(prefix), os.path.realpath(prefix), dev, ino)
 
 
-def prefix_identity(prefix: str | Path) -> dict[str, object]:
-    """What a prefix is: its path as named, its realpath, and its directory's device and inode."""
-    return PrefixIdentity.of(prefix).to_json()
-
-
-def origin(recorded: "dict[str, Any] | PrefixIdentity | None", prefix: str | Path) -> str | None:
-    """Where a state file recorded under ``recorded`` (a :func:`prefix_identity`) stands to
+def origin(recorded: PrefixIdentity | None, prefix: str | Path) -> str | None:
+    """Where a state file recorded under ``recorded`` (:meth:`PrefixIdentity.of` then) stands to
     ``prefix`` now: "here", "moved" (the same directory inode elsewhere) or "copied"; None: unknown."""
-    if isinstance(recorded, PrefixIdentity):
-        recorded = recorded.to_json()
-    if not isinstance(recorded, dict) or not recorded.get("realpath"):
+    if recorded is None or not recorded.realpath:
         return None
-    now = prefix_identity(prefix)
-    if recorded["realpath"] == now["realpath"]:
+    now = PrefixIdentity.of(prefix)
+    if recorded.realpath == now.realpath:
         return "here"
-    if (recorded.get("dev"), recorded.get("ino")) == (now["dev"], now["ino"]):
+    if (recorded.dev, recorded.ino) == (now.dev, now.ino):
         return "moved"
     return "copied"
 
