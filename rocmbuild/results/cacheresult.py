@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rocmbuild.store.housekeeping import ArtifactInfo, Candidate
 from rocmbuild.results.base import VerbResult
-from rocmbuild.swap.knowntargets import KnownTarget, Use
+
+if TYPE_CHECKING:
+    from rocmbuild.swap.knowntargets import KnownTarget, Use
 
 
 @dataclass(frozen=True)
