@@ -10,7 +10,7 @@ from rocmbuild.results.base import BACKUP_BYTES_NOTE, Json, Record, VerbResult, 
 
 if TYPE_CHECKING:
     from rocmbuild.store.manifest import FoundFix
-    from rocmbuild.swap.swaprecords import Drift, Unreadable
+    from rocmbuild.results.swaprecords import Drift, Unreadable
     from rocmbuild.swap.statedir import HistoryLine
     from rocmbuild.swap.strays import Stray
     from rocmbuild.environment.probe import LoadedLibrary

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from rocmbuild.store.bundle import Export
     from rocmbuild.recipe.arch import ArchMatch
     from rocmbuild.swap.plan import Plan
-    from rocmbuild.swap.swaprecords import Pruned, Recovered
+    from rocmbuild.results.swaprecords import Pruned, Recovered
     from rocmbuild.environment.verify import Check, Verdict
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from rocmbuild.swap.txnoutcome import (Expectation, Outcome, Verify, expectation
                                     verdict_json)
 from rocmbuild.swap.protocol import execute
 from rocmbuild.swap.recovery import needs_recovery, recover
-from rocmbuild.swap.swaprecords import Drift, Pruned, Recovered, Restored, Unreadable
+from rocmbuild.results.swaprecords import Drift, Pruned, Recovered, Restored, Unreadable
 
 __all__ = [
     "FAILPOINTS", "FINISHED", "Drift", "Expectation", "Journal", "Outcome", "Plan", "Pruned", "Recovered",

@@ -39,7 +39,7 @@ from rocmbuild.swap import actions as _actions
 from rocmbuild.swap.landing import origin, prefix_identity, rebased, relative_to, under
 from rocmbuild.swap.pathstate import PATH_STATE_SPEC
 from rocmbuild.swap.plan import PLAN_SPEC, Plan
-from rocmbuild.swap.swaprecords import Unreadable
+from rocmbuild.results.swaprecords import Unreadable
 from rocmbuild.swap.roots import Roots, write_state_file
 
 FAILPOINTS = ("after-journal", "after-stage", "after-backup", "mid-swap", "after-swap", "after-verify",

@@ -34,7 +34,7 @@ from rocmbuild.swap.pathstate import PathState
 from rocmbuild.swap.txnoutcome import (Outcome, Verify, expectation_after, expectation_before,
                                     failures_json, verdict_json)
 from rocmbuild.swap.plan import Plan
-from rocmbuild.swap.swaprecords import Restored
+from rocmbuild.results.swaprecords import Restored
 from rocmbuild.swap.roots import Roots
 from rocmbuild.environment.verify import Verdict
 

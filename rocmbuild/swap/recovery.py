@@ -16,7 +16,7 @@ from rocmbuild.swap.history import history_missing, write_history
 from rocmbuild.swap.journal import FINISHED, journals, pending
 from rocmbuild.swap.txnoutcome import Verify
 from rocmbuild.swap.protocol import finish_rollback
-from rocmbuild.swap.swaprecords import Recovered
+from rocmbuild.results.swaprecords import Recovered
 
 
 def needs_recovery(state_dir: Path) -> bool:

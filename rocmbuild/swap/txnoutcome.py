@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from rocmbuild.swap.plan import Plan
-from rocmbuild.swap.swaprecords import Pruned
+from rocmbuild.results.swaprecords import Pruned
 from rocmbuild.environment.verify import Check, Verdict
 
 
