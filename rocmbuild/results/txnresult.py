@@ -1,4 +1,5 @@
-"""Results of the verbs that write: export, lock, apply (and its dry run), rollback, recover."""
+"""Results of the verbs that write: export, lock, apply (and its dry run), rollback, recover; and the
+:class:`Outcome` of a committed transaction, which the swap protocol returns to them."""
 
 from __future__ import annotations
 
@@ -180,3 +181,21 @@ class RecoverResult(VerbResult):
 
     def to_json(self) -> dict[str, Any]:
         return {"prefix": self.prefix, "recovered": records_json(self.recovered)}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A committed transaction (what ``swap.execute`` returns)."""
+
+    id: str
+    verb: str
+    state: str
+    plan: Plan
+    verdict: Verdict | None = None
+    pruned: tuple[Pruned, ...] = ()
+    messages: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "verb": self.verb, "state": self.state, "verdict": verdict_json(self.verdict),
+                "pruned": [p.to_json() for p in self.pruned], "messages": list(self.messages),
+                "files": [a.path for a in self.plan.pending]}

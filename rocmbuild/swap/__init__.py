@@ -14,8 +14,9 @@ from rocmbuild.swap.restore import is_stock, point_before, redo_plan, resolve_tx
 from rocmbuild.swap.journal import (FAILPOINTS, FINISHED, Journal, foreign, journals, new_id, pending,
                                     unreadable)
 from rocmbuild.swap.plan import Plan, TargetFacts, facts_from, make
-from rocmbuild.swap.txnoutcome import (Expectation, Outcome, Verify, expectation_after, expectation_before, failures_json,
-                                    verdict_json)
+from rocmbuild.swap.txnoutcome import Expectation, Verify, expectation_after, expectation_before
+from rocmbuild.results.txnresult import Outcome
+from rocmbuild.results.verdict import failures_json, verdict_json
 from rocmbuild.swap.protocol import execute
 from rocmbuild.swap.recovery import needs_recovery, recover
 from rocmbuild.results.swaprecords import Drift, Pruned, Recovered, Restored, Unreadable

@@ -31,8 +31,9 @@ from rocmbuild.swap.journal import (JOURNAL_SCHEMA, Journal, backup_dir, failpoi
                                     new_id, now)
 from rocmbuild.fs.root import ConfinementError
 from rocmbuild.swap.pathstate import PathState
-from rocmbuild.swap.txnoutcome import (Outcome, Verify, expectation_after, expectation_before,
-                                    failures_json, verdict_json)
+from rocmbuild.swap.txnoutcome import Verify, expectation_after, expectation_before
+from rocmbuild.results.txnresult import Outcome
+from rocmbuild.results.verdict import failures_json, verdict_json
 from rocmbuild.swap.plan import Plan
 from rocmbuild.results.swaprecords import Restored
 from rocmbuild.swap.roots import Roots
