@@ -14,7 +14,7 @@ from rocmbuild.swap.restore import is_stock, point_before, redo_plan, resolve_tx
 from rocmbuild.swap.journal import (FAILPOINTS, FINISHED, Journal, foreign, journals, new_id, pending,
                                     unreadable)
 from rocmbuild.swap.plan import Plan, TargetFacts, facts_from, make
-from rocmbuild.swap.txnoutcome import Expectation, Verify, expectation_after, expectation_before
+from rocmbuild.swap.expectation import Expectation, Verify, expectation_after, expectation_before
 from rocmbuild.results.txnresult import Outcome
 from rocmbuild.results.verdict import failures_json, verdict_json
 from rocmbuild.swap.protocol import execute

@@ -31,7 +31,7 @@ from rocmbuild.swap.journal import (JOURNAL_SCHEMA, Journal, backup_dir, failpoi
                                     new_id, now)
 from rocmbuild.fs.root import ConfinementError
 from rocmbuild.swap.pathstate import PathState
-from rocmbuild.swap.txnoutcome import Verify, expectation_after, expectation_before
+from rocmbuild.swap.expectation import Verify, expectation_after, expectation_before
 from rocmbuild.results.txnresult import Outcome
 from rocmbuild.results.verdict import failures_json, verdict_json
 from rocmbuild.swap.plan import Plan

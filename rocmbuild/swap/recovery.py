@@ -14,7 +14,7 @@ from rocmbuild import ui
 from rocmbuild.errors import TargetError, VerifyError
 from rocmbuild.swap.history import history_missing, write_history
 from rocmbuild.swap.journal import FINISHED, journals, pending
-from rocmbuild.swap.txnoutcome import Verify
+from rocmbuild.swap.expectation import Verify
 from rocmbuild.swap.protocol import finish_rollback
 from rocmbuild.results.swaprecords import Recovered
 
