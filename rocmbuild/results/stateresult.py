@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from rocmbuild.swap.strays import Stray
     from rocmbuild.environment.probe import LoadedLibrary
     from rocmbuild.environment.target import Target
-    from rocmbuild.environment.verify import Verdict
+    from rocmbuild.results.verdict import Verdict
 
 @dataclass(frozen=True)
 class InEffect(Record):

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rocmbuild.errors import RocmbuildError
-from rocmbuild.results.base import Json, Record, VerbResult, plan_target, records_json, seconds_json, verdict_json
+from rocmbuild.results.base import Json, Record, VerbResult, plan_target, records_json, seconds_json
+from rocmbuild.results.verdict import verdict_json
 from rocmbuild.results.buildresult import BuildPlan
 
 if TYPE_CHECKING:
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
     from rocmbuild.recipe.arch import ArchMatch
     from rocmbuild.swap.plan import Plan
     from rocmbuild.results.swaprecords import Pruned, Recovered
-    from rocmbuild.environment.verify import Check, Verdict
+    from rocmbuild.results.verdict import Check, Verdict
 
 @dataclass(frozen=True)
 class ExportResult(VerbResult):

@@ -7,10 +7,12 @@ fail a check it failed before rocmbuild changed anything); the checks themselves
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rocmbuild.names import safe_text
-from rocmbuild.environment.probe import ProbeReport
+
+if TYPE_CHECKING:
+    from rocmbuild.environment.probe import ProbeReport
 
 
 @dataclass(frozen=True)

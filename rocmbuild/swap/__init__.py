@@ -1,10 +1,10 @@
 """Changing a target safely: observing paths, the pure plan, file actions, the journaled protocol,
 backups and history.
 
-The names below are the package's face to the flows (``from rocmbuild import swap``); the
-modules, in import order: observe, records, mapping, plan, undo, actions, journal, effect, backups, restore,
-history, protocol, recovery
-(and state: the lock, the state dirs, the history file).
+The names below are the package's face to the flows (``from rocmbuild import swap``); its modules
+are mapped in docs/architecture.md. The records it hands out (drift, pruned backups, a restore, a
+recovery, unreadable state; a transaction's ``Outcome``) live in :mod:`rocmbuild.results` with every
+other result, and are re-exported here as before.
 """
 
 from rocmbuild.swap.backups import backup_bytes, find_backup, protected_backups, prune

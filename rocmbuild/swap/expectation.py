@@ -1,5 +1,5 @@
 """What a transaction asks of verification: the :class:`Expectation` a :class:`Verify` callback
-judges (returning a :class:`~rocmbuild.environment.verify.Verdict`). The :class:`Outcome` of a
+judges (returning a :class:`~rocmbuild.results.verdict.Verdict`). The :class:`Outcome` of a
 finished transaction is a result: :mod:`rocmbuild.results.txnresult`."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Protocol
 
 from rocmbuild.swap.plan import Plan
-from rocmbuild.environment.verify import Verdict
+from rocmbuild.results.verdict import Verdict
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from rocmbuild.results.verdict import failures_json, verdict_json
 from rocmbuild.swap.plan import Plan
 from rocmbuild.results.swaprecords import Restored
 from rocmbuild.swap.roots import Roots
-from rocmbuild.environment.verify import Verdict
+from rocmbuild.results.verdict import Verdict
 
 Steps = list[tuple[FileAction, dict[str, Any]]]
 
