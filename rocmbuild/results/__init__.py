@@ -20,7 +20,7 @@ Decisions:
   re-exported here, so callers import ``rocmbuild.results``.
 """
 
-from rocmbuild.store.cache import CacheReport as CacheVerifyResult  # made in store/, held as it is
+from rocmbuild.results.cacheresult import CacheReport as CacheVerifyResult
 from rocmbuild.results.cacheresult import CacheDirResult, CacheGcResult, CacheListResult, CacheRmResult, LogResult
 from rocmbuild.results.base import BACKUP_BYTES_NOTE, Json, Record, VerbResult
 from rocmbuild.results.buildresult import BuildPlan, BuildResult, CheckResult, RecipeEntry, RecipesResult, ShowResult, SourcePlan
