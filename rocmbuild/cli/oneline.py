@@ -53,7 +53,7 @@ def _lines(items) -> str:
 
 
 @singledispatch
-def brief(result: object) -> str | None:  # a VerbResult, or a result made below results/ (store's CacheReport)
+def brief(result: object) -> str | None:  # a VerbResult
     """The quiet text of ``result`` (None: the full text is already what ``-q`` shows)."""
     return None
 

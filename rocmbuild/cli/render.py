@@ -49,7 +49,7 @@ from rocmbuild.results.stateresult import dotted
 
 
 @singledispatch
-def text(result: object) -> str:  # a VerbResult, or a result made below results/ (store's CacheReport)
+def text(result: object) -> str:  # a VerbResult
     raise TypeError(f"no renderer for {type(result).__name__}")
 
 

@@ -12,16 +12,16 @@ Decisions:
   values it holds as they are (a swap ``Plan``, a ``Target``, a ``ProbeReport``, a history
   ``HistoryLine`` in a :class:`HistoryRow`); what judges or makes a record stays with its logic
   (``environment.verify.judge``, ``swap.expectation``).
-* Values made by the build packages below (an ``Artifact``, a cache report) are held as they are
-  and serialized with their own ``to_json()``.
+* Values made by the build packages below (an ``Artifact``, a housekeeping ``ArtifactInfo``) are
+  held as they are and serialized with their own ``to_json()``.
 * ``error`` is ``None`` except for the verbs whose failure keeps their data beside the error
   (``doctor``, a dry run's refusal, ``cache verify``); the CLI exits with that error's code.
 * One module per group of verbs (build, state, txn) beside what they share (base); every name is
   re-exported here, so callers import ``rocmbuild.results``.
 """
 
-from rocmbuild.results.cacheresult import CacheReport as CacheVerifyResult
-from rocmbuild.results.cacheresult import CacheDirResult, CacheGcResult, CacheListResult, CacheRmResult, LogResult
+from rocmbuild.results.cacheresult import (CacheDirResult, CacheGcResult, CacheListResult, CacheRmResult, CacheVerifyResult,
+                                           LogResult)
 from rocmbuild.results.base import BACKUP_BYTES_NOTE, Json, Record, VerbResult
 from rocmbuild.results.buildresult import BuildPlan, BuildResult, CheckResult, RecipeEntry, RecipesResult, ShowResult, SourcePlan
 from rocmbuild.results.fleetresult import ConfigListResult, KeyResult, PushResult, RemoteArtifact, RemoteListResult, Setting

@@ -149,9 +149,9 @@ class CacheEntry:
 
 
 @dataclass(frozen=True)
-class CacheReport:
-    """``cache verify``'s result (``rocmbuild.results.CacheVerifyResult``): every entry as found;
-    ``error`` is a FetchError (exit 3) when anything was quarantined, the report kept beside it."""
+class CacheVerifyResult(VerbResult):
+    """``cache verify``'s result: every entry as found; ``error`` is a FetchError (exit 3) when
+    anything was quarantined, the report kept beside it."""
 
     cache: str
     entries: tuple[CacheEntry, ...]
