@@ -23,7 +23,7 @@ class ListedArtifact:
         i = self.info
         return {"key": i.key, "kind": i.kind, "recipe": i.recipe, "version": i.version, "commit": i.commit,
                 "path": i.path, "size": i.size, "created": i.created, "last_used": i.last_used,
-                "substituted": i.substituted, "targets": [u.to_json() for u in self.used_by], "build": dict(i.build)}
+                "substituted": i.substituted.to_json() if i.substituted else None, "targets": [u.to_json() for u in self.used_by], "build": dict(i.build)}
 
 
 @dataclass(frozen=True)
