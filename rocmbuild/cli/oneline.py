@@ -53,7 +53,7 @@ def _lines(items) -> str:
 
 
 @singledispatch
-def brief(result: object) -> str | None:  # a VerbResult, or a result made below results/ (store's CacheReport)
+def brief(result: object) -> str | None:  # a VerbResult
     """The quiet text of ``result`` (None: the full text is already what ``-q`` shows)."""
     return None
 
@@ -152,7 +152,7 @@ def _dry_run(d: DryRunResult) -> str:
 def _rollback(r: RollbackResult) -> str:
     p = r.plan
     if p is None:
-        return _lines([f"nothing to roll back in {(r.target or {}).get('prefix')}"])
+        return _lines([f"nothing to roll back in {r.prefix}"])
     head = (f"redid {', '.join(r.reapplies) or '-'} (undid the rollback {p.redoes}) as {r.txn}" if p.redoes
             else f"rolled back {', '.join(r.undoes)} as {r.txn}")  # a redo reads as a redo, as in the text
     return _lines([f"{head}: {p.version_before or '?'} -> {p.version_after or '?'} in {p.prefix}"])

@@ -15,7 +15,7 @@ is escaped where it is made. ``--json`` keeps every string exact.
 from __future__ import annotations
 
 from functools import singledispatch
-from typing import Any, Mapping
+from typing import TYPE_CHECKING
 
 from rocmbuild.proc import runner
 from rocmbuild import ui
@@ -47,9 +47,12 @@ from rocmbuild.results import (
 )
 from rocmbuild.results.stateresult import dotted
 
+if TYPE_CHECKING:
+    from rocmbuild.sources.debarchive import Package
+
 
 @singledispatch
-def text(result: object) -> str:  # a VerbResult, or a result made below results/ (store's CacheReport)
+def text(result: object) -> str:  # a VerbResult
     raise TypeError(f"no renderer for {type(result).__name__}")
 
 
@@ -77,9 +80,9 @@ def _show(r: ShowResult) -> str:
                                                        + [f"#   {x}" for x in r.overridden]))
 
 
-def package_words(p: Mapping[str, Any]) -> str:
+def package_words(p: Package) -> str:
     """``Debian package libmiopen1 7.2.4+dfsg-1 (amd64)`` (the architecture is known once fetched)."""
-    return f"Debian package {p['name']} {p['version']} ({p.get('architecture') or 'architecture known once fetched'})"
+    return f"Debian package {p.name} {p.version} ({p.architecture or 'architecture known once fetched'})"
 
 
 def ref_words(ref: str | None) -> str:
@@ -106,8 +109,8 @@ def build_plan(plan: BuildPlan) -> str:
         prefix = ("DESTDIR=" + plan.destdir + " ") if step == "install" else ""
         lines.append(f"  {step:10}{(env + ' ') if env else ''}{prefix}{runner.display(list(plan.commands[step]))}")
     lines.append(f"  cache    {plan.cache_key or '-'}: {fleettext.would(plan)}")
-    tools = plan.inputs["tools"]
-    lines.append(f"  tools    {tools['cmake']}; {tools['cc']}; {tools['cxx']}")
+    tools = plan.inputs.tools
+    lines.append(f"  tools    {tools.cmake}; {tools.cc}; {tools.cxx}")
     lines += [f"  MISSING  {c.name}: {c.detail}" + (f" ({c.fix})" if c.fix else "") for c in plan.missing]
     lines += [f"  install  {plan.install}"] if plan.install else []
     lines += [f"  skipped  {c.name}: {c.detail}" for c in plan.requirements
@@ -125,7 +128,7 @@ def _build(r: BuildResult) -> str:
         out.append(origin_text(r.substituted))
     out += [f"  {lib.name}: {' -> '.join(lib.chain)} (SONAME {lib.soname})" for lib in m.libraries]
     if m.package:
-        out.append(f"from {package_words(m.package.to_json())}")
+        out.append(f"from {package_words(m.package)}")
     if m.fixes:
         out.append(f"fixes: {'; '.join(found_text(f) for f in m.found())}")
     if r.log:
@@ -173,8 +176,8 @@ def status_changes(c: StatusChanges, prefix: str | None = None) -> str:
         built = differs.short(t.build if ui.verbosity() > 0 else t.differs)
         if built:
             lines.append(f"    build: {built}")
-        if t.package:
-            lines.append(f"    from {package_words(t.package)}")
+        if t.source_package:
+            lines.append(f"    from {package_words(t.source_package)}")
         if t.fixes:
             lines.append(f"    fixes: {'; '.join(found_text(f) for f in t.fixes_found) or '; '.join(t.fixes)}")
         if t.redone_by:
@@ -324,7 +327,7 @@ def _dry_run(d: DryRunResult) -> str:
 def _rollback(r: RollbackResult) -> str:
     p = r.plan
     if p is None:
-        return f"nothing to roll back in {(r.target or {}).get('prefix')}: no apply by rocmbuild is in effect"
+        return f"nothing to roll back in {r.prefix}: no apply by rocmbuild is in effect"
     if p.redoes:
         head = f"redid {', '.join(r.reapplies) or '-'} (undid the rollback {p.redoes}) as {r.txn}"
     else:
@@ -334,7 +337,7 @@ def _rollback(r: RollbackResult) -> str:
     out += [f"  {n}" for n in r.forced_drift]
     warnings = r.warnings
     out.append(f"verified {p.library} ({p.version_after or '?'})" + (
-        f" with {len(warnings)} warning(s): " + ", ".join(w["name"] for w in warnings) if warnings else ""))
+        f" with {len(warnings)} warning(s): " + ", ".join(w.name for w in warnings) if warnings else ""))
     out.append("in effect now: " + (", ".join(short_txn(x) for x in r.in_effect) or "no apply (the stock state)")
                + ("" if p.redoes else "; `rocmbuild redo` re-applies what this undid"))
     return textlayout.lines(out)
@@ -348,9 +351,9 @@ def _history(h: HistoryResult) -> str:
                                verbose=ui.verbosity() > 0)  # what tells builds of one recipe apart
     rows = [history_row(r, built) for r, built in reversed(list(zip(h.transactions, apart, strict=True)))]
     out = [textlayout.wrap(safe_text(f"history of {h.prefix} (newest first)"), cols)]
-    out += [textlayout.wrap(safe_text(f"this state was {o['relation']} from {o['from']} ({o['state_dir']}): its "
+    out += [textlayout.wrap(safe_text(f"this state was {o.relation} from {o.source} ({o.state_dir}): its "
                                   "transactions ran there; rollback and recover act on this prefix only"), cols)
-            for o in h.origins]
+            for o in h.state_origins]
     table = textlayout.table(HISTORY_HEADERS, rows, cols) if rows else None
     if table is not None:
         out.append(table)

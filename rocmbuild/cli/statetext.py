@@ -16,7 +16,7 @@ Decisions:
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING
 
 from rocmbuild.cli import textlayout
 from rocmbuild.names import safe_text
@@ -24,6 +24,7 @@ from rocmbuild.results import HistoryRow, short_txn
 
 if TYPE_CHECKING:
     from rocmbuild.environment.target import Target
+    from rocmbuild.store.provenance import Origin
 
 
 def rel(path: str, prefix: str | None) -> str:
@@ -149,10 +150,10 @@ def plan_tree(tp) -> str:
     return textlayout.tree(head, dirs.items()) + "\n" + textlayout.lines(lines)
 
 
-def origin_text(o: Mapping[str, Any]) -> str:
+def origin_text(o: Origin) -> str:
     """Where a substituted artifact came from, in one line."""
-    signed = f"signed by {o['signer']}" if o.get("signer") else "unsigned (--allow-unsigned)"
-    return f"substituted from {o['url']} (bundle sha256 {str(o['bundle_sha256'])[:16]}, {signed})"
+    signed = f"signed by {o.signer}" if o.signer else "unsigned (--allow-unsigned)"
+    return f"substituted from {o.url} (bundle sha256 {o.bundle_sha256[:16]}, {signed})"
 
 
 def databases_text(db) -> str:

@@ -10,7 +10,7 @@ broken torch is not the library's fault.
 from __future__ import annotations
 
 from rocmbuild.environment.probe import ProbeReport, SmokeCheck, SmokeResult
-from rocmbuild.environment.verdict import Check
+from rocmbuild.results.verdict import Check
 
 
 def check_smoke(report: ProbeReport) -> list[Check]:

@@ -37,7 +37,7 @@ from packaging.version import InvalidVersion, Version
 
 from rocmbuild.errors import InputError
 from rocmbuild.environment.smoke import check_smoke
-from rocmbuild.environment.verdict import Check, Verdict
+from rocmbuild.results.verdict import Check, Verdict
 from rocmbuild.environment.probe import BACKEND_LIBRARY, LoadedLibrary, ProbeReport, is_set, probe_kind
 from rocmbuild.environment.versions import (ENCODINGS, as_tuple, compatible_versions, decode_version, encode_version,
                                        major_minor, show)

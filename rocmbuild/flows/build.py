@@ -343,5 +343,5 @@ def build_plan(name: str, recipes_dirs: Sequence[str] = (), overrides: Overrides
         env=dict(r.build.env),
         destdir=str(artifacts_dir(home) / f".tmp-{key or '<key>'}-<pid>" / "destdir"),
         cache_key=key, cached=cached,
-        inputs=inp.to_json(), requirements=checks, notes=tuple(notes),
+        inputs=inp, requirements=checks, notes=tuple(notes),
     )

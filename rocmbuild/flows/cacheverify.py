@@ -35,7 +35,7 @@ from rocmbuild.fs.root import Root
 from rocmbuild.fs.disk import FileLock
 from rocmbuild.errors import ArtifactError, InputError
 from rocmbuild.home import artifacts_dir, cache_home, state_home
-from rocmbuild.store.cache import CacheEntry
+from rocmbuild.results.cacheresult import CacheEntry
 from rocmbuild.results import CacheDirResult, CacheGcResult, CacheListResult, CacheRmResult, CacheVerifyResult
 from rocmbuild.results.cacheresult import Kept, ListedArtifact, ListedTarget
 from rocmbuild.swap import knowntargets

@@ -48,7 +48,7 @@ from rocmbuild.swap import plan as _plan
 from rocmbuild.swap import statedir
 from rocmbuild import swap as _txn
 from rocmbuild.environment import verify as verify_mod
-from rocmbuild.environment.verify import Check, Verdict
+from rocmbuild.results.verdict import Check, Verdict
 
 if TYPE_CHECKING:
     from rocmbuild.environment import needed

@@ -55,7 +55,7 @@ from rocmbuild.results.stateresult import dotted
 from rocmbuild.swap import dbreport, statedir, strays
 from rocmbuild.swap.mapping import layout_of
 from rocmbuild.swap.pathstate import observe
-from rocmbuild.swap.swaprecords import Drift
+from rocmbuild.results.swaprecords import Drift
 from rocmbuild.swap.landing import origin
 from rocmbuild import swap as _txn
 from rocmbuild.environment import target, versions

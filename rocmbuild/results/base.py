@@ -9,7 +9,6 @@ from rocmbuild.errors import RocmbuildError
 
 if TYPE_CHECKING:
     from rocmbuild.swap.plan import Plan
-    from rocmbuild.environment.verify import Verdict
 
 Json = Mapping[str, Any]  # a JSON object made by a lower layer, carried through as it is
 BACKUP_BYTES_NOTE = "bytes only the backups keep alive (backup files with no other link)"
@@ -22,10 +21,6 @@ def records_json(items) -> list[dict[str, Any]]:
 def seconds_json(seconds: float | None) -> float | None:
     """A duration in the JSON: seconds, to the millisecond (None stays null)."""
     return round(seconds, 3) if seconds is not None else None
-
-
-def verdict_json(v: "Verdict | None") -> dict[str, Any] | None:
-    return v.to_json() if v is not None else None
 
 
 class VerbResult:

@@ -13,6 +13,9 @@ if TYPE_CHECKING:
     from rocmbuild.store.artifact import Artifact
     from rocmbuild.builder.rebuild import Difference
     from rocmbuild.builder.requirements import DoctorCheck
+    from rocmbuild.sources.debarchive import Package
+    from rocmbuild.store.cache import Inputs
+    from rocmbuild.store.provenance import Origin
 
 # recipes, show
 
@@ -45,11 +48,12 @@ class ShowResult(VerbResult):
     fixes: tuple[str, ...] = ()  # the names of [source] contains: what an artifact of it carries
     fixes_where: tuple[str, ...] = ()  # text only: where each is searched (the source, the artifact)
     overridden: tuple[str, ...] = ()  # "key = value" the command line set (text only: the JSON's recipe has them)
-    package: Json | None = None  # a Debian package source: {format, name, version, architecture} (sources/debarchive.py)
+    package: Package | None = None  # a Debian package source (its architecture None until fetched)
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "path": self.path, "description": self.description, "recipe": self.recipe,
-                "patch_files": list(self.patch_files), "fixes": list(self.fixes), "package": self.package}
+                "patch_files": list(self.patch_files), "fixes": list(self.fixes),
+                "package": self.package.to_json() if self.package else None}
 
 
 # plan, build
@@ -84,7 +88,7 @@ class BuildPlan(VerbResult):
     destdir: str
     cache_key: str | None
     cached: bool
-    inputs: Json  # the cache key's inputs, as build/ computes them
+    inputs: Inputs  # the cache key's inputs, as store/cache.py computes them
     requirements: tuple["DoctorCheck", ...]  # the [requires] and the launcher
     notes: tuple[str, ...]
     substitute: str | None = None  # not cached here: the binary cache it would be substituted from
@@ -112,7 +116,7 @@ class BuildPlan(VerbResult):
             "recipe": self.recipe, "path": self.path, "source": self.source.to_json(),
             "gpu_targets": self.gpu_targets, "commands": {k: list(v) for k, v in self.commands.items()},
             "env": dict(self.env), "install_env": {"DESTDIR": self.destdir},
-            "cache": {"key": self.cache_key, "cached": self.cached, "inputs": self.inputs,
+            "cache": {"key": self.cache_key, "cached": self.cached, "inputs": self.inputs.to_json(),
                       "substitute": self.substitute, "signer": self.signer, "unreachable": list(self.unreachable),
                       "action": self.action},
             "requirements": [c.to_json() for c in self.requirements],
@@ -125,7 +129,7 @@ class BuildResult(VerbResult):
     artifact: "Artifact"
     duration_s: float | None = None  # this run, start to end
     log: str | None = None  # this attempt's build log (None: a cache hit ran nothing)
-    substituted: Json | None = None  # from a binary cache: {url, bundle_sha256, signer, imported} (None: built here)
+    substituted: Origin | None = None  # from a binary cache (None: built here)
     added: bool | None = None  # this run put the artifact into the local cache (built or substituted now)
 
     @property
@@ -139,7 +143,7 @@ class BuildResult(VerbResult):
             "commit": m.commit, "version": m.version, "fixes": list(m.fixes),
             "fixes_found": [asdict(f) for f in m.found()], "log": self.log,
             "package": m.package.to_json() if m.package else None,
-            "substituted": self.substituted,
+            "substituted": self.substituted.to_json() if self.substituted else None,
             "duration_s": seconds_json(self.duration_s),
             "libraries": [{"name": lib.name, "file": lib.file, "soname": lib.soname, "chain": list(lib.chain)}
                           for lib in m.libraries],
@@ -153,7 +157,7 @@ class CheckResult(VerbResult):
     recipe: str
     key: str
     artifact: str
-    substituted: Json | None  # the cached artifact came from a binary cache: its provenance (None: built here)
+    substituted: Origin | None  # the cached artifact came from a binary cache (None: built here)
     compared: int  # paths compared (the union of both trees)
     differences: tuple["Difference", ...]
     duration_s: float | None = None
@@ -178,7 +182,7 @@ class CheckResult(VerbResult):
 
     def to_json(self) -> dict[str, Any]:
         return {"identical": self.identical, "recipe": self.recipe, "key": self.key, "artifact": self.artifact,
-                "substituted": self.substituted, "compared": self.compared,
+                "substituted": self.substituted.to_json() if self.substituted else None, "compared": self.compared,
                 "differences": [d.to_json() for d in self.differences],
                 "duration_s": seconds_json(self.duration_s), "log": self.log}
 

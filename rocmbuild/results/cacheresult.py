@@ -1,13 +1,17 @@
-"""The results of ``cache list`` and ``cache gc`` (their keys: docs/json.md, "cache list", "cache gc")."""
+"""The results of ``cache list``, ``cache gc`` and ``cache verify`` (their keys: docs/json.md, "cache list",
+"cache gc", "cache")."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
 
+from rocmbuild.errors import FetchError
 from rocmbuild.store.housekeeping import ArtifactInfo, Candidate
 from rocmbuild.results.base import VerbResult
-from rocmbuild.swap.knowntargets import KnownTarget, Use
+
+if TYPE_CHECKING:
+    from rocmbuild.swap.knowntargets import KnownTarget, Use
 
 
 @dataclass(frozen=True)
@@ -19,7 +23,7 @@ class ListedArtifact:
         i = self.info
         return {"key": i.key, "kind": i.kind, "recipe": i.recipe, "version": i.version, "commit": i.commit,
                 "path": i.path, "size": i.size, "created": i.created, "last_used": i.last_used,
-                "substituted": i.substituted, "targets": [u.to_json() for u in self.used_by], "build": dict(i.build)}
+                "substituted": i.substituted.to_json() if i.substituted else None, "targets": [u.to_json() for u in self.used_by], "build": dict(i.build)}
 
 
 @dataclass(frozen=True)
@@ -124,3 +128,50 @@ class LogResult(VerbResult):
 
     def to_json(self) -> dict[str, Any]:
         return {"recipe": self.recipe, "logs": list(self.logs), "newest": self.logs[-1] if self.logs else None}
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    """One artifact as ``cache verify`` found it (``to_json()``: docs/json.md, "cache")."""
+
+    key: str
+    kind: str  # "built" | "imported"
+    recipe: str | None
+    version: str | None
+    path: str
+    status: str  # "ok" | "quarantined"
+    problems: tuple[str, ...]
+    quarantined_to: str | None
+    provenance: dict[str, Any] | None  # imported: where the bundle came from (provenance.json)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class CacheVerifyResult(VerbResult):
+    """``cache verify``'s result: every entry as found; ``error`` is a FetchError (exit 3) when
+    anything was quarantined, the report kept beside it."""
+
+    cache: str
+    entries: tuple[CacheEntry, ...]
+
+    @property
+    def changed(self) -> bool:
+        """Something was quarantined (re-sealing an intact entry is not a change)."""
+        return any(e.status != "ok" for e in self.entries)
+
+    @property
+    def error(self) -> FetchError | None:
+        bad = [e for e in self.entries if e.status != "ok"]
+        if not bad:
+            return None
+        return FetchError(f"{len(bad)} cached artifact(s) did not match their manifest and were quarantined: "
+                          + ", ".join(f"{e.key[:16]} ({e.recipe or '?'})" for e in bad),
+                          "they are never served again: build the recipe again or import its bundle again; "
+                          "the quarantined copies under artifacts/.quarantine/ may be removed")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cache": self.cache, "artifacts": [e.to_json() for e in self.entries],
+                "checked": len(self.entries), "quarantined": [e.quarantined_to for e in self.entries
+                                                              if e.quarantined_to]}

@@ -23,10 +23,10 @@ import shlex
 from typing import TYPE_CHECKING
 
 from rocmbuild.results.stateresult import StatusChanges, placed_version, short_txn, version_drift
-from rocmbuild.environment.verdict import Check
+from rocmbuild.results.verdict import Check
 
 if TYPE_CHECKING:
-    from rocmbuild.swap.swaprecords import Drift
+    from rocmbuild.results.swaprecords import Drift
 
 NAME = "drift"
 

@@ -9,13 +9,15 @@ from rocmbuild.errors import RequirementError, RocmbuildError, VerifyError
 from rocmbuild.results.base import BACKUP_BYTES_NOTE, Json, Record, VerbResult, records_json
 
 if TYPE_CHECKING:
+    from rocmbuild.sources.debarchive import Package
     from rocmbuild.store.manifest import FoundFix
-    from rocmbuild.swap.swaprecords import Drift, Unreadable
+    from rocmbuild.store.provenance import Origin
+    from rocmbuild.results.swaprecords import Drift, Unreadable
     from rocmbuild.swap.statedir import HistoryLine
     from rocmbuild.swap.strays import Stray
     from rocmbuild.environment.probe import LoadedLibrary
     from rocmbuild.environment.target import Target
-    from rocmbuild.environment.verify import Verdict
+    from rocmbuild.results.verdict import Verdict
 
 @dataclass(frozen=True)
 class InEffect(Record):
@@ -27,13 +29,20 @@ class InEffect(Record):
     version_after: str | None
     files: tuple[str, ...]
     artifact: str | None = None  # the artifact it applied (its path in the cache)
-    substituted: dict | None = None  # that artifact came from a binary cache: {url, bundle_sha256, signer, imported}
+    substituted: Origin | None = None  # that artifact came from a binary cache
     fixes: tuple[str, ...] = ()  # the [source] contains names of the artifact placed (its manifest)
     fixes_found: tuple["FoundFix", ...] = ()  # the same, each with where it was found (source or artifact)
     redone_by: str | None = None  # undone once, then back in effect by this redo
     package: dict | None = None  # the artifact's tree came from this Debian package: {format, name, version, architecture}
     build: dict = field(default_factory=dict)  # what the artifact was built with (store/differs.py)
     differs: dict = field(default_factory=dict)  # ... where it differs from the other builds of its recipe cached
+
+    @property
+    def source_package(self) -> Package | None:
+        """``package`` as a value (flows/manage.py hands over its JSON form, which the JSON keeps)."""
+        from rocmbuild.sources.debarchive import Package
+
+        return Package.from_json(dict(self.package)) if self.package else None
 
 
 @dataclass(frozen=True)
@@ -278,6 +287,20 @@ class HistoryRow:
 
 
 @dataclass(frozen=True)
+class StateOrigin:
+    """State from another prefix: this target's state dir ``state_dir`` was ``relation`` (copied |
+    moved) from the prefix ``source`` (``from`` in the JSON)."""
+
+    state_dir: str
+    relation: str
+    source: str
+
+    @classmethod
+    def from_json(cls, o: Json) -> StateOrigin:
+        return cls(str(o["state_dir"]), str(o["relation"]), str(o["from"]))
+
+
+@dataclass(frozen=True)
 class HistoryResult(VerbResult):
     prefix: str
     transactions: tuple[HistoryRow, ...]
@@ -287,6 +310,11 @@ class HistoryResult(VerbResult):
     origins: tuple[Json, ...] = ()  # {state_dir, relation ("copied" | "moved"), from}: state from another prefix
     limit: int | None = None  # --limit N: only the newest N transactions are listed (None: all)
     total: int | None = None  # how many there are in all (None: as many as listed)
+
+    @property
+    def state_origins(self) -> tuple[StateOrigin, ...]:
+        """``origins`` as values (flows/manage.py hands over their JSON form, which the JSON keeps)."""
+        return tuple(StateOrigin.from_json(o) for o in self.origins)
 
     def to_json(self) -> dict[str, Any]:
         return {"prefix": self.prefix, "transactions": [t.to_json() for t in self.transactions],

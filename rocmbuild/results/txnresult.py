@@ -1,4 +1,5 @@
-"""Results of the verbs that write: export, lock, apply (and its dry run), rollback, recover."""
+"""Results of the verbs that write: export, lock, apply (and its dry run), rollback, recover; and the
+:class:`Outcome` of a committed transaction, which the swap protocol returns to them."""
 
 from __future__ import annotations
 
@@ -6,16 +7,18 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rocmbuild.errors import RocmbuildError
-from rocmbuild.results.base import Json, Record, VerbResult, plan_target, records_json, seconds_json, verdict_json
+from rocmbuild.results.base import Json, Record, VerbResult, plan_target, records_json, seconds_json
+from rocmbuild.results.verdict import verdict_json
 from rocmbuild.results.buildresult import BuildPlan
 
 if TYPE_CHECKING:
     from rocmbuild.recipe.lockfile import Lock
     from rocmbuild.store.bundle import Export
+    from rocmbuild.store.provenance import Origin
     from rocmbuild.recipe.arch import ArchMatch
     from rocmbuild.swap.plan import Plan
-    from rocmbuild.swap.swaprecords import Pruned, Recovered
-    from rocmbuild.environment.verify import Check, Verdict
+    from rocmbuild.results.swaprecords import Pruned, Recovered
+    from rocmbuild.results.verdict import Check, Verdict
 
 @dataclass(frozen=True)
 class ExportResult(VerbResult):
@@ -59,7 +62,7 @@ class ApplyResult(VerbResult):
     gpu_arch: "ArchMatch | None" = None  # the artifact's GPU targets against this machine's
     duration_s: float | None = None  # the whole apply, start to end
     log: str | None = None  # the build log this run wrote (None: nothing was built)
-    substituted: Any = None  # the artifact came from a binary cache: {url, bundle_sha256, signer, imported}
+    substituted: Origin | None = None  # the artifact came from a binary cache
 
     @property
     def changed(self) -> bool:
@@ -69,7 +72,7 @@ class ApplyResult(VerbResult):
         out = {"target": plan_target(self.plan), "plan": self.plan.to_json(), "already_applied": self.already_applied,
                "txn": self.txn, "verdict": verdict_json(self.verdict), "recovered": records_json(self.recovered),
                "artifact": self.artifact, "pruned": records_json(self.pruned), "log": self.log,
-               "substituted": self.substituted,
+               "substituted": self.substituted.to_json() if self.substituted else None,
                "duration_s": seconds_json(self.duration_s)}
         if self.copy_bytes is not None:
             out["copy_bytes"] = self.copy_bytes
@@ -157,8 +160,17 @@ class RollbackResult(VerbResult):
         return self.plan is not None  # False: ``--if-applied`` found nothing to undo
 
     @property
-    def warnings(self) -> tuple[Json, ...]:
-        return tuple(c.to_json() for c in self.verdict.warnings) if self.verdict else ()
+    def warnings(self) -> tuple[Check, ...]:
+        return self.verdict.warnings if self.verdict else ()
+
+    @property
+    def prefix(self) -> str | None:
+        """The target's prefix: the plan's, or (nothing to roll back) ``target``'s, the JSON form
+        flows/manage.py hands over."""
+        if self.plan is not None:
+            return self.plan.prefix
+        prefix = (self.target or {}).get("prefix")
+        return None if prefix is None else str(prefix)
 
     def to_json(self) -> dict[str, Any]:
         p = self.plan
@@ -180,3 +192,21 @@ class RecoverResult(VerbResult):
 
     def to_json(self) -> dict[str, Any]:
         return {"prefix": self.prefix, "recovered": records_json(self.recovered)}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A committed transaction (what ``swap.execute`` returns)."""
+
+    id: str
+    verb: str
+    state: str
+    plan: Plan
+    verdict: Verdict | None = None
+    pruned: tuple[Pruned, ...] = ()
+    messages: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "verb": self.verb, "state": self.state, "verdict": verdict_json(self.verdict),
+                "pruned": [p.to_json() for p in self.pruned], "messages": list(self.messages),
+                "files": [a.path for a in self.plan.pending]}

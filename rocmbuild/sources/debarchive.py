@@ -73,10 +73,10 @@ class Package:
 
     name: str
     version: str
-    architecture: str
+    architecture: str | None  # None: an ``apt:`` spec that names none (``show``: known once fetched)
     format: str = "deb"
 
-    def to_json(self) -> dict[str, str]:
+    def to_json(self) -> dict[str, str | None]:
         return {"format": self.format, "name": self.name, "version": self.version, "architecture": self.architecture}
 
     @classmethod

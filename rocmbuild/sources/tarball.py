@@ -16,12 +16,16 @@ import os
 import shutil
 import urllib.parse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rocmbuild import ui
 from rocmbuild.sources.archive import download
 from rocmbuild.sources.extract import safe_extract
 from rocmbuild.fs.disk import sha256_file
 from rocmbuild.home import downloads_dir, src_dir
+
+if TYPE_CHECKING:
+    from rocmbuild.sources.debarchive import Package
 
 
 def tree_path(sha256: str, home: Path) -> Path:
@@ -34,12 +38,12 @@ def download_path(sha256: str, home: Path) -> Path:
     return downloads_dir(home) / sha256.lower()
 
 
-def source_package(archive: str | None, sha256: str | None, home: Path) -> dict | None:
+def source_package(archive: str | None, sha256: str | None, home: Path) -> Package | None:
     """What ``show`` says of a Debian package source before any build: the control fields of the
     ``.deb`` at hand (the checked download, else a local path), else the name and version an
     ``apt:`` archive pins (architecture None); None for anything else. Never fails: a damaged
     file is the build's to report."""
-    from rocmbuild.sources.debarchive import apt_spec, is_deb, read_package
+    from rocmbuild.sources.debarchive import Package, apt_spec, is_deb, read_package
 
     if not archive:
         return None
@@ -52,7 +56,7 @@ def source_package(archive: str | None, sha256: str | None, home: Path) -> dict 
     for path in at_hand:
         try:
             if path.is_file() and is_deb(path):
-                return read_package(path).to_json()
+                return read_package(path)
         except Exception:  # noqa: BLE001 (any decoding error of hostile bytes: the build names it)
             continue
     if parsed.scheme == "apt":
@@ -61,7 +65,7 @@ def source_package(archive: str | None, sha256: str | None, home: Path) -> dict 
         except ValueError:
             return None
         pkg, _, arch = name.partition(":")
-        return {"format": "deb", "name": pkg, "version": version, "architecture": arch or None}
+        return Package(pkg, version, arch or None)
     return None
 
 

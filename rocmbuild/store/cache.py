@@ -31,7 +31,7 @@ import os
 import re
 import logging
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
@@ -316,53 +316,6 @@ def corrupt(art: Artifact, problems: list[str]) -> FetchError:
         f"{again}; `rocmbuild cache verify` checks the whole cache",
         details={"artifact": str(art.path), "quarantined": where, "problems": problems},
     )
-
-
-@dataclass(frozen=True)
-class CacheEntry:
-    """One artifact as ``cache verify`` found it (``to_json()``: docs/json.md, "cache")."""
-
-    key: str
-    kind: str  # "built" | "imported"
-    recipe: str | None
-    version: str | None
-    path: str
-    status: str  # "ok" | "quarantined"
-    problems: tuple[str, ...]
-    quarantined_to: str | None
-    provenance: dict[str, Any] | None  # imported: where the bundle came from (provenance.json)
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class CacheReport:
-    """``cache verify``'s result (``rocmbuild.results.CacheVerifyResult``): every entry as found;
-    ``error`` is a FetchError (exit 3) when anything was quarantined, the report kept beside it."""
-
-    cache: str
-    entries: tuple[CacheEntry, ...]
-
-    @property
-    def changed(self) -> bool:
-        """Something was quarantined (re-sealing an intact entry is not a change)."""
-        return any(e.status != "ok" for e in self.entries)
-
-    @property
-    def error(self) -> FetchError | None:
-        bad = [e for e in self.entries if e.status != "ok"]
-        if not bad:
-            return None
-        return FetchError(f"{len(bad)} cached artifact(s) did not match their manifest and were quarantined: "
-                          + ", ".join(f"{e.key[:16]} ({e.recipe or '?'})" for e in bad),
-                          "they are never served again: build the recipe again or import its bundle again; "
-                          "the quarantined copies under artifacts/.quarantine/ may be removed")
-
-    def to_json(self) -> dict[str, Any]:
-        return {"cache": self.cache, "artifacts": [e.to_json() for e in self.entries],
-                "checked": len(self.entries), "quarantined": [e.quarantined_to for e in self.entries
-                                                              if e.quarantined_to]}
 
 
 def check_untampered(art: Artifact) -> None:

@@ -51,7 +51,7 @@ from rocmbuild.builder import buildtree, logs
 from rocmbuild.store import differs
 from rocmbuild.builder.retry import ATTEMPT, AttemptRecord, read_attempt  # noqa: F401 - ATTEMPT: the record's name, for callers
 from rocmbuild.store.artifact import MANIFEST, Manifest
-from rocmbuild.store.provenance import origin
+from rocmbuild.store.provenance import Origin, origin
 from rocmbuild.store.cache import entries, imported_dir, key_lock
 from rocmbuild.fs.root import ConfinementError, Root
 from rocmbuild.fs.disk import FileLock, read_json
@@ -132,7 +132,7 @@ class ArtifactInfo:
     created: str | None
     last_used: str | None
     last_used_ts: float | None
-    substituted: dict | None = None  # from a binary cache: {url, bundle_sha256, signer, imported}
+    substituted: Origin | None = None  # from a binary cache
     build: Mapping[str, str] = field(default_factory=dict)  # what it was built with (store/differs.py)
 
 

@@ -76,14 +76,28 @@ def read_provenance(artifact_dir: Path) -> Provenance | None:
         raise _manifest.corrupt(exc, "provenance") from None
 
 
-def origin(artifact_dir: Path) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class Origin:
+    """Where a substituted artifact came from, as ``cache list``, ``status``, ``build`` and
+    ``apply`` show it (``to_json()``: docs/json.md, ``substituted``)."""
+
+    url: str | None  # the binary cache's URL (credentials shown as ``***@``)
+    bundle_sha256: str
+    signer: str | None  # the trusted key that signed it (None: --allow-unsigned)
+    imported: str  # when (ISO 8601, UTC)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"url": self.url, "bundle_sha256": self.bundle_sha256, "signer": self.signer, "imported": self.imported}
+
+
+def origin(artifact_dir: Path) -> Origin | None:
     """What ``cache list``, ``status``, ``build`` and ``apply`` show of an artifact's origin: its
-    provenance as JSON when it was substituted from a binary cache (None: built here, imported
-    from a bundle, or unreadable)."""
+    provenance when it was substituted from a binary cache (None: built here, imported from a
+    bundle, or unreadable)."""
     try:
         p = read_provenance(artifact_dir)
     except ArtifactError:
         return None
     if p is None or not p.substituted:
         return None
-    return {"url": p.cache, "bundle_sha256": p.bundle_sha256, "signer": p.signer, "imported": p.imported}
+    return Origin(p.cache, p.bundle_sha256, p.signer, p.imported)

@@ -23,7 +23,7 @@ from rocmbuild import ui
 from rocmbuild.swap.ineffect import model
 from rocmbuild.swap.journal import FINISHED, backup_dir, foreign, journals, now, seq
 from rocmbuild.swap.pathstate import PathState
-from rocmbuild.swap.swaprecords import Pruned
+from rocmbuild.results.swaprecords import Pruned
 from rocmbuild.swap.roots import open_state
 
 

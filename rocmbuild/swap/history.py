@@ -19,7 +19,7 @@ from rocmbuild.swap.ineffect import model
 from rocmbuild.swap.journal import FINISHED, Journal, backup_dir, journals
 from rocmbuild.swap.landing import PrefixIdentity, relative_to
 from rocmbuild.swap.pathstate import FsObserver, PathState, found, observe, unchanged
-from rocmbuild.swap.swaprecords import Drift
+from rocmbuild.results.swaprecords import Drift
 from rocmbuild.swap.restore import last_touch
 
 

@@ -41,7 +41,7 @@ from rocmbuild.home import STATE_DIRNAME
 from rocmbuild.swap.landing import PrefixIdentity, origin, rebased, relative_to, under
 from rocmbuild.swap.pathstate import PATH_STATE_SPEC, PathState
 from rocmbuild.swap.plan import PLAN_SPEC, Action, Plan
-from rocmbuild.swap.swaprecords import Unreadable
+from rocmbuild.results.swaprecords import Unreadable
 from rocmbuild.swap.roots import Roots, write_state_file
 
 FAILPOINTS = ("after-journal", "after-stage", "after-backup", "mid-swap", "after-swap", "after-verify",

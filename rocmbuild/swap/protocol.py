@@ -28,13 +28,14 @@ from rocmbuild.swap.backups import prune
 from rocmbuild.swap.history import write_history
 from rocmbuild.swap.journal import Journal, Step, backup_dir, failpoint, journal_dir, new_id, now
 from rocmbuild.fs.root import ConfinementError
-from rocmbuild.swap.txnoutcome import (Outcome, Verify, expectation_after, expectation_before,
-                                    failures_json, verdict_json)
+from rocmbuild.swap.expectation import Verify, expectation_after, expectation_before
+from rocmbuild.results.txnresult import Outcome
+from rocmbuild.results.verdict import failures_json, verdict_json
 from rocmbuild.swap.plan import Plan
-from rocmbuild.swap.swaprecords import Restored
+from rocmbuild.results.swaprecords import Restored
 from rocmbuild.swap.roots import Roots
 from rocmbuild.swap.transaction import Transaction
-from rocmbuild.environment.verify import Verdict
+from rocmbuild.results.verdict import Verdict
 
 # --------------------------------------------------------------------------------------------
 # execute

@@ -14,9 +14,9 @@ from rocmbuild import ui
 from rocmbuild.errors import TargetError, VerifyError
 from rocmbuild.swap.history import history_missing, write_history
 from rocmbuild.swap.journal import FINISHED, journals, pending
-from rocmbuild.swap.txnoutcome import Verify
+from rocmbuild.swap.expectation import Verify
 from rocmbuild.swap.protocol import finish_rollback
-from rocmbuild.swap.swaprecords import Recovered
+from rocmbuild.results.swaprecords import Recovered
 
 
 def needs_recovery(state_dir: Path) -> bool:

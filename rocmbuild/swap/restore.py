@@ -35,7 +35,7 @@ from rocmbuild.swap.journal import Journal, Step, journals, seq
 from rocmbuild.swap.landing import missing_dirs
 from rocmbuild.swap.pathstate import FsObserver, Observer, PathState, found, unchanged
 from rocmbuild.swap.plan import Action, Plan
-from rocmbuild.swap.swaprecords import Drift
+from rocmbuild.results.swaprecords import Drift
 
 
 @dataclass(frozen=True)

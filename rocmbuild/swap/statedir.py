@@ -41,7 +41,7 @@ from rocmbuild.errors import RocmbuildError, StateError, StatePathError, from_os
 from rocmbuild.fs.locks import LockWait
 from rocmbuild.home import STATE_DIRNAME, state_home, target_state_dir, targets_dir
 from rocmbuild.swap.landing import PrefixIdentity, rebased
-from rocmbuild.swap.swaprecords import Unreadable
+from rocmbuild.results.swaprecords import Unreadable
 from rocmbuild.swap.roots import open_state, write_state_file
 
 __all__ = ["STATE_DIRNAME", "target_state_dir", "TargetLock", "register_outside_target", "state_dirs_for",

@@ -233,7 +233,7 @@ def test_recipe_hints_point_at_something_an_installed_wheel_has(tmp_path):
 def test_the_batchnorm_smoke_row_has_a_check_name():
     from rocmbuild.environment.probe import SmokeCheck, SmokeResult
     from rocmbuild.environment.smoke import check_smoke
-    from rocmbuild.environment.verdict import Check
+    from rocmbuild.results.verdict import Check
 
     class Report:
         smoke = SmokeResult("passed", device="cpu", checks=(SmokeCheck("install", "passed"),

@@ -18,9 +18,9 @@ PKG = Path(__file__).resolve().parents[2] / "rocmbuild"
 LAYERS = (
     ("cli",),
     ("flows", "doctor"),
-    ("results",),
     ("swap",),
     ("environment",),
+    ("results",),
     ("remote",),
     ("builder", "store", "sources"),
     ("recipe",),
@@ -71,11 +71,35 @@ def _offenders(found: list[str], rule: str) -> None:
     assert not found, f"{len(found)} offence(s) of the rule '{rule}':\n  " + "\n  ".join(found)
 
 
+def _type_checking_only(tree: ast.Module) -> set[int]:
+    """The ids of the import nodes inside an ``if TYPE_CHECKING:`` body (not its ``else``)."""
+    found: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+            found.update(id(n) for stmt in node.body for n in ast.walk(stmt) if isinstance(n, (ast.Import, ast.ImportFrom)))
+    return found
+
+
+def _runtime_imports(tree: ast.Module, module: str):
+    """The imports that run: every import but those under ``if TYPE_CHECKING:`` (deferred ones in a
+    function included: they run when it is called)."""
+    skip = _type_checking_only(tree)
+    kept = ast.Module(body=[], type_ignores=[])
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in skip:
+            kept.body.append(node)
+    yield from _imports(kept, module)
+
+
 def _layer_breaks(module: str, tree: ast.Module):
+    """Runtime imports of a higher layer. An import under ``if TYPE_CHECKING:`` is not one: it
+    never runs, so it orders no import and makes no cycle; it lets a value type of a lower layer
+    name a higher layer's type in an annotation (``results/`` holds a swap ``Plan``, a ``Target``),
+    which mypy checks."""
     if module in ("rocmbuild.__main__", "rocmbuild.environment._probe"):
         return  # the entry point imports cli; the probe runs inside the target's Python (stdlib only)
     mine = _layer(_unit(module))
-    for imported, names in _imports(tree, module):
+    for imported, names in _runtime_imports(tree, module):
         if not imported.startswith("rocmbuild"):
             continue
         targets = [imported] if imported != "rocmbuild" else [f"rocmbuild.{n}" for n in names]
@@ -110,6 +134,14 @@ def test_the_rules_report_every_offender():
     assert list(_layer_breaks("rocmbuild.recipe.model", tree)) == [
         "rocmbuild.recipe.model imports rocmbuild.cli: a lower layer may not import a higher one",
         "rocmbuild.recipe.model imports rocmbuild.swap.plan: a lower layer may not import a higher one"]
+    # an import under TYPE_CHECKING is exempt; its else branch, a deferred import and one under
+    # another condition are not
+    tree2 = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from rocmbuild.swap.plan import Plan\n"
+                      "else:\n    from rocmbuild.cli import app\nif DEBUG:\n    from rocmbuild.flows import apply\n"
+                      "def f():\n    from rocmbuild.swap import journal\n")
+    assert list(_layer_breaks("rocmbuild.recipe.model", tree2)) == [
+        f"rocmbuild.recipe.model imports rocmbuild.{m}: a lower layer may not import a higher one"
+        for m in ("cli", "flows", "swap")]
     assert list(_private_imports("rocmbuild.recipe.model", tree)) == [
         "rocmbuild.recipe.model imports private ['_hidden'] from rocmbuild.swap.plan"]
     assert [m.split(" has ")[0] for m in _size_breaks("rocmbuild.recipe.model", Path(__file__), tree)] == [

@@ -8,7 +8,7 @@ import re
 from rocmbuild.cli import textlayout
 from rocmbuild.results import InEffect, StatusChanges, Stock
 from rocmbuild.results.stateresult import summary
-from rocmbuild.swap.swaprecords import Drift, Unreadable
+from rocmbuild.results.swaprecords import Drift, Unreadable
 
 
 def _apply(txn: str, recipe: str = "miopen-3.5.1", after: str | None = "3.5.1") -> InEffect:
@@ -104,7 +104,7 @@ def test_a_hostile_history_record_renders_as_one_row_of_escaped_cells():
 def test_status_changes_and_checks_render_stored_and_reported_text_escaped():
     from rocmbuild.builder.requirements import DoctorCheck
     from rocmbuild.cli.render import status_changes
-    from rocmbuild.environment.verdict import Check
+    from rocmbuild.results.verdict import Check
 
     c = StatusChanges(in_effect=(_apply("0001-20261129T235717Z", HOSTILE, HOSTILE),),
                       unreadable=(Unreadable("journal", "/p/.rocmbuild/journal/1.json", HOSTILE),))

@@ -48,7 +48,7 @@ def run(args) -> VerbResult:
     if args.action == "gc":
         days = cacheverify.housekeeping.DEFAULT_KEEP_DAYS if args.keep_days is None else args.keep_days
         return cacheverify.gc(days, dry_run=args.dry_run)
-    return cacheverify.verify()  # type: ignore[return-value]  # store's CacheReport: a VerbResult but for its base
+    return cacheverify.verify()
 
 
 def remote_list(url: str) -> VerbResult:

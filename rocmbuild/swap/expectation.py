@@ -1,16 +1,15 @@
-"""What a transaction asks of verification and what it hands back: the :class:`Expectation` a
-:class:`Verify` callback judges (returning a :class:`~rocmbuild.environment.verify.Verdict`), and the
-:class:`Outcome` of a finished transaction."""
+"""What a transaction asks of verification: the :class:`Expectation` a :class:`Verify` callback
+judges (returning a :class:`~rocmbuild.results.verdict.Verdict`). The :class:`Outcome` of a
+finished transaction is a result: :mod:`rocmbuild.results.txnresult`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from rocmbuild.swap.plan import Plan
-from rocmbuild.swap.swaprecords import Pruned
-from rocmbuild.environment.verify import Check, Verdict
+from rocmbuild.results.verdict import Verdict
 
 
 @dataclass(frozen=True)
@@ -33,40 +32,6 @@ class Verify(Protocol):
     """Judges the target against an expectation (the flows: the probe in the target's Python)."""
 
     def __call__(self, expectation: Expectation, /) -> Verdict: ...
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """A committed transaction."""
-
-    id: str
-    verb: str
-    state: str
-    plan: Plan
-    verdict: Verdict | None = None
-    pruned: tuple[Pruned, ...] = ()
-    messages: tuple[str, ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "verb": self.verb, "state": self.state, "verdict": verdict_json(self.verdict),
-                "pruned": [p.to_json() for p in self.pruned], "messages": list(self.messages),
-                "files": [a.path for a in self.plan.pending]}
-
-
-def verdict_json(verdict: Verdict | None) -> dict[str, Any] | None:
-    return verdict.to_json() if verdict is not None else None
-
-
-def _failure_json(c: Check | dict[str, Any]) -> dict[str, Any]:
-    if isinstance(c, dict):  # already a JSON object (a verify callback may give its failures so)
-        return dict(c)
-    return {"name": c.name, "expected": c.expected, "found": c.found, "message": c.message}
-
-
-def failures_json(verdict: Verdict | None) -> list[dict[str, Any]]:
-    """The failed checks of ``verdict`` as JSON objects ``{name, expected, found, message}`` (the
-    ``failures`` of a VerifyError's details)."""
-    return [] if verdict is None else [_failure_json(c) for c in verdict.failures()]
 
 
 def _library_files(plan: Plan) -> tuple[str, ...]:

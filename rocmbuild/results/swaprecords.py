@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rocmbuild.environment.verify import Verdict
+from rocmbuild.results.verdict import Verdict
 
 
 class Record(Mapping[str, Any]):

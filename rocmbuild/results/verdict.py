@@ -7,9 +7,12 @@ fail a check it failed before rocmbuild changed anything); the checks themselves
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from rocmbuild.names import safe_text
-from rocmbuild.environment.probe import ProbeReport
+
+if TYPE_CHECKING:
+    from rocmbuild.environment.probe import ProbeReport
 
 
 @dataclass(frozen=True)
@@ -74,3 +77,19 @@ class Verdict:
             out.append(c.render(with_message=c.message not in said))
             said.add(c.message)
         return "\n".join(out)
+
+
+def verdict_json(verdict: Verdict | None) -> dict[str, Any] | None:
+    return verdict.to_json() if verdict is not None else None
+
+
+def _failure_json(c: Check | dict[str, Any]) -> dict[str, Any]:
+    if isinstance(c, dict):  # already a JSON object (a verify callback may give its failures so)
+        return dict(c)
+    return {"name": c.name, "expected": c.expected, "found": c.found, "message": c.message}
+
+
+def failures_json(verdict: Verdict | None) -> list[dict[str, Any]]:
+    """The failed checks of ``verdict`` as JSON objects ``{name, expected, found, message}`` (the
+    ``failures`` of a VerifyError's details)."""
+    return [] if verdict is None else [_failure_json(c) for c in verdict.failures()]
