@@ -176,8 +176,8 @@ def status_changes(c: StatusChanges, prefix: str | None = None) -> str:
         built = differs.short(t.build if ui.verbosity() > 0 else t.differs)
         if built:
             lines.append(f"    build: {built}")
-        if t.source_package:
-            lines.append(f"    from {package_words(t.source_package)}")
+        if t.package:
+            lines.append(f"    from {package_words(t.package)}")
         if t.fixes:
             lines.append(f"    fixes: {'; '.join(found_text(f) for f in t.fixes_found) or '; '.join(t.fixes)}")
         if t.redone_by:
@@ -353,7 +353,7 @@ def _history(h: HistoryResult) -> str:
     out = [textlayout.wrap(safe_text(f"history of {h.prefix} (newest first)"), cols)]
     out += [textlayout.wrap(safe_text(f"this state was {o.relation} from {o.source} ({o.state_dir}): its "
                                   "transactions ran there; rollback and recover act on this prefix only"), cols)
-            for o in h.state_origins]
+            for o in h.origins]
     table = textlayout.table(HISTORY_HEADERS, rows, cols) if rows else None
     if table is not None:
         out.append(table)

@@ -51,7 +51,8 @@ from rocmbuild.results import (
     txn_order,
 )
 from rocmbuild.results.driftresult import drift_check
-from rocmbuild.results.stateresult import dotted
+from rocmbuild.results.stateresult import StateOrigin, dotted
+from rocmbuild.results.txnresult import TargetRef
 from rocmbuild.swap import dbreport, statedir, strays
 from rocmbuild.swap.mapping import layout_of
 from rocmbuild.swap.pathstate import observe
@@ -117,8 +118,7 @@ def rollback(*, env: str | None = None, python: str | None = None, to: str | Non
         usdir, full = _state_dir_of(prefix, undo, "--undo")
         to = _txn.point_before(_txn.model(usdir), full)
     if if_applied and _nothing_to_undo(prefix, to):
-        where = {"prefix": str(prefix), "python": str(py), "layout": None, "libdir": None, "state_dir": None}
-        return RollbackResult(None, None, (), None, (), tuple(recovered), (), target=where)
+        return RollbackResult(None, None, (), None, (), tuple(recovered), (), target=TargetRef(str(prefix), str(py)))
     sdir, to = _state_dir_of(prefix, to) if to is not None else (_pick_state_dir(prefix), None)
     return _restore(prefix, py, sdir, lambda: _txn.rollback_plan(sdir, to=to, force=force), wait=wait, keep=keep,
                     probe_timeout=probe_timeout, recovered=recovered)
@@ -178,7 +178,7 @@ def history(*, env: str | None = None, python: str | None = None, limit: int | N
     home = cache_home()
     rows: list[HistoryRow] = []
     unfinished: list[Unfinished] = []
-    origins: list[dict] = []
+    origins: list[StateOrigin] = []
     total = 0
     for d in statedir.state_dirs_for(prefix):
         m = _txn.model(d)
@@ -189,7 +189,7 @@ def history(*, env: str | None = None, python: str | None = None, limit: int | N
                                    origin=origin(rec.prefix_identity, prefix),
                                    build=differs.of_key(home, rec.artifact) if rec.artifact else {}))
         unfinished += _unfinished(d)
-        origins += [{"state_dir": str(d), "relation": rel, "from": where} for rel, where in _txn.foreign(d)]
+        origins += [StateOrigin(str(d), rel, where) for rel, where in _txn.foreign(d)]
         total += _txn.backup_bytes(d)
     rows.sort(key=lambda r: (r.line.time or "", r.line.id))
     shown = rows[-limit:] if limit is not None else rows
@@ -226,7 +226,7 @@ def status_changes(prefix: Path, loaded: dict[tuple[int, int], str | None] | Non
                                       tuple(j.files), art,
                                       artifact_origin(Path(art)) if art else None, man.fixes if man else (),
                                       man.found() if man else (), redone_by=m.redone_by.get(j.id),
-                                      package=man.package.to_json() if man and man.package else None, build=built,
+                                      package=man.package if man else None, build=built,
                                       differs=_apart(man, built)))
         here = _unfinished(d)
         unfinished += here

@@ -33,16 +33,14 @@ class InEffect(Record):
     fixes: tuple[str, ...] = ()  # the [source] contains names of the artifact placed (its manifest)
     fixes_found: tuple["FoundFix", ...] = ()  # the same, each with where it was found (source or artifact)
     redone_by: str | None = None  # undone once, then back in effect by this redo
-    package: dict | None = None  # the artifact's tree came from this Debian package: {format, name, version, architecture}
+    package: "Package | None" = None  # the artifact's tree came from this Debian package
     build: dict = field(default_factory=dict)  # what the artifact was built with (store/differs.py)
     differs: dict = field(default_factory=dict)  # ... where it differs from the other builds of its recipe cached
 
-    @property
-    def source_package(self) -> Package | None:
-        """``package`` as a value (flows/manage.py hands over its JSON form, which the JSON keeps)."""
-        from rocmbuild.sources.debarchive import Package
-
-        return Package.from_json(dict(self.package)) if self.package else None
+    def to_json(self) -> dict[str, Any]:
+        d = super().to_json()
+        d["package"] = self.package.to_json() if self.package else None
+        return d
 
 
 @dataclass(frozen=True)
@@ -295,9 +293,8 @@ class StateOrigin:
     relation: str
     source: str
 
-    @classmethod
-    def from_json(cls, o: Json) -> StateOrigin:
-        return cls(str(o["state_dir"]), str(o["relation"]), str(o["from"]))
+    def to_json(self) -> dict[str, str]:
+        return {"state_dir": self.state_dir, "relation": self.relation, "from": self.source}
 
 
 @dataclass(frozen=True)
@@ -307,20 +304,15 @@ class HistoryResult(VerbResult):
     unfinished: tuple[Unfinished, ...]
     backup_bytes: int
     unreadable: tuple["Unreadable", ...] = ()  # journals and history lines that cannot be read
-    origins: tuple[Json, ...] = ()  # {state_dir, relation ("copied" | "moved"), from}: state from another prefix
+    origins: tuple[StateOrigin, ...] = ()  # state from another prefix
     limit: int | None = None  # --limit N: only the newest N transactions are listed (None: all)
     total: int | None = None  # how many there are in all (None: as many as listed)
-
-    @property
-    def state_origins(self) -> tuple[StateOrigin, ...]:
-        """``origins`` as values (flows/manage.py hands over their JSON form, which the JSON keeps)."""
-        return tuple(StateOrigin.from_json(o) for o in self.origins)
 
     def to_json(self) -> dict[str, Any]:
         return {"prefix": self.prefix, "transactions": [t.to_json() for t in self.transactions],
                 "unfinished": [u.to_json() for u in self.unfinished], "backup_bytes": self.backup_bytes,
                 "backup_bytes_note": BACKUP_BYTES_NOTE, "unreadable": records_json(self.unreadable),
-                "origins": [dict(o) for o in self.origins], "limit": self.limit,
+                "origins": [o.to_json() for o in self.origins], "limit": self.limit,
                 "total": len(self.transactions) if self.total is None else self.total}
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rocmbuild.errors import RocmbuildError
-from rocmbuild.results.base import Json, Record, VerbResult, plan_target, records_json, seconds_json
+from rocmbuild.results.base import Record, VerbResult, plan_target, records_json, seconds_json
 from rocmbuild.results.verdict import verdict_json
 from rocmbuild.results.buildresult import BuildPlan
 
@@ -142,6 +142,18 @@ class DryRunResult(VerbResult):
 
 
 @dataclass(frozen=True)
+class TargetRef(Record):
+    """The target a verb looked at without making a plan (``rollback --if-applied`` with nothing to
+    undo): its prefix and Python; what only a plan knows is null."""
+
+    prefix: str
+    python: str | None = None
+    layout: str | None = None
+    libdir: str | None = None
+    state_dir: str | None = None
+
+
+@dataclass(frozen=True)
 class RollbackResult(VerbResult):
     plan: "Plan | None"  # None: ``--if-applied`` found nothing to undo (``nothing_to_roll_back``)
     txn: str | None
@@ -150,7 +162,7 @@ class RollbackResult(VerbResult):
     pruned: tuple["Pruned", ...]
     recovered: tuple["Recovered", ...]
     forced_drift: tuple[str, ...]
-    target: Json | None = None  # without a plan: {prefix, python, layout, libdir, state_dir}, the unknown ones null
+    target: TargetRef | None = None  # without a plan: the target looked at
     reapplies: tuple[str, ...] = ()  # redo: the applies in effect again
     restores_to: str | None = None  # the state after this txn id came back ("stock": before the first)
     in_effect: tuple[str, ...] = ()  # the applies in effect afterwards, oldest first
@@ -165,16 +177,14 @@ class RollbackResult(VerbResult):
 
     @property
     def prefix(self) -> str | None:
-        """The target's prefix: the plan's, or (nothing to roll back) ``target``'s, the JSON form
-        flows/manage.py hands over."""
+        """The target's prefix: the plan's, or (nothing to roll back) ``target``'s."""
         if self.plan is not None:
             return self.plan.prefix
-        prefix = (self.target or {}).get("prefix")
-        return None if prefix is None else str(prefix)
+        return self.target.prefix if self.target is not None else None
 
     def to_json(self) -> dict[str, Any]:
         p = self.plan
-        return {"target": plan_target(p) if p else dict(self.target or {}), "plan": p.to_json() if p else None,
+        return {"target": plan_target(p) if p else (self.target.to_json() if self.target else {}), "plan": p.to_json() if p else None,
                 "txn": self.txn, "undoes": list(self.undoes), "verdict": verdict_json(self.verdict), "pruned": records_json(self.pruned),
                 "recovered": records_json(self.recovered), "forced_drift": list(self.forced_drift), "nothing_to_roll_back": p is None,
                 "redoes": p.redoes if p else None, "reapplies": list(self.reapplies), "restores_to": self.restores_to,

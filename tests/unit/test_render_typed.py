@@ -11,6 +11,8 @@ from rocmbuild.cli.statetext import origin_text
 from rocmbuild.environment.probe import ProbeReport
 from rocmbuild.results import (BuildPlan, Check, HistoryResult, InEffect, RollbackResult, ShowResult, SourcePlan,
                                StatusChanges, Verdict)
+from rocmbuild.results.stateresult import StateOrigin
+from rocmbuild.results.txnresult import TargetRef
 from rocmbuild.sources.debarchive import Package
 from rocmbuild.store.cache import Inputs, Tools
 from rocmbuild.store.provenance import Origin
@@ -25,7 +27,7 @@ DEB_JSON = {"format": "deb", "name": "libmiopen1", "version": "7.2.4+dfsg-1", "a
 
 def test_a_rollback_with_nothing_to_undo_names_the_prefix_in_text_brief_and_json():
     where = {"prefix": "/env", "python": "/env/bin/python", "layout": None, "libdir": None, "state_dir": None}
-    r = RollbackResult(None, None, (), None, (), (), (), target=where)
+    r = RollbackResult(None, None, (), None, (), (), (), target=TargetRef("/env", "/env/bin/python"))
     assert r.prefix == "/env"
     assert render.text(r) == "nothing to roll back in /env: no apply by rocmbuild is in effect"
     assert oneline.brief(r) == "nothing to roll back in /env"
@@ -78,8 +80,7 @@ def test_an_origin_reads_as_one_line_and_its_json_is_the_documented_object():
 
 def test_status_shows_an_apply_in_effects_origin_and_package():
     t = InEffect("0001-x", "apply", "mini", "c" * 40, "3.5.0", "3.5.1", ("/env/lib/libMIOpen.so.1.0",), "/a",
-                 substituted=SIGNED, package=DEB.to_json())  # flows/manage.py hands over the package's JSON
-    assert t.source_package == DEB
+                 substituted=SIGNED, package=DEB)
     lines = render.status_changes(StatusChanges(state_dirs=("/env/.rocmbuild",), in_effect=(t,)), "/env").splitlines()
     assert "    artifact substituted from https://cache.example/x (bundle sha256 eeeeeeeeeeeeeeee, signed by lab-1)" in lines
     assert "    from Debian package libmiopen1 7.2.4+dfsg-1 (amd64)" in lines
@@ -88,8 +89,7 @@ def test_status_shows_an_apply_in_effects_origin_and_package():
 
 def test_history_says_where_a_state_dir_came_from():
     o = {"state_dir": "/env/.rocmbuild", "relation": "copied", "from": "/old"}
-    h = HistoryResult("/env", (), (), 0, origins=(o,))
-    assert [(x.state_dir, x.relation, x.source) for x in h.state_origins] == [("/env/.rocmbuild", "copied", "/old")]
+    h = HistoryResult("/env", (), (), 0, origins=(StateOrigin("/env/.rocmbuild", "copied", "/old"),))
     assert render.text(h).splitlines()[1] == ("this state was copied from /old (/env/.rocmbuild): its transactions ran "
                                               "there; rollback and recover act on this prefix only")
     assert h.to_json()["origins"] == [o]
