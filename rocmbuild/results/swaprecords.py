@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rocmbuild.results.verdict import Verdict
+from rocmbuild.results.verdict import Check, Verdict, failure_json
 
 
 class Record(Mapping[str, Any]):
@@ -80,22 +80,22 @@ class Restored(Record):
     """Did the old state come back after a rollback of a transaction?
 
     Either confirmed by identity only (``paths``: the paths that are not their old selves), or
-    judged by the verify callback (``verdict``); ``failures`` are the failed checks as JSON
-    objects ``{name, expected, found, message}``."""
+    judged by the verify callback (``verdict``, its failed checks ``failures``: in the JSON
+    objects ``{name, expected, found, message}``)."""
 
     ok: bool
-    failures: tuple[dict[str, Any], ...] = ()
+    failures: tuple[Check, ...] = ()
     paths: tuple[str, ...] | None = None  # None: judged by the verify callback (or it raised)
     verdict: Verdict | None = None
     backups_kept: str | None = None  # the backup dir kept for a later recovery or by hand
     journal_errors: tuple[str, ...] = ()  # journal writes that failed (ENOSPC, EIO)
 
-    def warnings(self) -> list[dict[str, Any]]:
+    def warnings(self) -> tuple[Check, ...]:
         """The checks the restored state failed that only warn (they failed before, too)."""
-        return list((self.verdict.to_json().get("warnings") or []) if self.verdict is not None else [])
+        return self.verdict.warnings if self.verdict is not None else ()
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"ok": self.ok, "failures": list(self.failures)}
+        out: dict[str, Any] = {"ok": self.ok, "failures": [failure_json(c) for c in self.failures]}
         if self.paths is not None:
             out["paths"] = list(self.paths)
         if self.verdict is not None:

@@ -7,7 +7,7 @@ fail a check it failed before rocmbuild changed anything); the checks themselves
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 from rocmbuild.names import safe_text
 
@@ -83,13 +83,21 @@ def verdict_json(verdict: Verdict | None) -> dict[str, Any] | None:
     return verdict.to_json() if verdict is not None else None
 
 
-def _failure_json(c: Check | dict[str, Any]) -> dict[str, Any]:
-    if isinstance(c, dict):  # already a JSON object (a verify callback may give its failures so)
-        return dict(c)
+def as_check(c: Check | Mapping[str, Any]) -> Check:
+    """A failed check as a value (a verify callback may give its failures as JSON objects
+    ``{name, expected, found, message}``: read here, once)."""
+    if isinstance(c, Check):
+        return c
+    return Check(str(c.get("name")), False, str(c.get("expected", "")), str(c.get("found", "")),
+                 str(c.get("message") or ""))
+
+
+def failure_json(c: Check) -> dict[str, Any]:
+    """A failed check as the JSON object ``{name, expected, found, message}``."""
     return {"name": c.name, "expected": c.expected, "found": c.found, "message": c.message}
 
 
 def failures_json(verdict: Verdict | None) -> list[dict[str, Any]]:
     """The failed checks of ``verdict`` as JSON objects ``{name, expected, found, message}`` (the
     ``failures`` of a VerifyError's details)."""
-    return [] if verdict is None else [_failure_json(c) for c in verdict.failures()]
+    return [] if verdict is None else [failure_json(as_check(c)) for c in verdict.failures()]

@@ -30,7 +30,7 @@ from rocmbuild.swap.journal import Journal, Step, backup_dir, failpoint, journal
 from rocmbuild.fs.root import ConfinementError
 from rocmbuild.swap.expectation import Verify, expectation_after, expectation_before
 from rocmbuild.results.txnresult import Outcome
-from rocmbuild.results.verdict import failures_json, verdict_json
+from rocmbuild.results.verdict import Check, as_check, failure_json, verdict_json
 from rocmbuild.swap.plan import Plan
 from rocmbuild.results.swaprecords import Restored
 from rocmbuild.swap.roots import Roots
@@ -150,7 +150,7 @@ class _VerifyFailed(Exception):
     def __init__(self, verdict: Verdict) -> None:
         super().__init__("verification failed")
         self.verdict = verdict
-        self.failures = failures_json(verdict)
+        self.failures = tuple(as_check(c) for c in verdict.failures())
 
 
 def _undo_failed(j: Journal, exc: BaseException, swapped_any: bool,
@@ -208,18 +208,18 @@ def _once(said: set[object], text: object) -> bool:
 
 
 def _verify_error(j: Journal, plan: Plan, exc: BaseException, restored: Restored) -> VerifyError:
-    failures = exc.failures if isinstance(exc, _VerifyFailed) else []
+    failures = exc.failures if isinstance(exc, _VerifyFailed) else ()
     said: set[object] = set()  # a message shared by several checks (the smoke suite's) is said once
-    lines = [f"  - {f.get('name')}: expected {f.get('expected')}, found {f.get('found')}"
-             + (f" ({f.get('message')})" if f.get("message") and not _once(said, f.get("message")) else "")
+    lines = [f"  - {f.name}: expected {f.expected}, found {f.found}"
+             + (f" ({f.message})" if f.message and not _once(said, f.message) else "")
              for f in failures]
     head = (f"{plan.verb} {j.id}: verification failed; every change was rolled back"
             if isinstance(exc, _VerifyFailed)
             else f"{plan.verb} {j.id}: {_reason(exc)}; every change was rolled back")
     back = ("the old state verifies again" if restored.ok
             else "WARNING: the restored old state did not verify: " + "; ".join(
-                [f"{f.get('name')}: {f.get('found')}" for f in restored.failures] + list(restored.paths or ())))
-    extra = [f"warning: the restored old state: {w.get('name')}: {w.get('found')}" for w in restored.warnings()]
+                [f"{f.name}: {f.found}" for f in restored.failures] + list(restored.paths or ())))
+    extra = [f"warning: the restored old state: {w.name}: {w.found}" for w in restored.warnings()]
     if restored.backups_kept:
         extra.append(f"the backups are kept in {restored.backups_kept}")
     if restored.journal_errors:
@@ -228,7 +228,7 @@ def _verify_error(j: Journal, plan: Plan, exc: BaseException, restored: Restored
     return VerifyError(
         "\n".join([head, *lines, back, *extra]),
         "read the failed checks above; `rocmbuild status` shows what the environment loads now",
-        details={"txn": j.id, "failures": failures, "restored": restored.to_json(),
+        details={"txn": j.id, "failures": [failure_json(f) for f in failures], "restored": restored.to_json(),
                  "verdict": verdict_json(exc.verdict if isinstance(exc, _VerifyFailed) else None)},
     )
 
@@ -311,9 +311,9 @@ def _judge_restored(t: Transaction, verify_restored: Verify | None) -> Restored:
         return Restored(ok=not wrong, paths=tuple(wrong))
     try:
         v = verify_restored(expectation_before(t.plan))
-        return Restored(ok=bool(v.ok), failures=tuple(failures_json(v)), verdict=v)
+        return Restored(ok=bool(v.ok), failures=tuple(as_check(c) for c in v.failures()), verdict=v)
     except Exception as exc:  # noqa: BLE001 - report, never mask the rollback
-        return Restored(ok=False, failures=({"name": "probe", "found": str(exc)},))
+        return Restored(ok=False, failures=(Check("probe", False, "the restored state answers the probe", str(exc)),))
 
 
 @stop.shielded()  # a stop signal that comes during a rollback waits for its end

@@ -73,6 +73,7 @@ def facts(prefix: Path, layout="conda", inside=True) -> plan.TargetFacts:
 class V:
     ok: bool
     why: str = ""
+    warnings: tuple = ()  # a Verdict's failed checks that only warn (none here)
 
     def failures(self):
         return [] if self.ok else [{"name": "identity", "expected": "x", "found": self.why}]
@@ -774,3 +775,23 @@ def test_the_transaction_marks_steps_in_memory_and_writes_the_journal_whole(art,
             t.set(state="backed_up", backup_copies=3)
         assert t.state == "backed_up" and t.journal.backup_copies == 3  # the change is the transaction's
         assert j.path.read_bytes() == written  # the file: the last whole journal
+
+
+def test_a_restored_state_whose_probe_raises_is_a_failed_check_in_the_documented_shape(art, prefix):
+    """The verification of the restored state raises (the target's Python is gone, say): the
+    rollback still completes, and ``restored.failures`` holds a ``probe`` check as every failure is
+    documented, ``{name, expected, found, message}`` (docs/json.md)."""
+    before = snapshot(prefix)
+
+    def restored_probe(exp: transaction.Expectation):
+        raise RuntimeError("the target's Python is gone")
+
+    with pytest.raises(VerifyError) as ei:
+        transaction.execute(plan.make(art, facts(prefix)), verify=Verifier(fail=True), verify_restored=restored_probe)
+    restored = ei.value.details["restored"]
+    assert restored["ok"] is False and restored["failures"] == [
+        {"name": "probe", "expected": "the restored state answers the probe", "found": "the target's Python is gone",
+         "message": ""}]
+    assert ei.value.details["failures"] == [{"name": "identity", "expected": "x", "found": "rejected by the fake", "message": ""}]
+    assert "WARNING: the restored old state did not verify: probe: the target's Python is gone" in ei.value.message
+    assert snapshot(prefix) == before
