@@ -381,9 +381,16 @@ def burn_in(mnt: Path) -> tuple[int, float]:
 @contextmanager
 def loop_fs(base: Path, name: str, mkfs: list[str], image_bytes: int) -> Iterator[tuple[Path | None, str]]:
     """``mkfs`` on an image of ``image_bytes`` in ``base``, loop-mounted and burned in
-    (:func:`burn_in`): (its mount point, "") or (None, why there is none). The image is allocated
-    whole (``posix_fallocate``: never sparse, so it cannot run out of room half-way) and ``mkfs`` is
-    told not to discard it. Unmounted and removed afterwards."""
+    (:func:`burn_in`): (its mount point, "") or (None, why there is none). Unmounted, detached and
+    removed afterwards.
+
+    Decisions: the image is allocated whole (``posix_fallocate``: never sparse, so it cannot run
+    out of room half-way) and ``mkfs`` is told not to discard it. The loop device does direct I/O
+    to its image (``losetup --direct-io=on``), as a disk does: a buffered loop device caches every
+    byte twice (its filesystem's page cache and the image's), and an fsync inside it waits on the
+    outer filesystem's write-back too (1 GiB fsync'd 2.1-4.1 s buffered, 0.76-0.95 s direct, on
+    the same burned-in image here). Where the kernel refuses direct I/O the device is buffered
+    and the output says so."""
     img, mnt = base / f"{name}.img", base / f"{name}-mnt"
     fd = os.open(img, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
@@ -391,23 +398,37 @@ def loop_fs(base: Path, name: str, mkfs: list[str], image_bytes: int) -> Iterato
     finally:
         os.close(fd)
     mnt.mkdir()
+    dev, io = None, "direct I/O"
     try:
         try:
             runner.run([*mkfs, img], what=f"{mkfs[0]} failed")
-            runner.run(["mount", "-o", "loop", img, mnt], what="loop mount failed")
-        except Exception as exc:  # noqa: BLE001 - no loop mounts (not root, a container): say so
+            dev = _losetup("--direct-io=on", img)
+            if dev is None:  # an old kernel or a backing fs without O_DIRECT: buffered
+                dev, io = _losetup(img), "buffered I/O"
+            if dev is None:
+                raise RuntimeError("losetup --find --show failed")
+            runner.run(["mount", dev, mnt], what="mount failed")
+        except Exception as exc:  # noqa: BLE001 - no loop devices (not root, a container): say so
             yield None, f"this machine does not allow a loop-mounted {mkfs[0][5:]} image ({exc})"
             return
         try:
             written, seconds = burn_in(mnt)
-            print(f"\n{name}: a loop-mounted {mkfs[0][5:]} on a {image_bytes // MiB} MiB image, burned in "
+            print(f"\n{name}: a loop-mounted {mkfs[0][5:]} ({io}) on a {image_bytes // MiB} MiB image, burned in "
                   f"({written // MiB} MiB written once and fsynced in {seconds:.1f} s, "
                   f"{written / MiB / seconds:.0f} MiB/s, then deleted)", flush=True)
             yield mnt, ""
         finally:
             runner.run(["umount", mnt], what="umount failed")
     finally:
+        if dev:
+            runner.run(["losetup", "-d", dev], what="losetup -d failed")
         img.unlink()
+
+
+def _losetup(*args: str | Path) -> str | None:
+    """``losetup --find --show ARGS``: the loop device attached, or None."""
+    done = runner.capture(["losetup", "--find", "--show", *args])
+    return done.stdout.strip() or None if done.returncode == 0 else None
 
 
 def image_size(size: int) -> int:
