@@ -100,3 +100,30 @@ print(json.dumps([len(names), missing_star, unknown, unknown_from, sorted(dir(r)
     count, missing_star, unknown, unknown_from, listed = json.loads(done.stdout.splitlines()[-1])
     assert count >= 40 and missing_star == [] and listed
     assert "NoSuchResult" in unknown and unknown_from == "ImportError"
+
+
+PHASES = """
+import json, sys
+from rocmbuild import progress
+progress.configure(json=sys.argv[1] == "json")
+with progress.phase("build", "building") as p:
+    for n in (1, 50, 100):
+        p.line(f"[{n}/100] Building C object x{n}.o")
+print(json.dumps(sorted(m for m in sys.modules if m == "rich" or m.startswith(("rich.", "rocmbuild.progressbar")))))
+"""
+
+
+@pytest.mark.parametrize("mode", ["json", "plain"])
+def test_progress_off_a_terminal_imports_no_rich_progress(mode):
+    """A build's phase with steps, off a terminal: ``--json`` imports no rich at all, plain lines
+    (stderr a pipe) rich's console and text only; the terminal's display (rocmbuild.progressbar,
+    rich.progress) is not imported. Both still say what they say (a JSON event, a plain line)."""
+    done = subprocess.run([sys.executable, "-c", PHASES, mode], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    loaded = json.loads(done.stdout.splitlines()[-1])
+    assert "rocmbuild.progressbar" not in loaded and "rich.progress" not in loaded, loaded
+    if mode == "json":
+        assert loaded == [] and '"state": "done"' in done.stderr
+    else:
+        assert "rich.console" in loaded and "built in" in done.stderr
