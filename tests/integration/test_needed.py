@@ -221,3 +221,27 @@ def test_ldconfig_runs_only_for_a_name_found_nowhere_else(tmp_path, libs, monkey
     shutil.copy2(libs["new-nowhere"] / "libMIOpen.so.1.0", tmp_path / "two" / "libMIOpenOther.so.1.0")
     both = needed.check(tmp_path / "two", ["libMIOpen.so.1.0", "libMIOpenOther.so.1.0"], report, tmp_path / "far-lib")
     assert len(both.missing) == 2 and log.read_text().split() == ["-p"]
+
+
+def test_soname_read_from_the_dynamic_segment(tmp_path, libs):
+    """``read_soname`` reads PT_DYNAMIC (as the loader does) and says what the ``.dynamic``
+    section says, for a library whose file name says nothing; an object file (no PT_DYNAMIC, no
+    DT_SONAME) and a file that is no ELF give None."""
+    from elftools.elf.dynamic import DynamicSection
+    from elftools.elf.elffile import ELFFile
+
+    from rocmbuild.store.artifact import read_soname
+
+    odd = tmp_path / "runtime.bin"
+    shutil.copy2(libs["hip7"], odd)
+    with open(odd, "rb") as f:
+        by_section = next(t.soname for s in ELFFile(f).iter_sections() if isinstance(s, DynamicSection)
+                          for t in s.iter_tags() if t.entry.d_tag == "DT_SONAME")
+    assert read_soname(odd) == by_section == "libamdhip64.so.7"
+    assert read_soname(libs["new-rocm6"] / "libMIOpen.so.1.0") == "libMIOpen.so.1"
+    src = tmp_path / "obj.c"
+    src.write_text("int f(void){return 1;}\n")
+    subprocess.run(["cc", "-c", "-fPIC", "-o", str(tmp_path / "obj.o"), str(src)], check=True)
+    assert read_soname(tmp_path / "obj.o") is None
+    (tmp_path / "text.so").write_text("not an ELF file\n")
+    assert read_soname(tmp_path / "text.so") is None and read_soname(tmp_path / "missing.so") is None
