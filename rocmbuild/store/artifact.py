@@ -232,8 +232,9 @@ def read_soname(path: Path) -> str | None:
     try:
         with open(path, "rb") as f:
             elf = ELFFile(f)
-            segments = [seg for seg in elf.iter_segments() if isinstance(seg, DynamicSegment)]
-            for holder in segments or [s for s in elf.iter_sections() if isinstance(s, DynamicSection)]:
+            holders: list[DynamicSegment | DynamicSection] = [
+                seg for seg in elf.iter_segments() if isinstance(seg, DynamicSegment)]
+            for holder in holders or [s for s in elf.iter_sections() if isinstance(s, DynamicSection)]:
                 for tag in holder.iter_tags():
                     if tag.entry.d_tag == "DT_SONAME":
                         return tag.soname  # type: ignore[attr-defined]  # pyelftools sets it at run time
