@@ -220,7 +220,8 @@ def run(work: Path, size_mib: int, runs: int, label: str) -> bool:
     met = r <= GOAL * m
     print()
     print(f"summary: whole apply end to end, {label} ({size_mib} MiB library, median of {runs} runs, "
-          f"the order of the three procedures rotated run by run)")
+          f"the order of the three procedures rotated run by run; load average now "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())})")
     print(f"  the target's copy of the library was made by: {', '.join(hows)}; "
           f"bytes hashed by the apply: {c['hashed']}" + (f" ({', '.join(c['paths'][:3])})" if c["paths"] else ""))
     f = statistics.median(floors)

@@ -478,7 +478,8 @@ def main() -> int:
     os.environ["ROCMBUILD_HOME"] = str(base / "home")
     try:
         size, free = pick_size(base, args.size_mib, args.workdir_figures)
-        print(f"working in {base} ({free // MiB} MiB free); library size {size // MiB} MiB; {args.runs} runs")
+        print(f"working in {base} ({free // MiB} MiB free); library size {size // MiB} MiB; {args.runs} runs; "
+              f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} (1, 5, 15 min)")
         global FIXTURES
         FIXTURES = base / "fixtures"
         fs = runner.capture(["findmnt", "-n", "-o", "FSTYPE", "--target", base]).stdout.strip()
