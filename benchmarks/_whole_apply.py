@@ -15,8 +15,9 @@
   both the manual procedure and this floor.
 * **fixed costs, one by one**: one more apply (untimed) runs with benchmarks/costs/ on PYTHONPATH;
   it reports the start-up (process start to the apply flow), each probe of the target, the
-  journal's saves, the fsyncs outside them and the library's copy; the rest is printed as "other"
-  (recipe, cache key, lock, plan, renames, output).
+  journal's saves, the fsyncs outside them, the library's copy, the other processes it starts
+  (git, the activation's bash, ...: each by name), the ELF reads before the swap, and the output;
+  the rest is printed as "other" (recipe, cache key, lock, plan, renames).
 
 The world is the tests' (tests/support via benchmarks/_common.py): the fixture monorepo, the
 fixture recipe with ``MIOPEN_FIXTURE_PAD_MB`` so that the built libMIOpen is ``size + 1 MiB``
@@ -140,7 +141,8 @@ def costs(w: World) -> dict:
     e = fresh_env(w, "env-costs")
     path = os.pathsep.join([str(ROOT / "benchmarks" / "costs"), str(ROOT)])
     spawned = time.time()
-    total, _res = rocmbuild_apply(w, e.prefix, dict(w.env, ROCMBUILD_BENCH_COSTS=str(out), PYTHONPATH=path))
+    total, _res = rocmbuild_apply(w, e.prefix, dict(w.env, ROCMBUILD_BENCH_COSTS=str(out), PYTHONPATH=path,
+                                                    ROCMBUILD_BENCH_COSTS_PREFIX=sys.prefix))
     ended = spawned + total
     shutil.rmtree(e.prefix)
     seen = next(json.loads(line) for line in out.read_text().splitlines() if json.loads(line)["entered"])
@@ -150,10 +152,21 @@ def costs(w: World) -> dict:
         f"journal ({seen['journal'][0]} atomic saves, their fsyncs included)": seen["journal"][1],
         f"other fsyncs ({seen['fsyncs'][0]})": seen["fsyncs"][1],
         f"the library's copy ({len(seen['copies'])} copy_fd)": sum(c["seconds"] for c in seen["copies"]),
+        f"other processes ({_programs(seen['children'])}; each under its supervisor)":
+            sum(c["seconds"] for c in seen["children"]),
+        f"ELF reads before the swap ({seen['elf'][0]}: SONAMEs of the mapped libraries, DT_NEEDED)": seen["elf"][1],
         "output and exit": ended - seen["left"],
     }
     parts["other (recipe, cache key, lock, plan, renames)"] = total - sum(parts.values())
     return {"total": total, "parts": parts}
+
+
+def _programs(children: list[dict]) -> str:
+    """``git x2, bash x1``: the programs started, by name, in order of first start."""
+    names: dict[str, int] = {}
+    for c in children:
+        names[c["program"]] = names.get(c["program"], 0) + 1
+    return ", ".join(f"{n} x{k}" for n, k in names.items()) or "none"
 
 
 def durable_write(work: Path, size_mib: int) -> float:
