@@ -22,8 +22,11 @@
 The world is the tests' (tests/support via benchmarks/_common.py): the fixture monorepo, the
 fixture recipe with ``MIOPEN_FIXTURE_PAD_MB`` so that the built libMIOpen is ``size + 1 MiB``
 (two builds differ in size), and per run a fresh conda-layout venv whose fake ``torch`` really
-``dlopen``s its libMIOpen 3.5.0, a real build padded to ``size``. Each run gets two fresh envs
-(one per procedure), synced to disk before the clock starts.
+``dlopen``s its libMIOpen 3.5.0, a real build padded to ``size``. Each run gets three fresh envs
+(one per procedure: the floor imports torch in its own), each synced to disk before its clock
+starts, and runs the three procedures in the order :data:`ORDERS` gives it (rotated run by run,
+printed). benchmarks/swap.py runs this on burned-in loop-mounted filesystems, so that the three
+meet blocks of one kind (its docstring: "Like with like", and the figures measured here).
 
 One more rocmbuild apply runs with benchmarks/hashcount/ on PYTHONPATH (not timed): it records
 how ``disk.copy_fd`` made the target's copy (reflink / copy_file_range / copy) and what was

@@ -2,16 +2,38 @@
 """Benchmark: installing a 1 GiB library -- rocmbuild's transaction vs the manual procedure.
 
     python benchmarks/swap.py [--size-mib 1024] [--runs 5] [--dir DIR] [--no-reflink] [--no-whole]
+                              [--workdir-figures]
 
-Two figures, each on the work dir's filesystem and (unless ``--no-reflink``) on a loop-mounted
-reflink filesystem: (a) the install phase alone, in-process (below); (b) the WHOLE apply end to
-end as a user runs it -- a real ``python -m rocmbuild apply RECIPE --env ENV`` of a cached
-artifact, probes included, vs the manual procedure made durable (cp, cp, ln -sf x2, ``sync``,
-``import torch``) and vs the floor (one fsync'd write of the library plus one ``import torch``),
-with its fixed costs printed one by one -- goals "the whole apply <= 60% of the manual procedure
-and <= 1.1x the floor" (benchmarks/_whole_apply.py; ``--no-whole`` skips it).
+Two figures, each on a loop-mounted ext4 and (unless ``--no-reflink``) a loop-mounted reflink
+filesystem (XFS ``reflink=1``, else btrfs), both BURNED IN (below): (a) the install phase alone,
+in-process (below); (b) the WHOLE apply end to end as a user runs it -- a real ``python -m
+rocmbuild apply RECIPE --env ENV`` of a cached artifact, probes included, vs the manual procedure
+made durable (cp, cp, ln -sf x2, ``sync``, ``import torch``) and vs the floor (one fsync'd write of
+the library plus one ``import torch``), the three in an order rotated run by run, with the apply's
+fixed costs printed one by one -- goals "the whole apply <= 60% of the manual procedure and <=
+1.1x the floor", judged on the ext4 figure (benchmarks/_whole_apply.py; ``--no-whole`` skips it).
 Each figure says how the target's copy was made (``disk.copy_fd``: reflink, copy_file_range or
-copy).
+copy). ``--workdir-figures`` adds both figures on the work dir's own filesystem, not burned in.
+
+Like with like (decisions):
+
+* This VM's disk writes a block its filesystem has never written several times slower than one it
+  has (1 GiB fsync'd: 2.9-3.6 s onto fresh blocks, 0.6 s onto just-freed ones, measured here), so
+  on the work dir's filesystem the three procedures met different kinds of blocks and the ratio
+  measured the VM. A backing file fully written before ``mkfs`` did not help (inside the loop
+  mount 1 GiB still took 3.2-3.5 s on blocks the inner filesystem had not written): what does is
+  writing every free block *through* the mounted filesystem once, fsynced, then deleting it
+  (``benchmarks/_loopfs.py``). Every block any procedure meets has then been written once.
+* The image is allocated whole (``posix_fallocate``), ``mkfs`` does not discard it (``-E
+  nodiscard`` / ``-K``; ext4 also without lazy inode-table init, which would write in the
+  background during the runs), and the loop device does direct I/O (``losetup
+  --direct-io=on``), as a disk does: buffered, it caches each byte twice and an fsync inside
+  waits on the outer filesystem's write-back (1 GiB: 2.1-4.1 s buffered, 0.76-0.95 s direct).
+* The order of the three procedures is rotated run by run (printed with each run), so a drift in
+  the machine during a run does not always fall on the same one; each procedure gets a fresh
+  env synced to disk before its clock starts.
+* The manual procedure's ``sync`` flushes every dirty page of the machine, other jobs' included:
+  on a loaded machine it is slower than on a quiet one (the load average is printed).
 
 What the install phase figure measures (median of ``--runs``), on one filesystem (``--dir``, default a temp dir):
 
@@ -38,22 +60,34 @@ What the install phase figure measures (median of ``--runs``), on one filesystem
   ``cp`` over the file truncates the inode it has mapped (it dies with SIGBUS), rocmbuild's
   swap leaves that inode alone (it keeps running).
 
-Measured here on 2026-12-06, ``--size-mib 64 --runs 3``, the machine LOADED (load average 6-10
-from other jobs on 2 cores; figures under load vary run to run by 2x), medians:
+Measured here on 2026-12-06 18:00 UTC, ``python3 -m benchmarks.swap --size-mib 1024 --runs 3``,
+the machine shared (load average 2.4-3.5 on 2 cores: another helper's tests), medians of 3:
 
-* ext4: whole apply 2.36 s, manual made durable (cp, cp, ln -sf x2, sync, import torch) 1.26 s,
-  floor (fsync'd 64 MiB + import torch) 0.36 s: 1.87 of manual, 6.5x the floor. Fixed costs of
-  one more apply (4.94 s in all): start-up 2.22 s, 2 probes 1.33 s, journal (9 saves) 0.20 s,
-  other fsyncs (15) 0.05 s, the copy 0.16 s, output 0.05 s, the rest 0.93 s.
-* XFS reflink=1 on a loop mount: whole apply 3.19 s, manual 0.92 s, floor 0.37 s (3.5 of manual);
-  fixed costs: start-up 1.42 s, 2 probes 1.15 s, journal 0.09 s, fsyncs 0.07 s, copy 0.00 s
-  (a reflink), the rest 0.59 s.
-* Install phase alone (in-process): ext4 261 ms vs manual 680 ms (38%, copy_file_range); XFS
-  123 ms vs 716 ms (17%, a reflink; cp reflinks too).
-* At 64 MiB the library's bytes are a small part: the fixed costs (start-up and probes first)
-  decide; the issue's 1 GiB goals (<= 60% of manual, <= 1.1x the floor) were not measured here.
-* Earlier (before the manual procedure had its ``sync``, quiet, 1 GiB): whole apply 5.51 s vs
-  manual 5.08 s; the disk's floor for 1 GiB was 2.72 s.
+* ext4 (loop, burned in, direct I/O): whole apply 1.93 s, manual made durable 2.32 s, floor 0.57 s
+  (fsync'd 1 GiB write 0.51 s + import torch 0.06 s): 0.83 of manual (goal 0.60: NOT MET), 3.42x
+  the floor (goal 1.1x: NOT MET). Fixed costs of one more apply (1.45 s in all): start-up 0.28 s,
+  2 probes 0.18 s, journal (9 saves) 0.04 s, other fsyncs (15) 0.05 s, the library's copy 0.69 s,
+  other processes (bash x1, git x2, each under its supervisor) 0.10 s, ELF reads before the swap
+  (13) 0.06 s, output 0.03 s, the rest 0.03 s. Runs varied: manual 1.56-2.33 s, floor 0.53-1.27 s.
+* XFS reflink=1 (loop, burned in): whole apply 0.73 s for 1 GiB, manual 0.21 s (cp reflinks too),
+  floor 0.91 s (its write varied 0.30-2.38 s): 0.81x the floor (met), 3.5 of manual; fixed costs
+  start-up 0.22 s, 2 probes 0.16 s, other processes 0.10 s, ELF reads 0.05 s, copy 0 s.
+* Install phase alone (in-process): ext4 636 ms vs manual 1407 ms (45%, copy_file_range); XFS
+  33 ms vs 146 ms (22%, a reflink; cp reflinks too).
+* Why 1.1x the floor cannot be met here (the arithmetic): the floor is W + T (W one fsync'd write
+  of the library, T one ``import torch``); an apply is at least W + 2P + S (the target's copy,
+  the probe before and the one after, P >= T each, S its own interpreter). Even at P = T and S =
+  one bare interpreter (0.015 s), (0.51 + 0.12 + 0.015) / 0.57 = 1.13x; with the probes as they
+  are (0.09 s each) 1.23x. 1.1x needs T + S <= 0.1 (W + T), i.e. W >= 9T + 10S: a disk slower
+  than this one (1 GiB in >= 0.7 s with the tests' fake torch), and with a real torch (T of
+  seconds) a library of tens of GiB.
+* The 60% goal: W + 2P + S + R <= 0.6 (2W + T + c) (c: the manual's process starts and what its
+  ``sync`` flushes beyond its own bytes), i.e. rocmbuild's fixed costs 2P + S + R <= 0.2 W + 0.6 T
+  + 0.6 c. Here 0.2 W + 0.6 T is 0.14 s, less than the two probes alone; only c (1.2 s in this
+  loaded run, where ``sync`` flushed other jobs' writes) left room: 1.39 s for a whole apply
+  measured at 1.93 s (the copy 0.69 s where the floor's write took 0.51 s, fixed costs 0.76 s).
+* Before (the work dir's ext4, not burned in, quiet): whole apply 4.22 s, manual 3.53 s, floor
+  0.79 s (1.20 and 5.32x): the copy met fresh blocks (3.1 s of it).
 
 The library files are the real fixture libMIOpen (an ELF that dlopen loads) followed by real,
 non-sparse data (a random 1 MiB block repeated) up to the size; the old and the new file differ in
@@ -66,7 +100,6 @@ the output says so.
 from __future__ import annotations
 
 import argparse
-import errno
 import functools
 import ctypes  # noqa: F401  (the child uses it; imported here to fail early if missing)
 import os
@@ -78,13 +111,12 @@ import sys
 import tempfile
 import textwrap
 import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import _whole_apply  # noqa: E402
+from benchmarks._loopfs import ext4_fs, reflink_fs  # noqa: E402
 from benchmarks._common import build_library  # noqa: E402
 from rocmbuild.fs import disk, root  # noqa: E402
 from rocmbuild.proc import runner  # noqa: E402
@@ -343,123 +375,6 @@ def bench(where: Path, size: int, n: int, label: str) -> None:
     reflink = disk.reflink_supported(where)
     COPIES.clear()
     summary(size, [run_once(i, art, old_file, where) for i in range(n)], label, reflink)
-
-
-def burn_in(mnt: Path) -> tuple[int, float]:
-    """Write every free block of the filesystem at ``mnt`` once (a file of random MiB blocks up to
-    ENOSPC, fsynced), then delete it: (bytes written, seconds).
-
-    Why: this VM's disk writes a block the filesystem has not written before several times slower
-    than one it has (1 GiB onto fresh blocks 3.2-3.6 s, onto just-freed ones 0.6-0.7 s, measured
-    here, also inside a loop-mounted ext4 whose backing file was fully written before ``mkfs``). A
-    procedure that happens to meet fresh blocks would pay the VM's penalty, not its own cost. After
-    the burn-in every block of the filesystem is one it has written, for all three procedures."""
-    block = os.urandom(MiB)
-    path = mnt / "burn-in"
-    written, start = 0, time.perf_counter()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        while True:
-            try:
-                n = os.write(fd, block)
-            except OSError as exc:
-                if exc.errno != errno.ENOSPC:
-                    raise
-                break
-            if n < len(block):  # the last partial write: the next one fails with ENOSPC
-                written += n
-                continue
-            written += n
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    path.unlink()
-    os.sync()
-    return written, time.perf_counter() - start
-
-
-@contextmanager
-def loop_fs(base: Path, name: str, mkfs: list[str], image_bytes: int) -> Iterator[tuple[Path | None, str]]:
-    """``mkfs`` on an image of ``image_bytes`` in ``base``, loop-mounted and burned in
-    (:func:`burn_in`): (its mount point, "") or (None, why there is none). Unmounted, detached and
-    removed afterwards.
-
-    Decisions: the image is allocated whole (``posix_fallocate``: never sparse, so it cannot run
-    out of room half-way) and ``mkfs`` is told not to discard it. The loop device does direct I/O
-    to its image (``losetup --direct-io=on``), as a disk does: a buffered loop device caches every
-    byte twice (its filesystem's page cache and the image's), and an fsync inside it waits on the
-    outer filesystem's write-back too (1 GiB fsync'd 2.1-4.1 s buffered, 0.76-0.95 s direct, on
-    the same burned-in image here). Where the kernel refuses direct I/O the device is buffered
-    and the output says so."""
-    img, mnt = base / f"{name}.img", base / f"{name}-mnt"
-    fd = os.open(img, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        os.posix_fallocate(fd, 0, image_bytes)
-    finally:
-        os.close(fd)
-    mnt.mkdir()
-    dev, io = None, "direct I/O"
-    try:
-        try:
-            runner.run([*mkfs, img], what=f"{mkfs[0]} failed")
-            dev = _losetup("--direct-io=on", img)
-            if dev is None:  # an old kernel or a backing fs without O_DIRECT: buffered
-                dev, io = _losetup(img), "buffered I/O"
-            if dev is None:
-                raise RuntimeError("losetup --find --show failed")
-            runner.run(["mount", dev, mnt], what="mount failed")
-        except Exception as exc:  # noqa: BLE001 - no loop devices (not root, a container): say so
-            yield None, f"this machine does not allow a loop-mounted {mkfs[0][5:]} image ({exc})"
-            return
-        try:
-            written, seconds = burn_in(mnt)
-            print(f"\n{name}: a loop-mounted {mkfs[0][5:]} ({io}) on a {image_bytes // MiB} MiB image, burned in "
-                  f"({written // MiB} MiB written once and fsynced in {seconds:.1f} s, "
-                  f"{written / MiB / seconds:.0f} MiB/s, then deleted)", flush=True)
-            yield mnt, ""
-        finally:
-            runner.run(["umount", mnt], what="umount failed")
-    finally:
-        if dev:
-            runner.run(["losetup", "-d", dev], what="losetup -d failed")
-        img.unlink()
-
-
-def _losetup(*args: str | Path) -> str | None:
-    """``losetup --find --show ARGS``: the loop device attached, or None."""
-    done = runner.capture(["losetup", "--find", "--show", *args])
-    return done.stdout.strip() or None if done.returncode == 0 else None
-
-
-def image_size(size: int) -> int:
-    """Room for the whole apply's world at the peak (fixture builds, cache, stock library, two
-    envs, the floor's write) with a margin."""
-    return 10 * size + 3072 * MiB
-
-
-@contextmanager
-def reflink_fs(base: Path, size: int) -> Iterator[tuple[Path | None, str]]:
-    """A loop-mounted XFS (reflink=1) or btrfs image in ``base`` (see :func:`loop_fs`)."""
-    mkfs = next(([t, *opts] for t, opts in (("mkfs.xfs", ["-q", "-K", "-m", "reflink=1"]), ("mkfs.btrfs", ["-q", "--nodiscard"]))
-                 if runner.which(t)), None)
-    if mkfs is None:
-        yield None, "no mkfs.xfs or mkfs.btrfs here (apt-get install xfsprogs btrfs-progs)"
-        return
-    with loop_fs(base, "reflink", mkfs, image_size(size)) as got:
-        yield got
-
-
-@contextmanager
-def ext4_fs(base: Path, size: int) -> Iterator[tuple[Path | None, str]]:
-    """A loop-mounted ext4 image in ``base`` (see :func:`loop_fs`): the figure the ext4 goals are
-    judged on. Its inode tables and journal are written by ``mkfs`` itself (no lazy init running
-    in the background during the runs)."""
-    if not runner.which("mkfs.ext4"):
-        yield None, "no mkfs.ext4 here (apt-get install e2fsprogs)"
-        return
-    mkfs = ["mkfs.ext4", "-q", "-F", "-E", "nodiscard,lazy_itable_init=0,lazy_journal_init=0"]
-    with loop_fs(base, "ext4", mkfs, image_size(size)) as got:
-        yield got
 
 
 def main() -> int:
