@@ -13,7 +13,7 @@ Decisions:
   re-exported here, so callers import ``rocmbuild.results``. The re-export is lazy (PEP 562
   ``__getattr__``): a name's module is imported when the name is first asked for, so a verb pays
   only for its own results (``apply`` imports txn and build, not state, fleet, cache, demo or
-  shell: about 40 ms of every apply's start-up here; a test holds it,
+  shell: about 30 ms of every apply's start-up here; a test holds it,
   tests/unit/test_startup_imports.py). Type checkers read the same names from the
   ``TYPE_CHECKING`` block.
 """
