@@ -15,16 +15,22 @@
   both the manual procedure and this floor.
 * **fixed costs, one by one**: one more apply (untimed) runs with benchmarks/costs/ on PYTHONPATH;
   it reports the start-up (process start to the apply flow), each probe of the target, the
-  journal's saves, the fsyncs outside them and the library's copy; the rest is printed as "other"
-  (recipe, cache key, lock, plan, renames, output).
+  journal's saves, the fsyncs outside them, the library's copy, the other processes it starts
+  (git, the activation's bash, ...: each by name), the ELF reads before the swap, and the output;
+  the rest is printed as "other" (recipe, cache key, lock, plan, renames).
 
 The world is the tests' (tests/support via benchmarks/_common.py): the fixture monorepo, the
 fixture recipe with ``MIOPEN_FIXTURE_PAD_MB`` so that the built libMIOpen is ``size + 1 MiB``
 (two builds differ in size), and per run a fresh conda-layout venv whose fake ``torch`` really
-``dlopen``s its libMIOpen 3.5.0, a real build padded to ``size``. Each run gets two fresh envs
-(one per procedure), synced to disk before the clock starts.
+``dlopen``s its libMIOpen 3.5.0, a real build padded to ``size``. Each run gets three fresh envs
+(one per procedure: the floor imports torch in its own), each synced to disk before its clock
+starts, and runs the three procedures in the order :data:`ORDERS` gives it (rotated run by run,
+printed). benchmarks/swap.py runs this on burned-in loop-mounted filesystems, so that the three
+meet blocks of one kind (its docstring: "Like with like", and the figures measured here).
 
-One more rocmbuild apply runs with benchmarks/hashcount/ on PYTHONPATH (not timed): it records
+One more rocmbuild apply runs with benchmarks/hashcount/ on PYTHONPATH, untimed and before the
+timed runs (a warm-up: the first library written after the world's build is slow whoever writes
+it, and run 1 starts with rocmbuild): it records
 how ``disk.copy_fd`` made the target's copy (reflink / copy_file_range / copy) and what was
 hashed, so the figure says which path was measured without a hook in rocmbuild itself.
 """
@@ -140,7 +146,8 @@ def costs(w: World) -> dict:
     e = fresh_env(w, "env-costs")
     path = os.pathsep.join([str(ROOT / "benchmarks" / "costs"), str(ROOT)])
     spawned = time.time()
-    total, _res = rocmbuild_apply(w, e.prefix, dict(w.env, ROCMBUILD_BENCH_COSTS=str(out), PYTHONPATH=path))
+    total, _res = rocmbuild_apply(w, e.prefix, dict(w.env, ROCMBUILD_BENCH_COSTS=str(out), PYTHONPATH=path,
+                                                    ROCMBUILD_BENCH_COSTS_PREFIX=sys.prefix))
     ended = spawned + total
     shutil.rmtree(e.prefix)
     seen = next(json.loads(line) for line in out.read_text().splitlines() if json.loads(line)["entered"])
@@ -150,10 +157,21 @@ def costs(w: World) -> dict:
         f"journal ({seen['journal'][0]} atomic saves, their fsyncs included)": seen["journal"][1],
         f"other fsyncs ({seen['fsyncs'][0]})": seen["fsyncs"][1],
         f"the library's copy ({len(seen['copies'])} copy_fd)": sum(c["seconds"] for c in seen["copies"]),
+        f"other processes ({_programs(seen['children'])}; each under its supervisor)":
+            sum(c["seconds"] for c in seen["children"]),
+        f"ELF reads before the swap ({seen['elf'][0]}: SONAMEs of the mapped libraries, DT_NEEDED)": seen["elf"][1],
         "output and exit": ended - seen["left"],
     }
     parts["other (recipe, cache key, lock, plan, renames)"] = total - sum(parts.values())
     return {"total": total, "parts": parts}
+
+
+def _programs(children: list[dict]) -> str:
+    """``git x2, bash x1``: the programs started, by name, in order of first start."""
+    names: dict[str, int] = {}
+    for c in children:
+        names[c["program"]] = names.get(c["program"], 0) + 1
+    return ", ".join(f"{n} x{k}" for n, k in names.items()) or "none"
 
 
 def durable_write(work: Path, size_mib: int) -> float:
@@ -174,31 +192,57 @@ def durable_write(work: Path, size_mib: int) -> float:
     return seconds
 
 
+#: The order of the three procedures in run ``i`` is ``ORDERS[i % 3]``: each goes first, second and
+#: third once in three runs, so whatever drifts in the machine during a run (the disk's write-back,
+#: another job's load) does not always fall on the same one.
+ORDERS = (("rocmbuild", "manual", "floor"), ("manual", "floor", "rocmbuild"), ("floor", "rocmbuild", "manual"))
+
+
 def run(work: Path, size_mib: int, runs: int, label: str) -> bool:
     """Build the world in ``work``, print ``runs`` runs and the summary; True when the goal is met."""
     w = make_world(work, size_mib)
-    rb, man, floors, new, imports = [], [], [], None, []
-    for i in range(runs):
-        e = fresh_env(w, f"env-rb-{i}")
-        t, res = rocmbuild_apply(w, e.prefix)
-        shutil.rmtree(e.prefix)
-        new = next((Path(res["artifact"]) / "tree").rglob(REAL))
-        m = fresh_env(w, f"env-manual-{i}")
-        mt, version = manual_apply(new, m.prefix / "lib", m.python)
-        imports.append(torch_import(m.python))
-        shutil.rmtree(m.prefix)
-        rb.append(t)
-        man.append(mt)
-        floors.append(durable_write(w.work, size_mib) + imports[-1])
-        print(f"whole apply run {i + 1}: rocmbuild {t:6.2f} s   manual {mt:6.2f} s   floor {floors[-1]:6.2f} s   "
-              f"(manual's torch.backends.cudnn.version() -> {version})", flush=True)
+    # The untimed counted apply goes first, as a warm-up: the first library written after the
+    # world's build is slow whoever writes it (an apply's copy 1.73 s there, then 0.49 and 0.41 s,
+    # its source in the page cache all along), and run 1 starts with rocmbuild (ORDERS[0]).
     c = counted(w)
+    rb: list[float] = []
+    man: list[float] = []
+    floors: list[float] = []
+    imports: list[float] = []
+    new: Path | None = None  # the cache's new library, which the manual procedure copies (run 1 starts with rocmbuild)
+    for i in range(runs):
+        order = ORDERS[i % len(ORDERS)]
+        version = ""
+        for what in order:
+            if what == "rocmbuild":
+                e = fresh_env(w, f"env-rb-{i}")
+                t, res = rocmbuild_apply(w, e.prefix)
+                shutil.rmtree(e.prefix)
+                new = next((Path(res["artifact"]) / "tree").rglob(REAL))
+                rb.append(t)
+            elif what == "manual":
+                assert new is not None, "ORDERS[0] starts with rocmbuild: its result names the cache's library"
+                m = fresh_env(w, f"env-manual-{i}")
+                mt, version = manual_apply(new, m.prefix / "lib", m.python)
+                shutil.rmtree(m.prefix)
+                man.append(mt)
+            else:
+                f = fresh_env(w, f"env-floor-{i}")
+                written = durable_write(w.work, size_mib)
+                imports.append(torch_import(f.python))
+                shutil.rmtree(f.prefix)
+                floors.append(written + imports[-1])
+        print(f"whole apply run {i + 1} (order: {', '.join(order)}): rocmbuild {rb[-1]:6.2f} s   "
+              f"manual {man[-1]:6.2f} s   floor {floors[-1]:6.2f} s   "
+              f"(manual's torch.backends.cudnn.version() -> {version})", flush=True)
     fixed = costs(w)
     hows = sorted({x["how"] for x in c["copies"] if x["bytes"] >= size_mib << 20}) or ["(no large copy)"]
     r, m = statistics.median(rb), statistics.median(man)
     met = r <= GOAL * m
     print()
-    print(f"summary: whole apply end to end, {label} ({size_mib} MiB library, median of {runs} runs)")
+    print(f"summary: whole apply end to end, {label} ({size_mib} MiB library, median of {runs} runs, "
+          f"the order of the three procedures rotated run by run; load average now "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())})")
     print(f"  the target's copy of the library was made by: {', '.join(hows)}; "
           f"bytes hashed by the apply: {c['hashed']}" + (f" ({', '.join(c['paths'][:3])})" if c["paths"] else ""))
     f = statistics.median(floors)

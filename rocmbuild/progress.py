@@ -35,13 +35,17 @@ import time
 from contextlib import contextmanager
 from typing import Iterator
 
-from rich.progress import BarColumn, Progress, ProgressColumn, SpinnerColumn, TaskID
-from rich.table import Column
-from rich.text import Text
+from typing import TYPE_CHECKING
 
 from rocmbuild.names import safe_text
 from rocmbuild.steps import Step, parse_step  # noqa: F401 (re-exported: progress.parse_step)
-from rocmbuild.ui import console, silence
+from rocmbuild import ui
+from rocmbuild.ui import silence
+
+if TYPE_CHECKING:  # rich is imported where it draws: a terminal's display, a plain line
+    from rich.progress import TaskID
+
+    from rocmbuild.progressbar import Display
 
 DONE = {"fetch": "fetched", "download": "downloaded", "configure": "configured", "build": "built", "install": "installed",
         "probe": "probed", "swap": "swapped", "verify": "verified"}
@@ -87,7 +91,7 @@ def configure(*, json: bool = False, quiet: bool = False) -> None:
 def mode() -> str:
     if _mode is not None:
         return _mode
-    return "tty" if console.is_terminal and not console.is_dumb_terminal else "plain"
+    return "tty" if ui.console.is_terminal and not ui.console.is_dumb_terminal else "plain"
 
 
 def _event(obj: dict) -> None:
@@ -100,8 +104,10 @@ def _event(obj: dict) -> None:
 
 
 def _plain(text: str) -> None:
+    from rich.text import Text
+
     with _lock:
-        console.print(Text(safe_text(text)), soft_wrap=True)
+        ui.console.print(Text(safe_text(text)), soft_wrap=True)
 
 
 def echo(line: str) -> None:
@@ -170,7 +176,7 @@ class Phase:
         self.seen.append((time.monotonic(), step.percent))
         m = mode()
         if m == "tty":
-            _display.update(self)
+            _bar().update(self)
         elif m in ("plain", "json") and step.percent >= self.said_percent + STEP_PERCENT:
             self.said_percent = step.percent - step.percent % STEP_PERCENT
             self.report()
@@ -213,7 +219,7 @@ def phase(name: str, label: str = "") -> Iterator[Phase]:
         _active.append(p)
     try:
         if m == "tty":
-            _display.add(p)
+            _bar().add(p)
         elif m in ("plain", "json"):
             _heartbeat.ensure()
         yield p
@@ -226,7 +232,7 @@ def phase(name: str, label: str = "") -> Iterator[Phase]:
 
 def _close(p: Phase, m: str, ok: bool) -> None:
     if m == "tty":
-        _display.remove(p)
+        _bar().remove(p)
     done = f"{DONE.get(p.name, p.name)} in {duration(p.elapsed)}" if ok else \
         f"{p.name} failed after {duration(p.elapsed)}"
     if p.step is not None and p.step.done is not None and ok:
@@ -272,118 +278,17 @@ _heartbeat = _Heartbeat()
 
 
 # --------------------------------------------------------------------------------------------
-# on a terminal: one rich display, a row per running phase
+# on a terminal: one rich display (rocmbuild.progressbar), made on the first phase shown there
+
+_display: Display | None = None
 
 
-class _Count(ProgressColumn):
-    """``12/300`` for a counted build (ninja); nothing for make or a phase without steps."""
+def _bar() -> Display:
+    """The terminal's display; rich's progress machinery is imported only here, so a run off a
+    terminal (``--json``, a pipe, ``-q``) never imports it."""
+    global _display
+    if _display is None:
+        from rocmbuild.progressbar import Display
 
-    def render(self, task) -> Text:
-        step = task.fields.get("step")
-        return Text(f"{step.done}/{step.total}" if step and step.done is not None else "", style="progress.download")
-
-
-class _Percent(ProgressColumn):
-    def render(self, task) -> Text:
-        step = task.fields.get("step")
-        return Text(f"{step.percent:3.0f}%" if step else "", style="progress.percentage")
-
-
-class _Elapsed(ProgressColumn):
-    def render(self, task) -> Text:
-        phase = task.fields["phase"]
-        return Text(duration(phase.elapsed), style="progress.elapsed")
-
-
-class _Eta(ProgressColumn):
-    def render(self, task) -> Text:
-        eta = task.fields["phase"].eta()
-        return Text(f"ETA {duration(eta)}" if eta is not None else "", style="progress.remaining")
-
-
-def _widths(columns: int) -> tuple[int, int, int]:
-    """(label, bar, target) widths for a terminal ``columns`` wide. The counts, percent, elapsed
-    and ETA (about 45 columns with the gaps) always show; the bar and the target get what is left,
-    so a long target name is cut (its start, keeping the file name) and never squeezes them out."""
-    label = 16 if columns < 120 else 28
-    bar = max(0, min(30, (columns - 70) // 2))
-    target = columns - label - bar - 45
-    return label, bar, target if target >= 12 else 0
-
-
-def _cut(text: str, width: int, *, keep_end: bool = False) -> str:
-    if width <= 0:
-        return ""
-    if len(text) <= width:
-        return text
-    return "\u2026" + text[-(width - 1):] if keep_end else text[:width - 1] + "\u2026"
-
-
-def middle(text: str, width: int) -> str:
-    """``text`` in ``width`` columns, cut in the middle: its start and (the larger part) its end
-    stay, so ``probing /tmp/.../env/bin/python (importing torch)`` keeps what it probes."""
-    if width <= 0:
-        return ""
-    if len(text) <= width:
-        return text
-    head = (width - 1) // 3
-    return text[:head] + "\u2026" + text[len(text) - (width - 1 - head):]
-
-
-class _Label(ProgressColumn):
-    """The phase's label, cut in the middle. A phase without steps (no bar, count or target) gives
-    its label the room those would take; the elapsed time and the ETA always show."""
-
-    def render(self, task) -> Text:
-        room = _widths(console.width)[0] if task.fields.get("step") else max(16, console.width - 30)
-        return Text(middle(safe_text(task.description), room), style="progress.description")
-
-
-class _Target(ProgressColumn):
-    def render(self, task) -> Text:
-        return Text(_cut(safe_text(task.fields.get("target") or ""), _widths(console.width)[2], keep_end=True))
-
-
-class _Bar(BarColumn):
-    """The bar, for a phase with steps; a phase without steps has only its spinner."""
-
-    def render(self, task):
-        self.bar_width = _widths(console.width)[1]
-        return super().render(task) if task.fields.get("step") and self.bar_width else Text("")
-
-
-class _Display:
-    """The one rich Progress of a terminal, started with the first phase and stopped (it is
-    transient) with the last; phase lines are printed above it and stay."""
-
-    def __init__(self) -> None:
-        self.progress: Progress | None = None
-
-    def add(self, p: Phase) -> None:
-        with _lock:
-            if self.progress is None:
-                self.progress = Progress(
-                    SpinnerColumn(), _Label(table_column=Column(no_wrap=True)), _Bar(bar_width=30),
-                    _Count(table_column=Column(no_wrap=True)), _Percent(table_column=Column(no_wrap=True)),
-                    _Elapsed(table_column=Column(no_wrap=True)), _Eta(table_column=Column(no_wrap=True)),
-                    _Target(table_column=Column(no_wrap=True, overflow="ellipsis")),
-                    console=console, transient=True, refresh_per_second=4)
-                self.progress.start()
-            p.task = self.progress.add_task(p.label or p.name, total=100, phase=p, step=None, target="")
-
-    def update(self, p: Phase) -> None:
-        with _lock:
-            if self.progress is not None and p.task is not None and p.step is not None:
-                self.progress.update(p.task, completed=p.step.percent, step=p.step, target=p.step.target)
-
-    def remove(self, p: Phase) -> None:
-        with _lock:
-            if self.progress is None or p.task is None:
-                return
-            self.progress.remove_task(p.task)
-            if not self.progress.tasks:
-                self.progress.stop()
-                self.progress = None
-
-
-_display = _Display()
+        _display = Display(_lock)
+    return _display

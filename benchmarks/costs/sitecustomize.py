@@ -9,24 +9,38 @@ untimed apply). At exit it appends one JSON line to that file:
   (``rocmbuild.environment.probe._capture``, which every probe goes through);
 * ``journal``: count and seconds of ``Journal.save`` (atomic write, its fsyncs included);
 * ``fsyncs``: count and seconds of ``os.fsync``/``os.fdatasync`` outside a journal save;
-* ``copies``: seconds and bytes of each ``rocmbuild.fs.disk.copy_fd`` (the library's bytes).
+* ``copies``: seconds and bytes of each ``rocmbuild.fs.disk.copy_fd`` (the library's bytes);
+* ``children``: the other processes (``rocmbuild.proc.runner.run``/``capture`` outside a probe:
+  git, the activation's bash, ldconfig ...), each its program's name and seconds, the
+  supervisor every child runs under (``proc/reaper.py``, a ``python -I -S``) included;
+* ``elf``: count and seconds of the ELF reads before the swap (``read_soname``, ``read_elf``,
+  pyelftools' import included in the first).
 
 Nothing of rocmbuild is imported here (that would move import time out of start-up): a finder on
 ``sys.meta_path`` wraps each function right after its module is first executed.
+
+Only rocmbuild's own interpreter is instrumented (``sys.prefix`` equal to
+``ROCMBUILD_BENCH_COSTS_PREFIX``): the target's Python, started by the probe with the same
+``PYTHONPATH``, runs this file too, and importing ``importlib.abc`` and ``json`` there would map
+a dozen more shared objects into the probed process (zlib, lzma, bz2, ...), so the check before the
+swap would read their SONAMEs and the figure would measure the instrument.
 """
 
-import atexit
-import functools
-import importlib.abc
-import json
 import os
 import sys
-import time
 
-_OUT = os.environ.get("ROCMBUILD_BENCH_COSTS")
+_OUT = (os.environ.get("ROCMBUILD_BENCH_COSTS")
+        if sys.prefix == os.environ.get("ROCMBUILD_BENCH_COSTS_PREFIX") else None)
+if _OUT:
+    import atexit
+    import functools
+    import importlib.abc
+    import json
+    import time
 _seen = {"pid": os.getpid(), "entered": None, "left": None, "probes": [], "journal": [0, 0.0], "fsyncs": [0, 0.0],
-         "copies": []}
+         "copies": [], "children": [], "elf": [0, 0.0]}
 _in_journal = [0]
+_in_probe = [0]
 
 
 def _timed(fn, record):
@@ -40,8 +54,29 @@ def _timed(fn, record):
     return wrapper
 
 
-def _probe(dt, a, kw):
-    _seen["probes"].append(dt)
+def _probe_capture(fn):
+    @functools.wraps(fn)
+    def wrapper(*a, **kw):
+        _in_probe[0] += 1
+        t = time.perf_counter()
+        try:
+            return fn(*a, **kw)
+        finally:
+            _in_probe[0] -= 1
+            _seen["probes"].append(time.perf_counter() - t)
+    return wrapper
+
+
+def _child(dt, a, kw):
+    if not _in_probe[0]:
+        argv = a[0] if a else kw.get("argv", ["?"])
+        _seen["children"].append({"program": os.path.basename(str(argv[0])), "seconds": dt})
+
+
+def _elf(dt, a, kw):
+    _seen.setdefault("elf_paths", []).append(str(a[0]) if a else "?")
+    _seen["elf"][0] += 1
+    _seen["elf"][1] += dt
 
 
 def _journal_save(fn):
@@ -84,8 +119,17 @@ def _apply(fn):
 
 
 def _patch(name, module):
+    if getattr(module, "_bench_costs_patched", False):  # executed twice (a reload): wrapped once
+        return
+    module._bench_costs_patched = True
     if name == "rocmbuild.environment.probe":
-        module._capture = _timed(module._capture, _probe)
+        module._capture = _probe_capture(module._capture)
+        module.read_soname = _timed(module.read_soname, _elf)
+    elif name == "rocmbuild.environment.needed":
+        module.read_elf = _timed(module.read_elf, _elf)
+    elif name == "rocmbuild.proc.runner":
+        module.run = _timed(module.run, _child)
+        module.capture = _timed(module.capture, _child)
     elif name == "rocmbuild.swap.journal":
         module.Journal.save = _journal_save(module.Journal.save)
     elif name == "rocmbuild.fs.disk":
@@ -94,8 +138,9 @@ def _patch(name, module):
         module.apply = _apply(module.apply)
 
 
-class _AfterImport(importlib.abc.MetaPathFinder):
-    NAMES = ("rocmbuild.environment.probe", "rocmbuild.swap.journal", "rocmbuild.fs.disk", "rocmbuild.flows.apply")
+class _AfterImport((importlib.abc.MetaPathFinder if _OUT else object)):  # type: ignore[misc]
+    NAMES = ("rocmbuild.environment.probe", "rocmbuild.environment.needed", "rocmbuild.proc.runner",
+             "rocmbuild.swap.journal", "rocmbuild.fs.disk", "rocmbuild.flows.apply")
 
     def find_spec(self, name, path, target=None):
         if name not in self.NAMES:

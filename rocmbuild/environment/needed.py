@@ -149,7 +149,9 @@ def check(tree: Path, library_files: Iterable[str], report: ProbeReport, libdir:
     """The artifact's libraries (``library_files``, relative to ``tree``; ``sonames``: theirs)
     against the target whose probe is ``report``, the library swapped into ``libdir`` (see the
     module notes). ``env``: the target's activation (its ``LD_LIBRARY_PATH``); ``system``:
-    ``ldconfig -p``'s names (None: asked)."""
+    ``ldconfig -p``'s names (None: asked, once, only when a needed name is neither mapped, nor the
+    artifact's own, nor a file in a searched dir: the usual apply, whose new library needs what the
+    old one did, starts no ``ldconfig``)."""
     files = tuple(library_files)
     mapped: dict[str, LoadedLibrary] = {}
     for lib in report.mapped or report.libraries:
@@ -167,8 +169,6 @@ def check(tree: Path, library_files: Iterable[str], report: ProbeReport, libdir:
             skipped.append(rel)
         else:
             elves[rel] = elf
-    if system is None and elves:
-        system = ldconfig_names() or {}
     base_dirs = _dirs(libdir, report, env)
     conflicts: list[Conflict] = []
     missing: list[tuple[str, str]] = []
@@ -182,8 +182,11 @@ def check(tree: Path, library_files: Iterable[str], report: ProbeReport, libdir:
             other = [n for n in by_stem.get(stem(need), []) if n != need]
             if other:
                 conflicts.append(Conflict(rel, need, other[0], mapped[other[0]].path))
-            elif need not in (system or {}) and not any(os.path.exists(os.path.join(d, need)) for d in dirs):
-                missing.append((rel, need))
+            elif not any(os.path.exists(os.path.join(d, need)) for d in dirs):
+                if system is None:  # asked once, and only for a name found nowhere else
+                    system = ldconfig_names() or {}
+                if need not in system:
+                    missing.append((rel, need))
     return Needed(tuple(conflicts), tuple(missing), tuple(skipped), tuple(elves), tuple(searched))
 
 

@@ -31,6 +31,9 @@ Decisions (docs/json.md fixes what the result holds):
   saw loaded and its directory, the conda activation scripts: identity, size, mtime, ctime) is
   unchanged: the probe's answer is proven unchanged. Under the lock the libraries are checked again
   (a change re-probes), as before.
+* The bundle and lock-file modules (``store.bundle`` and its tar reader, ``flows.export``) are
+  imported by the source that needs them: an apply of a cached recipe never loads them (start-up,
+  tests/unit/test_startup_imports.py).
 * ``--allow-outside-prefix``: the state lives in the state home's targets/<hash>/ (home.state_home) with a target.json
   naming the prefix, so history/recover/rollback given only --env find it again.
 """
@@ -46,12 +49,12 @@ from pathlib import Path
 from typing import Iterator, Union
 
 from rocmbuild import progress, ui
-from rocmbuild.store import bundle, cache
+from rocmbuild.store import cache
 from rocmbuild.store.artifact import Artifact
 from rocmbuild.store.provenance import origin
 from rocmbuild.names import recipe_version
 from rocmbuild.errors import RocmbuildError, VerifyError
-from rocmbuild.flows import build, export, guards
+from rocmbuild.flows import build, guards
 from rocmbuild.flows.substitute import CacheOptions
 from rocmbuild.home import cache_home, state_home
 from rocmbuild.fs.locks import LockWait
@@ -83,6 +86,8 @@ class LockSource:
     recipes_dirs: tuple[str, ...] = ()
 
     def recipe(self) -> RecipeSource:
+        from rocmbuild.flows import export
+
         name, overrides = export.from_lock(self.path, self.recipes_dirs)
         return RecipeSource(name, self.recipes_dirs, overrides)
 
@@ -132,6 +137,8 @@ def apply(source: Source, where: TargetSpec, options: ApplyOptions = ApplyOption
         recipe = build.load_recipe(source.name, source.recipes_dirs, source.overrides)
         targets, encoding = arch.build_targets(recipe.build.defines), recipe.verify.encoding
     else:
+        from rocmbuild.store import bundle
+
         art = bundle.import_bundle(source.location, home=cache_home(), sha256=source.sha256)
         targets, encoding = art.manifest.gpu_targets, art.manifest.encoding
     gpu_arch = guards.refuse_other_arch(targets, encoding, allow_other_arch=options.allow_other_arch)
@@ -294,6 +301,8 @@ def _already(art: Artifact, t: Target, the_plan: _plan.Plan, verify, recovered: 
 def _dry_artifact(source: RecipeSource | BundleSource, options: ApplyOptions) -> Iterator[tuple[Artifact | None, BuildPlan | None,
                                                                          BundleSummary | None]]:
     """(the artifact if at hand, the build plan, the bundle checked) without changing the cache."""
+    from rocmbuild.store import bundle
+
     if isinstance(source, RecipeSource):
         bp = build.build_plan(source.name, source.recipes_dirs, source.overrides,
                               offline=options.caches.offline, caches=options.caches)

@@ -40,7 +40,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rocmbuild import config, ui
-from rocmbuild.store import bundle
 from rocmbuild.store.artifact import Artifact
 from rocmbuild.store.cache import key_lock, lookup
 from rocmbuild.store.provenance import SUBSTITUTED, Provenance
@@ -130,6 +129,7 @@ def _import(cand: Candidate, key: str, home: Path) -> Artifact:
     directory. A download that fails or is stopped leaves only its partial file there (the next
     pull of the key resumes it); anything else in it is removed."""
     from rocmbuild.remote import open_cache
+    from rocmbuild.store import bundle  # a download's import only: a cached apply never loads it
 
     entry = cand.entry
     tmp = downloads_dir(home) / f"{key}.part"

