@@ -415,26 +415,24 @@ def main() -> int:
             bench(base / "plain", size, args.runs, label)
             if not args.no_whole:
                 _whole_apply.run(base / "whole", size // MiB, args.runs, label)
+        def figures(mnt: Path, label: str) -> None:  # the install phase, then the whole apply
+            bench(mnt / "work", size, args.runs, label)
+            shutil.rmtree(mnt / "work")
+            if not args.no_whole:
+                _whole_apply.run(mnt / "whole", size // MiB, args.runs, label)
+
         with ext4_fs(base, size) as (mnt, why):
             if mnt is None:
                 print(f"\nno burned-in ext4 figure: {why}" + ("" if args.workdir_figures else
                       "; use --workdir-figures for the work dir's filesystem (not burned in)"))
             else:
-                ext4 = "a loop-mounted ext4 (burned in), reflinks not available"
-                bench(mnt / "work", size, args.runs, ext4)
-                shutil.rmtree(mnt / "work")
-                if not args.no_whole:
-                    _whole_apply.run(mnt / "whole", size // MiB, args.runs, ext4)
+                figures(mnt, "a loop-mounted ext4 (burned in), reflinks not available")
         if not args.no_reflink:
             with reflink_fs(base, size) as (mnt, why):
                 if mnt is None:
                     print(f"\nno reflink figure: {why}")
                 else:
-                    xfs = "a loop-mounted reflink filesystem (burned in)"
-                    bench(mnt / "work", size, args.runs, xfs)
-                    shutil.rmtree(mnt / "work")
-                    if not args.no_whole:
-                        _whole_apply.run(mnt / "whole", size // MiB, args.runs, xfs)
+                    figures(mnt, "a loop-mounted reflink filesystem (burned in)")
         print("\nSIGBUS demonstration (a process with the library dlopen'ed and mmapped, reading every page):",
               flush=True)
         art, old_file = prepare(base / "demo", min(size, 64 * MiB))

@@ -20,8 +20,7 @@ TOKEN = "s3cret-token-9f1c"
 
 @pytest.fixture
 def server():
-    fake = recorder.start(answer=lambda m, p, h: (200, {"Content-Type": "application/json"},
-                                                  b'{"name": "rocmbuild/cache", "tags": []}'))
+    fake = recorder.start(answer=recorder.empty_registry)
     yield fake
     fake.stop()
 

@@ -38,8 +38,7 @@ def _files_holding(root: Path, needle: str) -> list[str]:
 
 @pytest.fixture
 def server():
-    fake = recorder.start(answer=lambda m, p, h: (200, {"Content-Type": "application/json"},
-                                                  b'{"name": "rocmbuild/cache", "tags": []}'))
+    fake = recorder.start(answer=recorder.empty_registry)
     yield fake
     fake.stop()
 

@@ -122,6 +122,11 @@ class Recorder:
         self.thread.join(timeout=10)
 
 
+def empty_registry(method: str, path: str, headers: object) -> tuple[int, dict[str, str], bytes]:
+    """An ``answer`` for :func:`start`: an OCI registry whose cache repository has no tags."""
+    return 200, {"Content-Type": "application/json"}, b'{"name": "rocmbuild/cache", "tags": []}'
+
+
 def start(*, upstream: str | None = None, answer: Answer | None = None,
           relocate: Callable[[str], str] | None = None, name: str = "127.0.0.1") -> Recorder:
     """Forward to ``upstream`` (``http://HOST:PORT``) or answer with ``answer``; listen on 127.0.0.1,
