@@ -71,13 +71,17 @@ def _run(argv: list[str], want_json: bool, debug: bool) -> tuple[str | None, Ver
         a.resolve_env_name(args)
         a.check_target_paths(args)
         a.config_defaults(args)
-        from rocmbuild import progress
-        from rocmbuild.swap import migrate
+        from rocmbuild.proc import ahead
 
-        progress.configure(json=args.json, quiet=args.quiet)
-        if verb != "completion":
-            migrate.migrate()  # state left in the cache home by an older release (a note when it moves)
-        result = handlers[verb](args)
+        with ahead.started():  # the first command's supervisor starts now, while the verb's modules import
+            ahead.warm()
+            from rocmbuild import progress
+            from rocmbuild.swap import migrate
+
+            progress.configure(json=args.json, quiet=args.quiet)
+            if verb != "completion":
+                migrate.migrate()  # state left in the cache home by an older release (a note when it moves)
+            result = handlers[verb](args)
         return verb, result, (result.to_json() if want_json else _text(result, args.quiet))
     except UsageError as exc:
         mine = _verb_parser(parser, argv)  # an unknown option is reported by the top parser: the verb's usage

@@ -19,6 +19,12 @@ Decisions:
   runs as that user: the forked child sets its groups, gid and uid (all three ids) before exec,
   then its parent-death signal (a change of credentials clears it); a run as root of another
   user's target (``rocmbuild/proc/runas.py``).
+* no PROGRAM after ``--``: a supervisor *started ahead* (``runner.py``, "Ahead"): it arms all of
+  the above, then reads its program from stdin -- NUL-terminated fields ``cwd``, ``merge`` (``1``:
+  the program's stderr is its stdout), the argument count, the arguments, then ``NAME=VALUE``
+  environment entries to EOF -- and runs it as if it had been given on the command line: stdin
+  ``/dev/null``, in that cwd, with exactly that environment. EOF before a whole request: it exits
+  0 and starts nothing (rocmbuild ended without needing it).
 What stays impossible: a descendant that makes itself a subreaper or enters a new PID namespace
 escapes; a SIGKILL of the supervisor leaves the program's grandchildren (its group) to run on.
 """
@@ -69,7 +75,8 @@ def _become(user: tuple[int, int, list[int]] | None) -> None:
         os.chdir("/")
 
 
-def _exec_child(libc: ctypes.CDLL, me: int, argv: list[str], user: tuple[int, int, list[int]] | None = None) -> None:
+def _exec_child(libc: ctypes.CDLL, me: int, argv: list[str], user: tuple[int, int, list[int]] | None = None,
+                env: dict[str, str] | None = None) -> None:
     """In the forked child: own process group, default signals, the target owner's identity when
     asked (before the parent-death signal: a change of credentials clears it), parent-death
     SIGKILL, exec."""
@@ -81,7 +88,9 @@ def _exec_child(libc: ctypes.CDLL, me: int, argv: list[str], user: tuple[int, in
         _prctl(libc, PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != me:
             os._exit(137)
-        os.execv(argv[0], argv)
+        if env is None:
+            os.execv(argv[0], argv)
+        os.execve(argv[0], argv, env)
     except BaseException as exc:  # noqa: BLE001 - a child must never return into the supervisor
         try:
             os.write(2, f"rocmbuild: cannot run {argv[0]}: {exc}\n".encode())
@@ -174,6 +183,29 @@ def _finish(status: int) -> int:
     return os.waitstatus_to_exitcode(status)
 
 
+def _request() -> tuple[list[str], dict[str, str]] | None:
+    """Read the program a supervisor started ahead is to run (stdin, to EOF; the module doc) and
+    set up its stdio and cwd; None when rocmbuild closed stdin without one."""
+    data = bytearray()
+    while chunk := os.read(0, 65536):
+        data += chunk
+    fields = bytes(data).split(b"\0")
+    if len(fields) < 4 or fields.pop() != b"":
+        return None
+    cwd, merge, count = fields[0], fields[1], int(fields[2])
+    argv = [os.fsdecode(f) for f in fields[3:3 + count]]
+    env = {name: value for name, _, value in (os.fsdecode(e).partition("=") for e in fields[3 + count:])}
+    if len(argv) != count or not argv:
+        return None
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    if merge == b"1":
+        os.dup2(1, 2)
+    os.chdir(cwd)
+    return argv, env
+
+
 def main(args: list[str]) -> int:
     parent, grace, *rest = args
     user = None
@@ -182,7 +214,7 @@ def main(args: list[str]) -> int:
         user = (int(uid), int(gid), [int(g) for g in groups.split(",") if g])
         rest = rest[4:]
     sep, *argv = rest
-    assert sep == "--" and argv, "usage: reaper.py PARENT_PID GRACE [--user UID GID G1,G2] -- PROGRAM ARGS..."
+    assert sep == "--", "usage: reaper.py PARENT_PID GRACE [--user UID GID G1,G2] -- [PROGRAM ARGS...]"
     libc = ctypes.CDLL(None, use_errno=True)
     for s in STOP_SIGNALS:
         signal.signal(s, _on_signal)
@@ -191,10 +223,20 @@ def main(args: list[str]) -> int:
         _prctl(libc, PR_SET_PDEATHSIG, signal.SIGTERM)
         if os.getppid() != int(parent):
             return 128 + signal.SIGTERM  # rocmbuild died before the prctl: start nothing
+        env = None
+        if not argv:  # started ahead: the program comes on stdin
+            try:
+                asked = _request()
+            except (OSError, ValueError) as exc:  # its cwd went away, a garbled request
+                os.write(2, f"rocmbuild: cannot start the program: {exc}\n".encode())
+                return 127
+            if asked is None:
+                return 0
+            argv, env = asked
         me = os.getpid()
         pid = os.fork()
         if pid == 0:
-            _exec_child(libc, me, argv, user)
+            _exec_child(libc, me, argv, user, env)
         try:
             os.setpgid(pid, pid)
         except OSError:

@@ -13,7 +13,9 @@ Every command runs under the supervisor ``reaper.py`` (its own session; a child 
 parent-death signal; the command in its own process group with ``PR_SET_PDEATHSIG = SIGKILL``),
 so no process of the tree outlives the command, a stop (Ctrl-C, SIGTERM, SIGHUP, an exception)
 or even a SIGKILL of rocmbuild: :func:`kill_tree` ends it with SIGTERM, :data:`GRACE` seconds,
-then SIGKILL. What stays impossible is in reaper.py's docstring and docs/transactions.md.
+then SIGKILL. What stays impossible is in reaper.py's docstring and docs/transactions.md. In the
+CLI the supervisor is started ahead, while the command before it runs (ahead.py): the same
+supervisor, handed its command on stdin, minus 30 ms of interpreter start per command.
 
 Decisions: the child's environment is ``os.environ`` as it is *now* plus the given extras (an
 extra whose value is None removes that variable: git's hermetic environment drops the user's
@@ -42,6 +44,8 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Callable, Mapping, Sequence
 
 from rocmbuild import progress, ui
+from rocmbuild.proc import ahead
+from rocmbuild.proc.ahead import GRACE, MAX_ARG_STRLEN, REAPER
 from rocmbuild.errors import BuildError, RequirementError, RocmbuildError, SystemLimitError, from_os_error
 
 if TYPE_CHECKING:
@@ -63,8 +67,6 @@ class Completed:
 #: extra environment for a command: a value sets the variable, None removes it
 Env = Mapping[str, "str | None"] | None
 
-GRACE = 3.0  # seconds between SIGTERM and SIGKILL when a tree is stopped
-REAPER = Path(__file__).with_name("reaper.py")
 
 
 def _start(argv: Sequence[str | os.PathLike[str]], cwd: str | os.PathLike[str] | None, env: Env, stderr: int,
@@ -78,6 +80,16 @@ def _start(argv: Sequence[str | os.PathLike[str]], cwd: str | os.PathLike[str] |
     ui.detail(f"running: {display(argv)}" + (f" (in {cwd})" if cwd is not None else ""))
     logger.debug("start %s (cwd %s; extra env %s)", display(argv), cwd or os.getcwd(),
               " ".join(f"{k}={v if v is not None else '(unset)'}" for k, v in (env or {}).items()) or "none")
+    proc = ahead.hand_over(program, args, cwd, environment(env), stderr == subprocess.STDOUT) if user is None else None
+    if proc is None:
+        proc = _popen(program, args, cwd, env, stderr, user, argv)
+    ahead.warm()  # the next command's supervisor starts while this one runs
+    return proc
+
+
+def _popen(program: str, args: list[str], cwd: str | os.PathLike[str] | None, env: Env, stderr: int,
+           user: "Identity | None", argv: Sequence[str | os.PathLike[str]]) -> subprocess.Popen[bytes]:
+    """Start the supervisor with the program on its command line."""
     try:
         return subprocess.Popen(
             [sys.executable, "-I", "-S", str(REAPER), str(os.getpid()), str(GRACE),
@@ -98,8 +110,6 @@ def _start(argv: Sequence[str | os.PathLike[str]], cwd: str | os.PathLike[str] |
         raise
 
 
-# Linux's limit on one argument or environment string (MAX_ARG_STRLEN: 32 pages)
-MAX_ARG_STRLEN = 32 * 4096
 
 
 def too_long(argv: Sequence[str | os.PathLike[str]], env: Env) -> SystemLimitError:

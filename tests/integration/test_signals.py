@@ -176,6 +176,13 @@ def _hung_remote(tmp_path: Path) -> tuple[dict, str, Path]:
     return {"GIT_SSH_COMMAND": str(ssh)}, tag, started
 
 
+def _parent_command(pid: int) -> str:
+    """The command line of ``pid``'s parent (a supervisor started ahead shows no program in its own)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+    return Path(f"/proc/{ppid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+
+
 def _tagged(tag: str, within: float) -> list[runner.Process]:
     deadline = time.monotonic() + within
     while (left := [p for p in runner.processes() if tag in p.command]) and time.monotonic() < deadline:
@@ -193,13 +200,15 @@ def test_a_stop_during_a_slow_git_fetch_leaves_no_git_process(started, tmp_path,
         assert time.monotonic() < deadline and run.proc.poll() is None, "git never started the ssh command"
         time.sleep(0.05)
     while True:  # the ssh command's two children are up
-        running = [p.command for p in runner.processes() if tag in p.command]
+        tagged = [p for p in runner.processes() if tag in p.command]
+        running = [p.command for p in tagged]
         if {f"sleep {tag}.5", f"sleep {tag}.25"} <= set(running):
             break
         assert time.monotonic() < deadline, f"the ssh command's children never started: {running}"
         time.sleep(0.05)
-    assert any(c.split()[0].endswith("/git") and " ls-remote " in c for c in running), running
-    assert any("reaper.py" in c for c in running), running  # git runs under the supervisor
+    gits = [p for p in tagged if p.command.split()[0].endswith("/git") and " ls-remote " in p.command]
+    assert gits, running
+    assert all("reaper.py" in _parent_command(p.pid) for p in gits), running  # git runs under the supervisor
     run.proc.send_signal(sig)
     if sig == signal.SIGKILL:
         assert run.proc.wait(timeout=10) == -sig  # only the parent-death signals are left to act
