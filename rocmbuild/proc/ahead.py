@@ -2,9 +2,9 @@
 
 A supervisor (``reaper.py``) is a fresh ``python -I -S``: about 30 ms here, most of it the
 interpreter and ctypes, paid by every command rocmbuild starts (five in an apply: two probes,
-two git, the activation's bash). Within :func:`started` (the CLI, around its verb), runner.py
-starts one more supervisor after each command it starts, and :func:`warm` starts the first one
-while the verb's modules import. Such a supervisor arms everything at once (its own session,
+two git, the activation's bash). Within :func:`started` (the CLI, around its verb), :func:`warm`
+starts one while the verb's modules import, and another after each command runner.py
+starts (:data:`DEPTH`). Such a supervisor arms everything at once (its own session,
 child subreaper, parent-death signal) and then waits for its program on stdin (reaper.py's
 docstring); :func:`hand_over` gives it argv, cwd and environment, so the command runs exactly as
 one given on the supervisor's command line, under a supervisor of its own.
@@ -22,11 +22,11 @@ Decisions:
   half a command) and is raised;
 * the spare's own cwd is ``/``: it pins no directory (a mount can still be unmounted); the command
   runs in the cwd it is handed, rocmbuild's own when none is given;
-* the one left unused is killed (SIGKILL: it runs nothing yet) and reaped when :func:`started`
+* the ones left unused are killed (SIGKILL: they run nothing yet) and reaped when :func:`started`
   ends. If rocmbuild is SIGKILLed first, its parent-death signal ends it, and the closed pipe
   would too (EOF before a request: it exits 0 and starts nothing).
-What it costs: a process of about 9 MiB waits beside rocmbuild; a verb that starts no command pays
-its start (under 1 ms in rocmbuild, 30 ms on another core) and its kill (about 1 ms).
+What it costs: a process of about 9 MiB waits beside rocmbuild; a verb that starts no command
+pays its start (under 1 ms in rocmbuild, 30 ms on another core) and its kill (about 1 ms).
 """
 
 from __future__ import annotations
@@ -46,9 +46,16 @@ REAPER = Path(__file__).with_name("reaper.py")
 MAX_ARG_STRLEN = 32 * 4096
 
 
+#: supervisors kept waiting. One: two (so that a command that follows a short one, the probe 7-20 ms
+#: after the activation's bash started, finds one whose start is over) made the apply no faster
+#: here, since on 2 cores the extra start competes with rocmbuild's own imports (start-up
+#: 0.23 -> 0.28 s; whole tiny apply 0.61 vs 0.64 s, medians of 20).
+DEPTH = 1
+
+
 class _State:
     on = False
-    spare: "subprocess.Popen[bytes] | None" = None
+    spares: "list[subprocess.Popen[bytes]]" = []  # oldest first
 
 
 _state = _State()
@@ -61,7 +68,7 @@ def _main_thread() -> bool:
 @contextmanager
 def started() -> Iterator[None]:
     """Within it, commands started by the main thread get a supervisor started ahead; at its end
-    the one left unused is killed and reaped (no process outlives it)."""
+    those left unused are killed and reaped (no process outlives it)."""
     _state.on = True
     try:
         yield
@@ -71,22 +78,24 @@ def started() -> Iterator[None]:
 
 
 def warm() -> None:
-    """Start a supervisor ahead, if none waits (within :func:`started`, in the main thread): the
-    CLI calls it once its verb is known, runner.py after each command it starts."""
-    if _state.on and _state.spare is None and _main_thread():
-        _state.spare = _spawn()
+    """Start supervisors ahead until :data:`DEPTH` wait (within :func:`started`, in the main
+    thread): the CLI calls it once its verb is known, runner.py after each command it starts."""
+    while _state.on and len(_state.spares) < DEPTH and _main_thread():
+        spare = _spawn()
+        if spare is None:
+            return
+        _state.spares.append(spare)
 
 
 def discard() -> None:
-    """Kill and reap the supervisor waiting ahead, if any."""
-    spare, _state.spare = _state.spare, None
-    if spare is not None:
-        _end(spare)
+    """Kill and reap the supervisors waiting ahead."""
+    while _state.spares:
+        _end(_state.spares.pop())
 
 
-def waiting() -> "subprocess.Popen[bytes] | None":
-    """The supervisor waiting ahead, if any (for tests and ``-vv``)."""
-    return _state.spare
+def waiting() -> "tuple[subprocess.Popen[bytes], ...]":
+    """The supervisors waiting ahead, oldest (the next one used) first."""
+    return tuple(_state.spares)
 
 
 def _spawn() -> "subprocess.Popen[bytes] | None":
@@ -124,9 +133,9 @@ def hand_over(program: str, args: list[str], cwd: str | os.PathLike[str] | None,
               merge: bool) -> "subprocess.Popen[bytes] | None":
     """The command (``merge``: its stderr into stdout) handed to the supervisor waiting ahead, as
     its ``Popen``; None when the command must start the classic way (the module's decisions)."""
-    if _state.spare is None or not _main_thread():
+    if not _state.spares or not _main_thread():
         return None
-    spare, _state.spare = _state.spare, None
+    spare = _state.spares.pop(0)
     where = os.fspath(cwd) if cwd is not None else os.getcwd()
     entries = [f"{k}={v}" for k, v in env.items()]
     if not (_fits([program, *args, *entries, where]) and os.path.isdir(where)) or spare.poll() is not None:

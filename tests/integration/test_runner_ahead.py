@@ -61,11 +61,12 @@ def test_a_command_started_ahead_runs_exactly_as_a_classic_one(tmp_path, gone_va
     if started == "ahead":
         with ahead.started():
             ahead.warm()
-            spare = ahead.waiting()
-            assert spare is not None
+            before = ahead.waiting()
+            assert len(before) == ahead.DEPTH
             done = runner.capture(argv, cwd=tmp_path, env=env)
-            assert ahead.waiting() is not None and ahead.waiting() is not spare  # the next one
-        assert _gone(spare.pid)
+            after = ahead.waiting()
+            assert len(after) == ahead.DEPTH and before[0] not in after  # used, and replaced
+        assert all(_gone(p.pid) for p in before + after)
     else:
         done = runner.capture(argv, cwd=tmp_path, env=env)
     out = done.stdout.splitlines()
@@ -97,32 +98,31 @@ def test_a_program_killed_by_a_signal_reads_as_killed_when_started_ahead():
 def test_the_command_gets_the_supervisor_waiting_ahead_and_the_next_is_started():
     with ahead.started():
         ahead.warm()
-        first = ahead.waiting()
-        assert first is not None
+        first = ahead.waiting()[0]
         _ready(first)
         done = runner.capture(["sh", "-c", "echo $PPID"])
-        assert int(done.stdout) == first.pid  # its supervisor is the one started ahead
-        second = ahead.waiting()
-        assert second is not None and second.pid != first.pid
+        assert int(done.stdout) == first.pid  # its supervisor is the one started ahead (the oldest)
+        second = ahead.waiting()[0]
+        assert second is not first and len(ahead.waiting()) == ahead.DEPTH  # the next, started meanwhile
         done = runner.capture(["sh", "-c", "echo $PPID"])
         assert int(done.stdout) == second.pid
-        last = ahead.waiting()
-    assert last is not None and _gone(last.pid) and last.returncode == -signal.SIGKILL  # killed, reaped
-    assert ahead.waiting() is None
+        left = ahead.waiting()
+        assert len(left) == ahead.DEPTH and not {first.pid, second.pid} & {p.pid for p in left}
+    assert all(_gone(p.pid) and p.returncode == -signal.SIGKILL for p in left)  # killed and reaped
+    assert ahead.waiting() == ()
 
 
 def test_outside_ahead_nothing_is_started_ahead():
     ahead.warm()
-    assert ahead.waiting() is None
+    assert ahead.waiting() == ()
     runner.capture(["true"])
-    assert ahead.waiting() is None
+    assert ahead.waiting() == ()
 
 
 def test_a_spare_that_died_is_replaced_by_a_classic_start():
     with ahead.started():
         ahead.warm()
-        spare = ahead.waiting()
-        assert spare is not None
+        spare = ahead.waiting()[0]
         os.killpg(spare.pid, signal.SIGKILL)
         spare.wait()
         done = runner.capture(["sh", "-c", "echo ok"])
@@ -133,12 +133,12 @@ def test_another_threads_command_takes_the_classic_start_and_leaves_the_spare():
     seen: dict = {}
     with ahead.started():
         ahead.warm()
-        spare = ahead.waiting()
+        spares = ahead.waiting()
         t = threading.Thread(target=lambda: seen.update(done=runner.capture(["sh", "-c", "echo $PPID"])))
         t.start()
         t.join()
-        assert ahead.waiting() is spare  # still waiting for a command of the main thread
-    assert int(seen["done"].stdout) != spare.pid and seen["done"].returncode == 0
+        assert ahead.waiting() == spares  # still waiting for commands of the main thread
+    assert int(seen["done"].stdout) not in {p.pid for p in spares} and seen["done"].returncode == 0
 
 
 def test_a_command_near_the_kernels_limit_takes_the_classic_start_and_reports_e2big():
@@ -154,13 +154,12 @@ def test_a_command_near_the_kernels_limit_takes_the_classic_start_and_reports_e2
 def test_a_stop_while_handing_the_command_over_kills_the_spare(mocker):
     with ahead.started():
         ahead.warm()
-        spare = ahead.waiting()
-        assert spare is not None
+        spare = ahead.waiting()[0]
         mocker.patch.object(spare, "stdin", mocker.Mock(write=mocker.Mock(side_effect=KeyboardInterrupt)))
         with pytest.raises(KeyboardInterrupt):
             runner.capture(["sh", "-c", "echo never"])
         assert spare.returncode == -signal.SIGKILL  # killed and reaped: it never runs half a command
-        assert ahead.waiting() is None
+        assert spare not in ahead.waiting()
 
 
 def test_a_cwd_that_is_gone_gives_the_classic_error(tmp_path):
@@ -175,7 +174,7 @@ CHILD = textwrap.dedent("""
     from rocmbuild.proc import ahead, runner
     with ahead.started():
         ahead.warm()
-        print(ahead.waiting().pid, flush=True)
+        print(*(p.pid for p in ahead.waiting()), flush=True)
         time.sleep(300)
 """)
 
@@ -184,11 +183,11 @@ def test_a_sigkill_of_rocmbuild_ends_the_spare_waiting_ahead():
     proc = subprocess.Popen([sys.executable, "-c", CHILD], cwd=REPO, stdout=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:
-        spare = int(proc.stdout.readline())
-        assert not _gone(spare, within=0.3)  # it waits
+        spares = [int(p) for p in proc.stdout.readline().split()]
+        assert len(spares) == ahead.DEPTH and not any(_gone(p, within=0.3) for p in spares)  # they wait
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
-        assert _gone(spare)  # its parent-death signal (and the closed pipe) end it, no program started
+        assert all(_gone(p) for p in spares)  # their parent-death signal (and the closed pipe) end them
     finally:
         try:
             os.killpg(proc.pid, signal.SIGKILL)
