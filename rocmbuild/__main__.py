@@ -1,7 +1,5 @@
 """``python -m rocmbuild``."""
 
-import sys
+from rocmbuild.cli.app import entry
 
-from rocmbuild.cli.app import main
-
-sys.exit(main())
+entry()
