@@ -1,6 +1,8 @@
 """The probe: runs INSIDE the target's Python and prints one JSON object on stdout.
 
 Usage (rocmbuild runs it; a user may too): ``TARGET_PYTHON _probe.py [--hash] [--smoke]``.
+One module because it runs as one file in another interpreter (and as source through ``-c``, as
+the target's owner): it can import nothing of its own.
 
 Constraints and decisions:
 
@@ -38,16 +40,23 @@ Constraints and decisions:
   who may not read this file), it is the working directory (``""``), removed the same way.
 """
 
-import hashlib
 import json
 import os
-import platform
 import sys
 import time
-import traceback
+
+# hashlib (--hash), platform (--smoke on the CPU) and traceback (a failure) are imported where they
+# are used: with a torch that does not import them itself, they were 20-30 ms of every probe's
+# start (and hashlib mapped libcrypto into the process the DT_NEEDED check reads)
 
 PROBE_SCHEMA = 1
 KINDS = (("libMIOpen", "miopen"), ("libamdhip64", "hip"), ("libcudnn", "cudnn"))
+
+
+def _traceback():
+    import traceback
+
+    return traceback.format_exc()
 
 
 def _exc_text(exc):
@@ -100,6 +109,8 @@ def _sha256(lib):
             if st.st_ino != lib["inode"] or os.major(st.st_dev) != lib["dev_major"] \
                     or os.minor(st.st_dev) != lib["dev_minor"]:
                 return None, "the file at this path is no longer the mapped one (different inode)"
+            import hashlib
+
             h = hashlib.sha256()
             while True:
                 chunk = f.read(1 << 20)
@@ -162,6 +173,8 @@ def _smoke_install(torch, device, out):
 
 def _smoke_properties(torch, device, out):
     if device == "cpu":
+        import platform
+
         return "cpu: %s, %d threads" % (platform.machine(), torch.get_num_threads())
     p = torch.cuda.get_device_properties(0)
     arch = getattr(p, "gcnArchName", None) or "sm_%d%d" % (p.major, p.minor)
@@ -281,7 +294,7 @@ def _smoke(torch, out, errors):
                            "reason": "this torch cannot run it: " + _exc_text(exc)})
         except Exception as exc:  # noqa: BLE001 - a failing check is a result
             checks.append({"name": name, "status": "failed", "reason": _exc_text(exc),
-                           "traceback": traceback.format_exc()[-2000:]})
+                           "traceback": _traceback()[-2000:]})
     if device is None:
         return {"status": "skipped", "reason": "no GPU", "node": None, "device": None, "checks": checks}
     failed = [c for c in checks if c["status"] == "failed"]
@@ -297,7 +310,7 @@ def probe(want_hash=False, smoke=False):
         "schema": PROBE_SCHEMA,
         "python": sys.executable,
         "prefix": sys.prefix,
-        "python_version": platform.python_version(),
+        "python_version": sys.version.split()[0],  # what platform.python_version() says
         "pid": os.getpid(),
         "torch_version": None, "torch_error": None, "torch_file": None,
         "hip": None, "cuda": None, "cudnn_available": None, "cuda_available": None, "gpu_arch": None,
@@ -311,7 +324,7 @@ def probe(want_hash=False, smoke=False):
         import torch
     except BaseException as exc:  # noqa: BLE001 - includes SystemExit raised by a broken package
         out["torch_error"] = _exc_text(exc)
-        out["torch_traceback"] = traceback.format_exc()[-4000:]
+        out["torch_traceback"] = _traceback()[-4000:]
         torch = None
     out["import_seconds"] = round(time.monotonic() - start, 3)
     if torch is not None:
@@ -377,7 +390,7 @@ def main(argv=None):
         data = json.dumps(out, sort_keys=True, default=str)
     except BaseException as exc:  # noqa: BLE001 - a bug here must still produce JSON
         data = json.dumps({"schema": PROBE_SCHEMA, "probe_error": _exc_text(exc),
-                           "traceback": traceback.format_exc()[-4000:]})
+                           "traceback": _traceback()[-4000:]})
     try:
         sys.stdout.flush()
     except Exception:  # noqa: BLE001
