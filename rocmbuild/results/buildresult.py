@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from rocmbuild.builder.rebuild import NotReproducible
 from rocmbuild.errors import RocmbuildError
 from rocmbuild.results.base import Json, Record, VerbResult, seconds_json
 
@@ -171,6 +170,8 @@ class CheckResult(VerbResult):
     def error(self) -> RocmbuildError | None:
         if self.identical:
             return None
+        from rocmbuild.builder.rebuild import NotReproducible  # the builder's tree, only for a failed check
+
         names = ", ".join(d.path for d in self.differences[:5]) + (", ..." if len(self.differences) > 5 else "")
         return NotReproducible(
             f"the rebuild of {self.recipe} differs from the cached artifact {self.key[:16]} in "
