@@ -100,6 +100,11 @@ itself), medians of 5, the manual procedure's commands started as a shell starts
   the parser, the build machinery's imports) add up to about 0.2 s.
 * Before (the work dir's ext4, not burned in, quiet): whole apply 4.22 s, manual 3.53 s, floor
   0.79 s (1.20 and 5.32x): the copy met fresh blocks (3.1 s of it).
+* Later (21:11 and 21:39, after the cuts of docs/testing.md: supervisors started ahead, the exit
+  without teardown, SONAMEs read lazily) the disk decided every figure: one fsync'd 1 GiB write
+  took 0.5 s in one run and 3-5 s in the next, floor included (0.52-5.09 s), so those medians say
+  nothing. The cuts are measured on a 1 MiB library instead: whole apply 0.653 -> 0.513 s,
+  fixed costs 0.67 -> 0.54 s (docs/testing.md).
 
 The library files are the real fixture libMIOpen (an ELF that dlopen loads) followed by real,
 non-sparse data (a random 1 MiB block repeated) up to the size; the old and the new file differ in
