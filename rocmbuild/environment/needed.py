@@ -8,11 +8,12 @@ Decisions:
   read in place, whose files are not on disk) is skipped and said so (``skipped``).
 * Provided: the SONAMEs the target's torch process has mapped (the probe: every shared object in
   its ``/proc/self/maps``; a SONAME read from the ELF while the path is still the mapped inode,
-  else from the file name; read lazily, :class:`Mapped`), the artifact's own libraries (the swap places them together), and a
-  file of that name where the loader would look: the lib dir the library is swapped into, its
-  RUNPATH/RPATH entries with ``$ORIGIN`` standing for that lib dir, the dirs of the mapped
-  libraries (the env's lib dirs), ``LD_LIBRARY_PATH`` (the caller's and the target's activation),
-  the names ``ldconfig -p`` lists (when there is an ``ldconfig``) and the default dirs.
+  else from the file name; read lazily, :class:`Mapped`), the artifact's own libraries (the swap
+  places them together), and a file of that name where the loader would look: the lib dir the
+  library is swapped into, its RUNPATH/RPATH entries with ``$ORIGIN`` standing for that lib dir,
+  the dirs of the mapped libraries (the env's lib dirs), ``LD_LIBRARY_PATH`` (the caller's and
+  the target's activation), the names ``ldconfig -p`` lists (when there is an ``ldconfig``) and
+  the default dirs.
 * A *conflict* (refused by the caller, exit 2): a needed SONAME the process does not map while
   it maps another SONAME of the same stem (the name before ``.so``): ``libamdhip64.so.7`` needed,
   ``libamdhip64.so.6`` mapped. The new library would pull a second HIP runtime into torch's

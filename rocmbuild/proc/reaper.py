@@ -1,6 +1,6 @@
 """The supervisor every child of rocmbuild runs under (stdlib only; run as a script by runner.py).
 
-``python -I -S reaper.py PARENT_PID GRACE [--user UID GID GROUPS] -- PROGRAM ARGS...``
+``python -I -S reaper.py PARENT_PID GRACE [--user UID GID GROUPS] -- [PROGRAM ARGS...]``
 
 Decisions:
 * it is a *child subreaper* (``PR_SET_CHILD_SUBREAPER``): every descendant that is orphaned --
@@ -19,7 +19,7 @@ Decisions:
   runs as that user: the forked child sets its groups, gid and uid (all three ids) before exec,
   then its parent-death signal (a change of credentials clears it); a run as root of another
   user's target (``rocmbuild/proc/runas.py``).
-* no PROGRAM after ``--``: a supervisor *started ahead* (``runner.py``, "Ahead"): it arms all of
+* no PROGRAM after ``--``: a supervisor *started ahead* (``ahead.py``): it arms all of
   the above, then reads its program from stdin -- NUL-terminated fields ``cwd``, ``merge`` (``1``:
   the program's stderr is its stdout), the argument count, the arguments, then ``NAME=VALUE``
   environment entries to EOF -- and runs it as if it had been given on the command line: stdin

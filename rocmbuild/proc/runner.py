@@ -68,7 +68,6 @@ class Completed:
 Env = Mapping[str, "str | None"] | None
 
 
-
 def _start(argv: Sequence[str | os.PathLike[str]], cwd: str | os.PathLike[str] | None, env: Env, stderr: int,
            user: "Identity | None" = None) -> subprocess.Popen[bytes]:
     """Start argv under the supervisor, in its own session, stdin /dev/null, stdout piped;
