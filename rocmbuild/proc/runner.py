@@ -1,4 +1,5 @@
-"""The only place rocmbuild starts processes (``subprocess.Popen``, nothing else).
+"""The only place rocmbuild starts commands (``subprocess.Popen``, nothing else; ahead.py starts
+the supervisors that wait for them).
 
 Commands are argv lists, never shell strings. Two entry points:
 
