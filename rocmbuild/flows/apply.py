@@ -2,7 +2,8 @@
 stopped before its first write.
 
     source: recipe loaded | lock read (-> its recipe) | bundle imported into the cache
-    target: resolved -> recovered (each state dir under its lock) -> discovered (probed)
+    target: resolved -> recovered (each state dir under its lock) -> discovered (probed), while
+            the recipe's ref is resolved in a thread (``build.Resolving``: git ls-remote)
     recipe: built (cached), refusing before anything is compiled a source version this torch
             cannot load; after a real build the target is probed again only if what decides what
             loads changed meanwhile (an hour may have passed: ``target_fingerprint``)
@@ -144,14 +145,21 @@ def apply(source: Source, where: TargetSpec, options: ApplyOptions = ApplyOption
     gpu_arch = guards.refuse_other_arch(targets, encoding, allow_other_arch=options.allow_other_arch)
     prefix, python = target.resolve(where.env, where.python, check=False)  # probed below
     recovered = tuple(guards.recover_prefix(prefix, wait=options.wait))  # never probe a half-swapped target
-    t = target.discover_at(prefix, python, timeout=options.probe_timeout)
-    log = None
-    if recipe is not None:
-        seen = target_fingerprint(t)
-        art = build.build_recipe(recipe, before_build=_source_check(recipe, t), wait=options.wait, caches=options.caches)
-        log = build.log_of(art)
-        if not art.cached and target_fingerprint(t) != seen:  # changed during the build: probe again
-            t = target.discover_at(prefix, python, timeout=options.probe_timeout)
+    # the recipe's ref is resolved (git ls-remote) while the target is probed: neither waits on the other
+    resolving = build.Resolving(recipe, offline=options.caches.offline) if recipe is not None else None
+    try:
+        t = target.discover_at(prefix, python, timeout=options.probe_timeout)
+        log = None
+        if recipe is not None:
+            seen = target_fingerprint(t)
+            art = build.build_recipe(recipe, before_build=_source_check(recipe, t), wait=options.wait,
+                                     caches=options.caches, resolving=resolving)
+            log = build.log_of(art)
+            if not art.cached and target_fingerprint(t) != seen:  # changed during the build: probe again
+                t = target.discover_at(prefix, python, timeout=options.probe_timeout)
+    finally:
+        if resolving is not None:
+            resolving.stop()  # the probe failed (its error is the one reported), or a stop: no git outlives it
     assert art is not None
     return replace(_swap(art, t, recovered, options), gpu_arch=gpu_arch, duration_s=time.monotonic() - start, log=log,
                    substituted=origin(art.path))

@@ -12,6 +12,7 @@ records a use of the artifact (its last use, for ``cache gc``).
 from __future__ import annotations
 
 import os
+import threading
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -89,6 +90,49 @@ def resolve_commit(r: Recipe, *, offline: bool = False) -> str | None:
     return source.resolve_ref(r)
 
 
+class Resolving:
+    """:func:`resolve_commit` started in a thread of its own, so its ``git ls-remote`` (a network
+    round trip, seconds for a large monorepo) runs while ``apply`` probes the target (the target's
+    ``import torch``, seconds for a real ROCm torch): the one waits on nothing from the other.
+
+    :meth:`result` waits for it and returns the commit or raises its error, as a call would;
+    :meth:`stop` ends its command if it still runs (the probe failed, or a stop arrived: the
+    caller's error is the one reported, and no git outlives it). The thread is a daemon, so a
+    process ending at an error does not wait for a remote; the command's supervisor ends the
+    command then (its parent-death signal)."""
+
+    def __init__(self, r: Recipe, *, offline: bool = False) -> None:
+        from rocmbuild.proc import runner
+
+        self.recipe, self.offline = r, offline
+        self._stopper = runner.Stopper()
+        self._done = threading.Event()
+        self._commit: str | None = None
+        self._error: BaseException | None = None
+        threading.Thread(target=self._run, name="rocmbuild-resolve", daemon=True).start()
+
+    def _run(self) -> None:
+        from rocmbuild.proc import runner
+
+        try:
+            with runner.stoppable(self._stopper):
+                self._commit = resolve_commit(self.recipe, offline=self.offline)
+        except BaseException as exc:  # noqa: BLE001 - handed to the thread that asks for the result
+            self._error = exc
+        finally:
+            self._done.set()
+
+    def result(self) -> str | None:
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+        return self._commit
+
+    def stop(self) -> None:
+        if not self._done.is_set():
+            self._stopper.stop()
+
+
 def offline_commit(r: Recipe, home: Path) -> str:
     """``--offline`` with a ref that needs resolving (decision): the commit of the newest cached
     artifact (built or substituted) that is exactly this recipe's build at its commit (its key is
@@ -112,18 +156,22 @@ def offline_commit(r: Recipe, home: Path) -> str:
 
 
 def build_recipe(r: Recipe, before_build: Callable[[str | None], None] | None = None, *,
-                 wait: bool | LockWait = False, caches: CacheOptions = CacheOptions()) -> Artifact:
+                 wait: bool | LockWait = False, caches: CacheOptions = CacheOptions(),
+                 resolving: Resolving | None = None) -> Artifact:
     """Build (or find in the cache) the artifact for an already-loaded recipe.
 
     ``before_build(version)`` is called with the version read from the fetched source (or from
     the cached artifact) before anything is compiled; it may raise to stop. ``wait`` is the lock
     policy for the source and artifact-key locks (fail at once by default, like the target's).
     The attempt's log is started before the fetch, so it holds the fetch's output too. After the
-    local cache, the binary caches are asked (``caches``: :mod:`rocmbuild.flows.substitute`)."""
+    local cache, the binary caches are asked (``caches``: :mod:`rocmbuild.flows.substitute`).
+    ``resolving``: the commit already being resolved (:class:`Resolving`, of this recipe)."""
     home = cache_home()
     missing = _missing(r)  # raised only if this machine must build (a cached artifact needs no compiler)
+    if resolving is not None and (resolving.recipe is not r or resolving.offline != caches.offline):
+        raise ValueError("build_recipe: resolving was started for another recipe or --offline setting")
     try:
-        commit = resolve_commit(r, offline=caches.offline)
+        commit = resolving.result() if resolving is not None else resolve_commit(r, offline=caches.offline)
     except FetchError:
         if missing is not None:  # what to install says more than an unreachable remote
             raise missing from None

@@ -25,7 +25,10 @@ dropped: it only wrapped one ``Popen`` call here, and its ``local.env``/``local.
 snapshots taken at import time that this module had to work around;
 stdin is always ``/dev/null`` so no child can ever wait for input in an unattended run; the
 supervisor must be started from the thread that waits for it (the parent-death signal follows
-the thread that forked it): :func:`run` and :func:`capture` are synchronous.
+the thread that forked it): :func:`run` and :func:`capture` are synchronous. Another thread may
+still *end* them: the commands a thread starts within :func:`stoppable` are ended by that
+:class:`Stopper`'s :meth:`~Stopper.stop`, from any thread (``apply`` resolves the recipe's ref in
+a thread while it probes the target, and stops that ``git ls-remote`` when the probe fails).
 """
 
 from __future__ import annotations
@@ -38,11 +41,13 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import deque
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Callable, Mapping, Sequence
+from typing import IO, TYPE_CHECKING, Callable, Iterator, Mapping, Sequence
 
 from rocmbuild import progress, ui
 from rocmbuild.proc import ahead
@@ -84,7 +89,49 @@ def _start(argv: Sequence[str | os.PathLike[str]], cwd: str | os.PathLike[str] |
     if proc is None:
         proc = _popen(program, args, cwd, env, stderr, user, argv)
     ahead.warm()  # the next command's supervisor starts while this one runs
+    stopper = getattr(_local, "stopper", None)
+    if stopper is not None:
+        stopper.started(proc)
     return proc
+
+
+class Stopper:
+    """Ends, from any thread, the commands one thread starts within :func:`stoppable`: those
+    running when :meth:`stop` is called, and any started after it (at once)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._procs: list[subprocess.Popen[bytes]] = []
+        self.stopped = False
+
+    def started(self, proc: subprocess.Popen[bytes]) -> None:
+        with self._lock:
+            self._procs.append(proc)
+            stopped = self.stopped
+        if stopped:
+            kill_tree(proc)
+
+    def stop(self) -> None:
+        """End every command still running (:func:`kill_tree`); the thread that waits for one
+        sees it end as a signal would end it."""
+        with self._lock:
+            self.stopped = True
+            running = [p for p in self._procs if p.returncode is None]
+        for proc in running:
+            kill_tree(proc)
+
+
+_local = threading.local()
+
+
+@contextmanager
+def stoppable(stopper: Stopper) -> Iterator[None]:
+    """Within it, the commands this thread starts can be ended by ``stopper`` from another thread."""
+    _local.stopper = stopper
+    try:
+        yield
+    finally:
+        _local.stopper = None
 
 
 def _popen(program: str, args: list[str], cwd: str | os.PathLike[str] | None, env: Env, stderr: int,
