@@ -36,11 +36,37 @@ if _OUT:
     import functools
     import importlib.abc
     import json
+    import threading
     import time
 _seen = {"pid": os.getpid(), "entered": None, "left": None, "probes": [], "journal": [0, 0.0], "fsyncs": [0, 0.0],
          "copies": [], "children": [], "elf": [0, 0.0]}
-_in_journal = [0]
-_in_probe = [0]
+
+
+class _Depth(threading.local if _OUT else object):  # type: ignore[misc]
+    """How many calls of one wrapped function are under way in this thread (apply's ls-remote
+    runs in a thread of its own while the main thread probes: it is not the probe's)."""
+
+    n = 0
+
+
+_in_journal, _in_probe = _Depth(), _Depth()
+
+
+def _nested(depth, record):
+    """Wrap a function: ``depth`` counts its calls under way (so what they call is told apart),
+    ``record(seconds)`` after each."""
+    def wrap(fn):
+        @functools.wraps(fn)
+        def wrapper(*a, **kw):
+            depth.n += 1
+            t = time.perf_counter()
+            try:
+                return fn(*a, **kw)
+            finally:
+                depth.n -= 1
+                record(time.perf_counter() - t)
+        return wrapper
+    return wrap
 
 
 def _timed(fn, record):
@@ -54,21 +80,13 @@ def _timed(fn, record):
     return wrapper
 
 
-def _probe_capture(fn):
-    @functools.wraps(fn)
-    def wrapper(*a, **kw):
-        _in_probe[0] += 1
-        t = time.perf_counter()
-        try:
-            return fn(*a, **kw)
-        finally:
-            _in_probe[0] -= 1
-            _seen["probes"].append(time.perf_counter() - t)
-    return wrapper
+def _journal_saved(dt):
+    _seen["journal"][0] += 1
+    _seen["journal"][1] += dt
 
 
 def _child(dt, a, kw):
-    if not _in_probe[0]:
+    if not _in_probe.n:
         argv = a[0] if a else kw.get("argv", ["?"])
         _seen["children"].append({"program": os.path.basename(str(argv[0])), "seconds": dt})
 
@@ -79,22 +97,8 @@ def _elf(dt, a, kw):
     _seen["elf"][1] += dt
 
 
-def _journal_save(fn):
-    @functools.wraps(fn)
-    def wrapper(*a, **kw):
-        _in_journal[0] += 1
-        t = time.perf_counter()
-        try:
-            return fn(*a, **kw)
-        finally:
-            _in_journal[0] -= 1
-            _seen["journal"][0] += 1
-            _seen["journal"][1] += time.perf_counter() - t
-    return wrapper
-
-
 def _fsync(dt, a, kw):
-    if not _in_journal[0]:
+    if not _in_journal.n:
         _seen["fsyncs"][0] += 1
         _seen["fsyncs"][1] += dt
 
@@ -123,7 +127,7 @@ def _patch(name, module):
         return
     module._bench_costs_patched = True
     if name == "rocmbuild.environment.probe":
-        module._capture = _probe_capture(module._capture)
+        module._capture = _nested(_in_probe, _seen["probes"].append)(module._capture)
         module.read_soname = _timed(module.read_soname, _elf)
     elif name == "rocmbuild.environment.needed":
         module.read_elf = _timed(module.read_elf, _elf)
@@ -131,7 +135,7 @@ def _patch(name, module):
         module.run = _timed(module.run, _child)
         module.capture = _timed(module.capture, _child)
     elif name == "rocmbuild.swap.journal":
-        module.Journal.save = _journal_save(module.Journal.save)
+        module.Journal.save = _nested(_in_journal, _journal_saved)(module.Journal.save)
     elif name == "rocmbuild.fs.disk":
         module.copy_fd = _timed(module.copy_fd, _copy)
     elif name == "rocmbuild.flows.apply":
