@@ -13,7 +13,7 @@ Decisions:
 * The wall time of each ``rocmbuild build`` process is measured whole (interpreter start,
   fetch, configure, compile, install, sealing). The cold build's fetch is of a local
   repository (seconds).
-* The real MIOpen takes about two hours cold on 2 cores, so by default both builds compile
+* The real MIOpen takes 45 minutes cold on 2 cores (quiet), so by default both builds compile
   the same subset (``[build] targets``: :data:`MIOPEN_OBJECTS`, every 21st of the 421 objects
   of ``libMIOpen`` in the example recipe's configuration, in name order, plus the patched
   ``find_controls.cpp``); the library is then not linked and the install step fails, which is

@@ -10,7 +10,7 @@ times and ccache's hit rate of each build are printed (benchmarks/_patchchange.p
 On the fixture library by default; on the real MIOpen (examples/rocm7) inside a ROCm 7.2 root
 (as root) with ``--rocm7-root DIR --root-python PY --miopen-source URL``: by default both builds
 compile the same subset of libMIOpen's objects (``_patchchange.MIOPEN_OBJECTS``: about 1/20 of
-them, the library is not linked), ``--all-objects`` the whole library (about two hours cold).
+them, the library is not linked), ``--all-objects`` the whole library (45 minutes cold, quiet).
 
 Set-up: a synthetic monorepo (projects/miopen is the fixture library, made to compile
 ``--sources`` generated C files so the cold build does real compiler work), a recipe for it, and

@@ -293,7 +293,7 @@ def test_the_real_miopen_built_by_the_rocm72_compiler_applies_and_rolls_back(roc
     source = os.environ.get(MIOPEN_SOURCE_ENV)
     if not (os.environ.get(ROOT_ENV) and source):
         pytest.skip(f"the real MIOpen build needs {ROOT_ENV} (the full root) and {MIOPEN_SOURCE_ENV} "
-                    "(ROCm/MIOpen develop inside it): about two hours on 2 cores")
+                    "(ROCm/MIOpen develop inside it): 45 minutes to two hours on 2 cores")
     s = rocm7
     home = os.environ.get(MIOPEN_HOME_ENV, "/root/rocmbuild-home")
     shutil.copytree(Path(__file__).resolve().parents[2] / "examples" / "rocm7", s.host("/recipes/rocm7"),
