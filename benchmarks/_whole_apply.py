@@ -18,7 +18,9 @@
   it reports the start-up (process start to the apply flow), each probe of the target, the
   journal's saves, the fsyncs outside them, the library's copy, the other processes it starts
   (git, the activation's bash, ...: each by name), the ELF reads before the swap, and the output;
-  the rest is printed as "other" (recipe, cache key, lock, plan, renames).
+  the rest is printed as "other" (recipe, cache key, lock, plan, renames). The processes started
+  beside the probe by another thread (the ref's ``git ls-remote``) are printed apart and not
+  added: they are not on the apply's path.
 
 The world is the tests' (tests/support via benchmarks/_common.py): the fixture monorepo, the
 fixture recipe with ``MIOPEN_FIXTURE_PAD_MB`` so that the built libMIOpen is ``size + 1 MiB``
@@ -155,19 +157,22 @@ def costs(w: World) -> dict:
     ended = spawned + total
     shutil.rmtree(e.prefix)
     seen = next(json.loads(line) for line in out.read_text().splitlines() if json.loads(line)["entered"])
+    main = [c for c in seen["children"] if not c.get("beside")]
     parts = {
         "start-up (interpreter, imports, parsing)": seen["entered"] - spawned,
         f"probes of the target ({len(seen['probes'])} starts of its Python)": sum(seen["probes"]),
         f"journal ({seen['journal'][0]} atomic saves, their fsyncs included)": seen["journal"][1],
         f"other fsyncs ({seen['fsyncs'][0]})": seen["fsyncs"][1],
         f"the library's copy ({len(seen['copies'])} copy_fd)": sum(c["seconds"] for c in seen["copies"]),
-        f"other processes ({_programs(seen['children'])}; each under its supervisor)":
-            sum(c["seconds"] for c in seen["children"]),
+        f"other processes ({_programs(main)}; each under its supervisor)": sum(c["seconds"] for c in main),
         f"ELF reads before the swap ({seen['elf'][0]}: SONAMEs of the mapped libraries, DT_NEEDED)": seen["elf"][1],
         "output and exit": ended - seen["left"],
     }
     parts["other (recipe, cache key, lock, plan, renames)"] = total - sum(parts.values())
-    return {"total": total, "parts": parts}
+    beside = [c for c in seen["children"] if c.get("beside")]
+    return {"total": total, "parts": parts,
+            "beside": {f"beside the probe, in a thread, not added ({_programs(beside)})": sum(c["seconds"] for c in beside)}
+            if beside else {}}
 
 
 def _programs(children: list[dict]) -> str:
@@ -256,6 +261,6 @@ def run(work: Path, size_mib: int, runs: int, label: str) -> bool:
           f"rocmbuild / floor {r / f:.2f}x (goal <= {FLOOR_GOAL:.1f}x: {'MET' if r <= FLOOR_GOAL * f else 'NOT MET'})   "
           f"manual / floor {m / f:.2f}x   (import torch alone: {statistics.median(imports):.2f} s)")
     print(f"  fixed costs of one more apply (untimed run, {fixed['total']:.2f} s in all), one by one:")
-    for what, seconds in fixed["parts"].items():
+    for what, seconds in (fixed["parts"] | fixed["beside"]).items():
         print(f"    {seconds:7.3f} s  {what}")
     return met

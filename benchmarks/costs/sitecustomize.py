@@ -12,7 +12,9 @@ untimed apply). At exit it appends one JSON line to that file:
 * ``copies``: seconds and bytes of each ``rocmbuild.fs.disk.copy_fd`` (the library's bytes);
 * ``children``: the other processes (``rocmbuild.proc.runner.run``/``capture`` outside a probe:
   git, the activation's bash, ldconfig ...), each its program's name and seconds, the
-  supervisor every child runs under (``proc/reaper.py``, a ``python -I -S``) included;
+  supervisor every child runs under (``proc/reaper.py``, a ``python -I -S``) included, and
+  ``beside``: started by another thread than the main one (apply's ``git --version`` and
+  ``ls-remote``, run while the main thread probes the target: not on the apply's path);
 * ``elf``: count and seconds of the ELF reads before the swap (``read_soname``, ``read_elf``,
   pyelftools' import included in the first).
 
@@ -88,7 +90,8 @@ def _journal_saved(dt):
 def _child(dt, a, kw):
     if not _in_probe.n:
         argv = a[0] if a else kw.get("argv", ["?"])
-        _seen["children"].append({"program": os.path.basename(str(argv[0])), "seconds": dt})
+        _seen["children"].append({"program": os.path.basename(str(argv[0])), "seconds": dt,
+                                  "beside": threading.current_thread() is not threading.main_thread()})
 
 
 def _elf(dt, a, kw):
