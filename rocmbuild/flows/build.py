@@ -102,20 +102,20 @@ class Resolving:
     command then (its parent-death signal)."""
 
     def __init__(self, r: Recipe, *, offline: bool = False) -> None:
-        from rocmbuild.proc import runner
+        from rocmbuild.proc import stopper
 
         self.recipe, self.offline = r, offline
-        self._stopper = runner.Stopper()
+        self._stopper = stopper.Stopper()
         self._done = threading.Event()
         self._commit: str | None = None
         self._error: BaseException | None = None
         threading.Thread(target=self._run, name="rocmbuild-resolve", daemon=True).start()
 
     def _run(self) -> None:
-        from rocmbuild.proc import runner
+        from rocmbuild.proc import stopper
 
         try:
-            with runner.stoppable(self._stopper):
+            with stopper.stoppable(self._stopper):
                 self._commit = resolve_commit(self.recipe, offline=self.offline)
         except BaseException as exc:  # noqa: BLE001 - handed to the thread that asks for the result
             self._error = exc

@@ -26,9 +26,9 @@ snapshots taken at import time that this module had to work around;
 stdin is always ``/dev/null`` so no child can ever wait for input in an unattended run; the
 supervisor must be started from the thread that waits for it (the parent-death signal follows
 the thread that forked it): :func:`run` and :func:`capture` are synchronous. Another thread may
-still *end* them: the commands a thread starts within :func:`stoppable` are ended by that
-:class:`Stopper`'s :meth:`~Stopper.stop`, from any thread (``apply`` resolves the recipe's ref in
-a thread while it probes the target, and stops that ``git ls-remote`` when the probe fails).
+still *end* them (:mod:`rocmbuild.proc.stopper`: :func:`kill_tree`, and a ``Stopper`` for the
+commands of another thread: ``apply`` resolves the recipe's ref in a thread while it probes the
+target, and stops that ``git ls-remote`` when the probe fails).
 """
 
 from __future__ import annotations
@@ -38,20 +38,18 @@ import logging
 import os
 import selectors
 import shutil
-import signal
 import subprocess
 import sys
-import threading
 import time
 from collections import deque
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Callable, Iterator, Mapping, Sequence
+from typing import IO, TYPE_CHECKING, Callable, Mapping, Sequence
 
 from rocmbuild import progress, ui
-from rocmbuild.proc import ahead
+from rocmbuild.proc import ahead, stopper
 from rocmbuild.proc.ahead import GRACE, MAX_ARG_STRLEN, REAPER
+from rocmbuild.proc.stopper import kill_tree
 from rocmbuild.errors import BuildError, RequirementError, RocmbuildError, SystemLimitError, from_os_error
 
 if TYPE_CHECKING:
@@ -89,49 +87,10 @@ def _start(argv: Sequence[str | os.PathLike[str]], cwd: str | os.PathLike[str] |
     if proc is None:
         proc = _popen(program, args, cwd, env, stderr, user, argv)
     ahead.warm()  # the next command's supervisor starts while this one runs
-    stopper = getattr(_local, "stopper", None)
-    if stopper is not None:
-        stopper.started(proc)
+    stopper.watch(proc)  # a Stopper of this thread's (stopper.stoppable) may end it from another thread
     return proc
 
 
-class Stopper:
-    """Ends, from any thread, the commands one thread starts within :func:`stoppable`: those
-    running when :meth:`stop` is called, and any started after it (at once)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._procs: list[subprocess.Popen[bytes]] = []
-        self.stopped = False
-
-    def started(self, proc: subprocess.Popen[bytes]) -> None:
-        with self._lock:
-            self._procs.append(proc)
-            stopped = self.stopped
-        if stopped:
-            kill_tree(proc)
-
-    def stop(self) -> None:
-        """End every command still running (:func:`kill_tree`); the thread that waits for one
-        sees it end as a signal would end it."""
-        with self._lock:
-            self.stopped = True
-            running = [p for p in self._procs if p.returncode is None]
-        for proc in running:
-            kill_tree(proc)
-
-
-_local = threading.local()
-
-
-@contextmanager
-def stoppable(stopper: Stopper) -> Iterator[None]:
-    """Within it, the commands this thread starts can be ended by ``stopper`` from another thread."""
-    _local.stopper = stopper
-    try:
-        yield
-    finally:
-        _local.stopper = None
 
 
 def _popen(program: str, args: list[str], cwd: str | os.PathLike[str] | None, env: Env, stderr: int,
@@ -198,36 +157,6 @@ def environment(env: Env) -> dict[str, str]:
         else:
             merged[k] = str(v)
     return merged
-
-
-def kill_tree(proc: subprocess.Popen[bytes]) -> None:
-    """End the supervisor's tree: SIGTERM (it stops the command's group, waits :data:`GRACE`,
-    then kills it and every orphan), then SIGKILL to whatever is left of both groups; reap."""
-    groups = {proc.pid, *_children(proc.pid)}  # the supervisor's session and the command's group
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pgid in groups:
-            try:
-                os.killpg(pgid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
-        try:
-            proc.wait(timeout=GRACE + 2)
-            break
-        except subprocess.TimeoutExpired:
-            continue
-    for pgid in groups:  # a member that outlived its leader (compilers spawned by make)
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
-def _children(pid: int) -> list[int]:
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            return [int(p) for p in f.read().split()]
-    except (OSError, ValueError):
-        return []
 
 
 def display(argv: Sequence[str | os.PathLike[str]]) -> str:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from rocmbuild.proc import runner
+from rocmbuild.proc import runner, stopper as stopping
 from tests.support.cli import rb
 
 pytestmark = pytest.mark.slow
@@ -145,9 +145,9 @@ def test_an_unreachable_remote_is_still_reported_after_a_good_probe(txn_home, ta
     assert "no-such-repo" in json.loads(r.stdout)["error"]["message"]
 
 
-def _capture_in_thread(stopper: runner.Stopper, argv: list[str], out: list) -> threading.Thread:
+def _capture_in_thread(stopper: stopping.Stopper, argv: list[str], out: list) -> threading.Thread:
     def run() -> None:
-        with runner.stoppable(stopper):
+        with stopping.stoppable(stopper):
             out.append(runner.capture(argv, timeout=60))
 
     thread = threading.Thread(target=run)
@@ -156,7 +156,7 @@ def _capture_in_thread(stopper: runner.Stopper, argv: list[str], out: list) -> t
 
 
 def test_a_stopper_ends_a_command_another_thread_waits_for(tmp_path):
-    stopper, out = runner.Stopper(), []
+    stopper, out = stopping.Stopper(), []
     thread = _capture_in_thread(stopper, ["sleep", _MARK], out)
     deadline = time.monotonic() + 10
     while not _alive_with(f"sleep {_MARK}") and time.monotonic() < deadline:
@@ -172,7 +172,7 @@ def test_a_stopper_ends_a_command_another_thread_waits_for(tmp_path):
 
 
 def test_a_command_started_after_the_stop_is_ended_at_once(tmp_path):
-    stopper, out = runner.Stopper(), []
+    stopper, out = stopping.Stopper(), []
     stopper.stop()
     start = time.monotonic()
     thread = _capture_in_thread(stopper, ["sleep", _MARK], out)
@@ -183,8 +183,8 @@ def test_a_command_started_after_the_stop_is_ended_at_once(tmp_path):
 
 
 def test_outside_stoppable_a_stopper_ends_nothing(tmp_path):
-    """Only the commands started within :func:`runner.stoppable` are the stopper's."""
-    stopper = runner.Stopper()
+    """Only the commands started within :func:`stopping.stoppable` are the stopper's."""
+    stopper = stopping.Stopper()
     stopper.stop()
     done = runner.capture([sys.executable, "-c", "print('ran')"], timeout=60)
     assert done.returncode == 0 and done.stdout.strip() == "ran"
