@@ -91,8 +91,6 @@ def _start(argv: Sequence[str | os.PathLike[str]], cwd: str | os.PathLike[str] |
     return proc
 
 
-
-
 def _popen(program: str, args: list[str], cwd: str | os.PathLike[str] | None, env: Env, stderr: int,
            user: "Identity | None", argv: Sequence[str | os.PathLike[str]]) -> subprocess.Popen[bytes]:
     """Start the supervisor with the program on its command line."""

@@ -10,7 +10,7 @@ still end it: ``apply`` resolves the recipe's ref in a thread while it probes th
 signal would end it.
 
 Decisions: a command started after :meth:`Stopper.stop` is ended at once (a stop never races a
-start); a command that already exited is never signalled (its pid may be reused).
+start); a command already reaped is not signalled (its pid may have been reused).
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from rocmbuild.proc import runner, stopper as stopping
+from tests.support import leaks
 from tests.support.cli import rb
 
 pytestmark = pytest.mark.slow
@@ -58,19 +59,6 @@ def _python_wrapper(env, log: Path, *, fail: bool = False) -> None:
 
 def _events(log: Path) -> list[tuple[str, float]]:
     return [(name, float(at)) for name, at in (line.split() for line in log.read_text().splitlines())]
-
-
-def _alive_with(text: str) -> list[str]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            try:
-                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            except OSError:
-                continue
-            if text in cmdline:
-                found.append(f"{entry.name}: {cmdline}")
-    return found
 
 
 def test_the_ls_remote_runs_while_the_target_is_probed(txn_home, target_env, tmp_path):
@@ -112,7 +100,7 @@ def test_a_probe_that_fails_stops_the_ls_remote_and_is_the_error(txn_home, targe
     assert "git-start" in names, names  # the ls-remote had started beside the probe
     assert "git-end" not in names, names  # and was stopped, not waited for
     assert took < float(_MARK), f"the apply took {took:.1f}s: it waited for the ls-remote"
-    assert not _alive_with(str(shims)) and not _alive_with(f"sleep {_MARK}")
+    assert not leaks.matching(str(shims)) and not leaks.matching(f"sleep {_MARK}")
 
 
 def test_in_process_the_apply_returns_with_its_ls_remote_ended(txn_home, target_env, tmp_path, monkeypatch):
@@ -132,7 +120,7 @@ def test_in_process_the_apply_returns_with_its_ls_remote_ended(txn_home, target_
         apply_flow.apply(apply_flow.RecipeSource(txn_home.recipe("mini")), apply_flow.TargetSpec(env=str(env.prefix)))
     assert time.monotonic() - start < float(_MARK)
     assert "git-start" in [name for name, _ in _events(log)]
-    assert not _alive_with(str(shims)) and not _alive_with(f"sleep {_MARK}"), "the ls-remote outlived the apply"
+    assert not leaks.matching(str(shims)) and not leaks.matching(f"sleep {_MARK}"), "the ls-remote outlived the apply"
 
 
 def test_an_unreachable_remote_is_still_reported_after_a_good_probe(txn_home, target_env, tmp_path):
@@ -159,16 +147,16 @@ def test_a_stopper_ends_a_command_another_thread_waits_for(tmp_path):
     stopper, out = stopping.Stopper(), []
     thread = _capture_in_thread(stopper, ["sleep", _MARK], out)
     deadline = time.monotonic() + 10
-    while not _alive_with(f"sleep {_MARK}") and time.monotonic() < deadline:
+    while not leaks.matching(f"sleep {_MARK}") and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert _alive_with(f"sleep {_MARK}"), "the command never started"
+    assert leaks.matching(f"sleep {_MARK}"), "the command never started"
     start = time.monotonic()
     stopper.stop()
     thread.join(10)
     assert not thread.is_alive()
     assert time.monotonic() - start < 5
     assert out and out[0].returncode != 0  # ended by a signal, as the waiting thread sees it
-    assert not _alive_with(f"sleep {_MARK}")
+    assert not leaks.matching(f"sleep {_MARK}")
 
 
 def test_a_command_started_after_the_stop_is_ended_at_once(tmp_path):
@@ -179,7 +167,7 @@ def test_a_command_started_after_the_stop_is_ended_at_once(tmp_path):
     thread.join(10)
     assert not thread.is_alive() and time.monotonic() - start < 5
     assert out and out[0].returncode != 0
-    assert not _alive_with(f"sleep {_MARK}")
+    assert not leaks.matching(f"sleep {_MARK}")
 
 
 def test_outside_stoppable_a_stopper_ends_nothing(tmp_path):

@@ -45,6 +45,12 @@ def cmdline(pid: int) -> str:
     return " ".join(a.decode(errors="replace") for a in raw.split(b"\0") if a) or "?"
 
 
+def matching(text: str) -> list[str]:
+    """``PID: CMDLINE`` of each live (non-zombie) process but this one whose command line holds ``text``."""
+    return [f"{pid}: {line}" for pid in _pids()
+            if pid != os.getpid() and running(pid) and text in (line := cmdline(pid))]
+
+
 def session_processes(root: int, marker: str) -> set[int]:
     """Live (non-zombie) processes descending from ``root`` or carrying ``MARKER=marker``."""
     parent: dict[int, int] = {}
